@@ -1,0 +1,64 @@
+// swift-tools-version:6.0
+//
+// beaconbench: a Linux workbench for provisioning fleets of SBeacon vehicle
+// beacons over BlueZ. Each layer is one target and talks only to its
+// neighbours:
+//
+//   C shims (CDBus, CSQLite, CReadline)
+//     → DBusBinding          D-Bus over libdbus-1: values, calls, signals, serving objects
+//     → BlueZClient          adapters, devices, GATT over org.bluez
+//     → SBeaconProtocol      pure: bytes in, typed values out, no I/O
+//     → Workbench            provisioning operations and the fleet runner
+//     → Console              REPL, batch language, output
+//   Inventory (SQLite) and Profiles sit beside Workbench.
+//   BeaconSimulator stands in for bluetoothd and a fleet of beacons.
+import PackageDescription
+
+let package = Package(
+    name: "beaconbench",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "beaconbench", targets: ["beaconbench"]),
+        .executable(name: "beaconbench-sim", targets: ["beaconbench-sim"]),
+        .library(name: "DBusBinding", targets: ["DBusBinding"]),
+    ],
+    targets: [
+        // MARK: C libraries from Debian, one system-library target each.
+        .systemLibrary(
+            name: "CDBus",
+            pkgConfig: "dbus-1",
+            providers: [.apt(["libdbus-1-dev"])]
+        ),
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
+        .systemLibrary(
+            name: "CReadline",
+            pkgConfig: "readline",
+            providers: [.apt(["libreadline-dev"])]
+        ),
+
+        // MARK: Layers.
+        .target(name: "DBusBinding", dependencies: ["CDBus"]),
+        .target(name: "BlueZClient", dependencies: ["DBusBinding"]),
+        .target(name: "SBeaconProtocol"),
+        .target(name: "Inventory", dependencies: ["CSQLite", "SBeaconProtocol"]),
+        .target(name: "Profiles", dependencies: ["SBeaconProtocol"]),
+        .target(
+            name: "Workbench",
+            dependencies: ["BlueZClient", "SBeaconProtocol", "Inventory", "Profiles"]
+        ),
+        .target(name: "Console", dependencies: ["Workbench", "CReadline"]),
+        .target(name: "BeaconSimulator", dependencies: ["DBusBinding", "SBeaconProtocol"]),
+
+        // MARK: Thin executables.
+        .executableTarget(name: "beaconbench", dependencies: ["Console", "DBusBinding"]),
+        .executableTarget(name: "beaconbench-sim", dependencies: ["BeaconSimulator"]),
+
+        // MARK: Tests and what they share.
+        .target(name: "TestSupport", dependencies: ["DBusBinding"]),
+        .testTarget(name: "DBusBindingTests", dependencies: ["DBusBinding", "TestSupport", "CDBus"]),
+    ]
+)

@@ -1,0 +1,235 @@
+import CDBus
+import Glibc
+
+// The only place that reads and writes message bodies: BusValue to and from
+// DBusMessageIter.
+
+enum MessageCodec {
+    /// Appends `values` to a message being built.
+    ///
+    /// The values are checked in full first (`checkEncodable`), so the
+    /// append itself cannot fail half-way and no libdbus precondition can be
+    /// violated.
+    /// - Throws: `BusError` (`InvalidArgs`, `InvalidSignature`, `NoMemory`).
+    static func append(_ values: [BusValue], to message: OpaquePointer) throws {
+        guard !values.isEmpty else { return }
+        for value in values { try value.checkEncodable() }
+        let signature = values.map(\.type.signature).joined()
+        guard LibDBus.validate(signature, with: dbus_signature_validate) else {
+            throw BusError.invalidSignature(
+                "The body's signature '\(signature.prefix(80))' is beyond D-Bus' limits")
+        }
+        var iter = DBusMessageIter()
+        dbus_message_iter_init_append(message, &iter)
+        for value in values {
+            guard append(value, to: &iter) else {
+                throw BusError(.noMemory, "Out of memory while encoding a message")
+            }
+        }
+    }
+
+    private static func appendBasic<T>(_ value: T, _ code: Int32, _ iter: inout DBusMessageIter) -> Bool {
+        withUnsafePointer(to: value) { dbus_message_iter_append_basic(&iter, code, $0) != 0 }
+    }
+
+    private static func appendString(_ string: String, _ code: Int32, _ iter: inout DBusMessageIter) -> Bool {
+        string.withCString { chars in
+            let pointer: UnsafePointer<CChar>? = chars
+            return withUnsafePointer(to: pointer) { dbus_message_iter_append_basic(&iter, code, $0) != 0 }
+        }
+    }
+
+    private static func container(
+        _ code: Int32, _ contained: String?, _ iter: inout DBusMessageIter,
+        _ body: (inout DBusMessageIter) -> Bool
+    ) -> Bool {
+        var sub = DBusMessageIter()
+        let opened: Bool
+        if let contained {
+            opened = contained.withCString { dbus_message_iter_open_container(&iter, code, $0, &sub) != 0 }
+        } else {
+            opened = dbus_message_iter_open_container(&iter, code, nil, &sub) != 0
+        }
+        guard opened else { return false }
+        guard body(&sub) else {
+            dbus_message_iter_abandon_container(&iter, &sub)
+            return false
+        }
+        return dbus_message_iter_close_container(&iter, &sub) != 0
+    }
+
+    private static func append(_ value: BusValue, to iter: inout DBusMessageIter) -> Bool {
+        typealias Code = LibDBus.TypeCode
+        switch value {
+        case .byte(let v): return appendBasic(v, Code.byte, &iter)
+        case .boolean(let v): return appendBasic(dbus_bool_t(v ? 1 : 0), Code.boolean, &iter)
+        case .int16(let v): return appendBasic(v, Code.int16, &iter)
+        case .uint16(let v): return appendBasic(v, Code.uint16, &iter)
+        case .int32(let v): return appendBasic(v, Code.int32, &iter)
+        case .uint32(let v): return appendBasic(v, Code.uint32, &iter)
+        case .int64(let v): return appendBasic(v, Code.int64, &iter)
+        case .uint64(let v): return appendBasic(v, Code.uint64, &iter)
+        case .double(let v): return appendBasic(v, Code.double, &iter)
+        case .string(let v): return appendString(v, Code.string, &iter)
+        case .objectPath(let v): return appendString(v.rawValue, Code.objectPath, &iter)
+        case .signature(let v): return appendString(v.rawValue, Code.signature, &iter)
+        case .bytes(let bytes):
+            return container(Code.array, "y", &iter) { sub in
+                bytes.withUnsafeBufferPointer { buffer in
+                    // libdbus wants a pointer to a pointer to the elements,
+                    // and a non-NULL one even for zero elements.
+                    let base = UnsafeRawPointer(buffer.baseAddress) ?? UnsafeRawPointer(bitPattern: 1)!
+                    return withUnsafePointer(to: base) {
+                        dbus_message_iter_append_fixed_array(&sub, Code.byte, $0, Int32(buffer.count)) != 0
+                    }
+                }
+            }
+        case .array(let element, let elements):
+            return container(Code.array, element.signature, &iter) { sub in
+                elements.allSatisfy { append($0, to: &sub) }
+            }
+        case .dictionary(let key, let valueType, let entries):
+            return container(Code.array, "{" + key.signature + valueType.signature + "}", &iter) { sub in
+                entries.allSatisfy { entry in
+                    container(Code.dictEntry, nil, &sub) { pair in
+                        append(entry.key, to: &pair) && append(entry.value, to: &pair)
+                    }
+                }
+            }
+        case .structure(let fields):
+            return container(Code.structure, nil, &iter) { sub in
+                fields.allSatisfy { append($0, to: &sub) }
+            }
+        case .variant(let inner):
+            return container(Code.variant, inner.type.signature, &iter) { sub in
+                append(inner, to: &sub)
+            }
+        }
+    }
+
+    // MARK: Decoding
+
+    /// Reads the whole body of `message`, guided by its signature.
+    ///
+    /// Never traps: libdbus has validated the message on receipt, and any
+    /// disagreement between the signature and the iterator, or a type this
+    /// binding does not carry (`h`), is a typed error.
+    /// - Throws: `BusError` named `InvalidSignature` or `NotSupported`.
+    static func decodeBody(of message: OpaquePointer) throws -> [BusValue] {
+        guard let cSignature = dbus_message_get_signature(message) else { return [] }
+        let signature = String(cString: cSignature)
+        if signature.isEmpty { return [] }
+        let types = try BusType.parse(signature)
+        var iter = DBusMessageIter()
+        guard dbus_message_iter_init(message, &iter) != 0 else { return [] }
+        var values: [BusValue] = []
+        values.reserveCapacity(types.count)
+        for (index, type) in types.enumerated() {
+            if index > 0 { dbus_message_iter_next(&iter) }
+            values.append(try decode(type, from: &iter, depth: 0))
+        }
+        return values
+    }
+
+    private static func readBasic<T>(_ iter: inout DBusMessageIter, _ zero: T) -> T {
+        var value = zero
+        withUnsafeMutablePointer(to: &value) { dbus_message_iter_get_basic(&iter, $0) }
+        return value
+    }
+
+    private static func readString(_ iter: inout DBusMessageIter) throws -> String {
+        var pointer: UnsafePointer<CChar>? = nil
+        withUnsafeMutablePointer(to: &pointer) { dbus_message_iter_get_basic(&iter, $0) }
+        guard let pointer else { throw BusError.invalidSignature("A string value is missing") }
+        return String(decoding: UnsafeRawBufferPointer(start: pointer, count: strlen(pointer)), as: UTF8.self)
+    }
+
+    private static func decode(_ type: BusType, from iter: inout DBusMessageIter, depth: Int) throws -> BusValue {
+        let actual = dbus_message_iter_get_arg_type(&iter)
+        guard actual == type.typeCode else {
+            throw BusError.invalidSignature(
+                "Expected a value of type '\(type.signature)', found type code \(actual)")
+        }
+        guard depth <= BusValue.maximumNestingDepth else {
+            throw BusError.invalidSignature("A value is nested too deeply")
+        }
+        switch type {
+        case .byte: return .byte(readBasic(&iter, UInt8(0)))
+        case .boolean: return .boolean(readBasic(&iter, dbus_bool_t(0)) != 0)
+        case .int16: return .int16(readBasic(&iter, Int16(0)))
+        case .uint16: return .uint16(readBasic(&iter, UInt16(0)))
+        case .int32: return .int32(readBasic(&iter, Int32(0)))
+        case .uint32: return .uint32(readBasic(&iter, UInt32(0)))
+        case .int64: return .int64(readBasic(&iter, Int64(0)))
+        case .uint64: return .uint64(readBasic(&iter, UInt64(0)))
+        case .double: return .double(readBasic(&iter, Double(0)))
+        case .string: return .string(try readString(&iter))
+        case .objectPath: return .objectPath(ObjectPath(unchecked: try readString(&iter)))
+        case .signature:
+            let text = try readString(&iter)
+            return .signature(Signature(unchecked: text, types: try BusType.parse(text)))
+        case .unixFD:
+            // Reading it would hand us a duplicated descriptor to manage; the
+            // message closes its own when it is released.
+            throw BusError(.notSupported, "Unix file descriptors ('h') are not supported")
+        case .variant:
+            var sub = DBusMessageIter()
+            dbus_message_iter_recurse(&iter, &sub)
+            guard let cSignature = dbus_message_iter_get_signature(&sub) else {
+                throw BusError(.noMemory, "Out of memory while decoding a variant")
+            }
+            let signature = String(cString: cSignature)
+            dbus_free(cSignature)
+            let types = try BusType.parse(signature)
+            guard types.count == 1 else {
+                throw BusError.invalidSignature("A variant holds '\(signature)', not one complete type")
+            }
+            return .variant(try decode(types[0], from: &sub, depth: depth + 1))
+        case .array(.byte):
+            var sub = DBusMessageIter()
+            dbus_message_iter_recurse(&iter, &sub)
+            var pointer: UnsafeRawPointer? = nil
+            var count: Int32 = 0
+            withUnsafeMutablePointer(to: &pointer) { dbus_message_iter_get_fixed_array(&sub, $0, &count) }
+            guard count > 0, let pointer else { return .bytes([]) }
+            return .bytes(Array(UnsafeRawBufferPointer(start: pointer, count: Int(count))))
+        case .array(let element):
+            var sub = DBusMessageIter()
+            dbus_message_iter_recurse(&iter, &sub)
+            var elements: [BusValue] = []
+            while dbus_message_iter_get_arg_type(&sub) != LibDBus.TypeCode.invalid {
+                elements.append(try decode(element, from: &sub, depth: depth + 1))
+                dbus_message_iter_next(&sub)
+            }
+            return .array(element, elements)
+        case .dictionary(let keyType, let valueType):
+            var sub = DBusMessageIter()
+            dbus_message_iter_recurse(&iter, &sub)
+            var entries: [BusValue.DictEntry] = []
+            while dbus_message_iter_get_arg_type(&sub) == LibDBus.TypeCode.dictEntry {
+                var pair = DBusMessageIter()
+                dbus_message_iter_recurse(&sub, &pair)
+                let key = try decode(keyType, from: &pair, depth: depth + 2)
+                guard dbus_message_iter_next(&pair) != 0 else {
+                    throw BusError.invalidSignature("A dictionary entry has no value")
+                }
+                let value = try decode(valueType, from: &pair, depth: depth + 2)
+                entries.append(.init(key, value))
+                dbus_message_iter_next(&sub)
+            }
+            return .dictionary(key: keyType, value: valueType, entries)
+        case .structure(let fieldTypes):
+            var sub = DBusMessageIter()
+            dbus_message_iter_recurse(&iter, &sub)
+            var fields: [BusValue] = []
+            fields.reserveCapacity(fieldTypes.count)
+            for (index, fieldType) in fieldTypes.enumerated() {
+                if index > 0, dbus_message_iter_next(&sub) == 0 {
+                    throw BusError.invalidSignature("A structure ends before its signature does")
+                }
+                fields.append(try decode(fieldType, from: &sub, depth: depth + 1))
+            }
+            return .structure(fields)
+        }
+    }
+}

@@ -1,0 +1,190 @@
+import CDBus
+
+// libdbus aborts the process when it is handed an invalid path or name, so
+// every name is validated here, once, by the same libdbus functions, before
+// it can reach a message. A value of these types is valid by construction.
+
+/// A validated D-Bus object path, such as `/org/bluez/hci0`.
+public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertible,
+    ExpressibleByStringLiteral
+{
+    public let rawValue: String
+
+    /// Validates `rawValue` with `dbus_validate_path`.
+    /// - Throws: `BusError` named `InvalidArgs` if it is not a valid path.
+    public init(_ rawValue: String) throws {
+        guard LibDBus.validate(rawValue, with: dbus_validate_path) else {
+            throw BusError.invalidArgs("Invalid object path '\(rawValue.debugEscaped)'")
+        }
+        self.rawValue = rawValue
+    }
+
+    /// A path written in the source. An invalid literal is a programming
+    /// error and stops the program, like `URL(string:)!`.
+    public init(stringLiteral value: String) {
+        do { try self.init(value) } catch { preconditionFailure("\(error)") }
+    }
+
+    init(unchecked rawValue: String) { self.rawValue = rawValue }
+
+    public static let root = ObjectPath(unchecked: "/")
+
+    public var description: String { rawValue }
+
+    public static func < (lhs: ObjectPath, rhs: ObjectPath) -> Bool { lhs.rawValue < rhs.rawValue }
+
+    /// The path's elements: `/org/bluez` gives `["org", "bluez"]`.
+    public var components: [Substring] {
+        rawValue.split(separator: "/", omittingEmptySubsequences: true)
+    }
+
+    /// The path one level up, or nil for `/`.
+    public var parent: ObjectPath? {
+        guard self != .root else { return nil }
+        let index = rawValue.lastIndex(of: "/")!
+        return index == rawValue.startIndex
+            ? .root : ObjectPath(unchecked: String(rawValue[..<index]))
+    }
+
+    /// This path with one more element.
+    /// - Throws: if `element` is not a valid path element (`[A-Za-z0-9_]+`).
+    public func appending(_ element: String) throws -> ObjectPath {
+        try ObjectPath(self == .root ? "/" + element : rawValue + "/" + element)
+    }
+
+    /// True when `other` lies strictly below this path.
+    public func isAncestor(of other: ObjectPath) -> Bool {
+        if self == .root { return other != .root }
+        return other.rawValue.hasPrefix(rawValue + "/")
+    }
+}
+
+/// A validated interface name, such as `org.bluez.Device1`.
+public struct InterfaceName: Hashable, Sendable, Comparable, CustomStringConvertible,
+    ExpressibleByStringLiteral
+{
+    public let rawValue: String
+
+    /// Validates `rawValue` with `dbus_validate_interface`.
+    public init(_ rawValue: String) throws {
+        guard LibDBus.validate(rawValue, with: dbus_validate_interface) else {
+            throw BusError.invalidArgs("Invalid interface name '\(rawValue.debugEscaped)'")
+        }
+        self.rawValue = rawValue
+    }
+
+    public init(stringLiteral value: String) {
+        do { try self.init(value) } catch { preconditionFailure("\(error)") }
+    }
+
+    public var description: String { rawValue }
+    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
+
+    public static let properties: InterfaceName = "org.freedesktop.DBus.Properties"
+    public static let objectManager: InterfaceName = "org.freedesktop.DBus.ObjectManager"
+    public static let introspectable: InterfaceName = "org.freedesktop.DBus.Introspectable"
+    public static let peer: InterfaceName = "org.freedesktop.DBus.Peer"
+    public static let bus: InterfaceName = "org.freedesktop.DBus"
+    static let local: InterfaceName = "org.freedesktop.DBus.Local"
+}
+
+/// A validated method or signal name, such as `Connect`.
+public struct MemberName: Hashable, Sendable, Comparable, CustomStringConvertible,
+    ExpressibleByStringLiteral
+{
+    public let rawValue: String
+
+    /// Validates `rawValue` with `dbus_validate_member`.
+    public init(_ rawValue: String) throws {
+        guard LibDBus.validate(rawValue, with: dbus_validate_member) else {
+            throw BusError.invalidArgs("Invalid member name '\(rawValue.debugEscaped)'")
+        }
+        self.rawValue = rawValue
+    }
+
+    public init(stringLiteral value: String) {
+        do { try self.init(value) } catch { preconditionFailure("\(error)") }
+    }
+
+    public var description: String { rawValue }
+    public static func < (lhs: Self, rhs: Self) -> Bool { lhs.rawValue < rhs.rawValue }
+}
+
+/// A validated bus name: unique (`:1.42`) or well-known (`org.bluez`).
+public struct BusName: Hashable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
+    public let rawValue: String
+
+    /// Validates `rawValue` with `dbus_validate_bus_name`.
+    public init(_ rawValue: String) throws {
+        guard LibDBus.validate(rawValue, with: dbus_validate_bus_name) else {
+            throw BusError.invalidArgs("Invalid bus name '\(rawValue.debugEscaped)'")
+        }
+        self.rawValue = rawValue
+    }
+
+    public init(stringLiteral value: String) {
+        do { try self.init(value) } catch { preconditionFailure("\(error)") }
+    }
+
+    public var description: String { rawValue }
+    /// True for a connection's unique name (`:1.42`).
+    public var isUnique: Bool { rawValue.hasPrefix(":") }
+
+    /// The message bus itself.
+    public static let bus: BusName = "org.freedesktop.DBus"
+}
+
+extension BusErrorName {
+    /// True when `rawValue` is a name libdbus accepts as an error name.
+    var isValid: Bool { LibDBus.validate(rawValue, with: dbus_validate_error_name) }
+}
+
+/// A validated type signature, such as `a{sv}` or `oa{sa{sv}}`.
+public struct Signature: Hashable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
+    public let rawValue: String
+    /// The complete types the signature is made of, in order.
+    public let types: [BusType]
+
+    /// Validates `rawValue` with `dbus_signature_validate` and parses it.
+    public init(_ rawValue: String) throws {
+        guard LibDBus.validate(rawValue, with: dbus_signature_validate) else {
+            throw BusError.invalidSignature("Invalid signature '\(rawValue.debugEscaped)'")
+        }
+        self.rawValue = rawValue
+        self.types = try BusType.parse(rawValue)
+    }
+
+    public init(stringLiteral value: String) {
+        do { try self.init(value) } catch { preconditionFailure("\(error)") }
+    }
+
+    /// The signature of a sequence of types.
+    public init(_ types: [BusType]) throws {
+        try self.init(types.map(\.signature).joined())
+    }
+
+    public static let empty = Signature(unchecked: "", types: [])
+
+    init(unchecked rawValue: String, types: [BusType]) {
+        self.rawValue = rawValue
+        self.types = types
+    }
+
+    public var description: String { rawValue }
+}
+
+extension String {
+    /// The string with control characters escaped, for error messages about
+    /// names that may come from anywhere.
+    var debugEscaped: String {
+        var out = ""
+        for scalar in unicodeScalars.prefix(300) {
+            if scalar.value < 0x20 || scalar.value == 0x7F {
+                out += "\\u{\(String(scalar.value, radix: 16))}"
+            } else {
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return unicodeScalars.count > 300 ? out + "…" : out
+    }
+}
