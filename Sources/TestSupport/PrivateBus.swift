@@ -1,0 +1,220 @@
+import Foundation
+import Synchronization
+
+/// A `dbus-daemon` of the test's own, on a socket in a temporary directory,
+/// with a policy that lets any connection own any name and call anything.
+/// Tests never touch the machine's system or session bus.
+///
+/// ```swift
+/// let bus = try PrivateBus.start()
+/// defer { bus.stop() }
+/// let connection = try await BusConnection.connect(.address(bus.address))
+/// ```
+public final class PrivateBus: Sendable {
+    /// The D-Bus address, `unix:path=…/bus`.
+    public let address: String
+    /// The temporary directory holding the socket and configuration.
+    public let directory: String
+    /// The daemon's process id; it is spawned and reaped here, not by
+    /// Foundation's `Process`, so stopping never waits on a run loop.
+    public let pid: pid_t
+
+    private init(address: String, directory: String, pid: pid_t) {
+        self.address = address
+        self.directory = directory
+        self.pid = pid
+    }
+
+    deinit { stop() }
+
+    /// The daemon's configuration: a private listening socket, an open
+    /// policy, and limits high enough for the concurrency tests.
+    public static func configuration(socketPath: String) -> String {
+        """
+        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+        <busconfig>
+          <type>session</type>
+          <listen>unix:path=\(socketPath)</listen>
+          <auth>EXTERNAL</auth>
+          <policy context="default">
+            <allow user="*"/>
+            <allow own="*"/>
+            <allow send_destination="*" eavesdrop="true"/>
+            <allow receive_sender="*"/>
+            <allow eavesdrop="true"/>
+          </policy>
+          <limit name="max_incoming_bytes">1000000000</limit>
+          <limit name="max_outgoing_bytes">1000000000</limit>
+          <limit name="max_message_size">134217728</limit>
+          <limit name="max_replies_per_connection">100000</limit>
+          <limit name="max_match_rules_per_connection">100000</limit>
+          <limit name="max_connections_per_user">10000</limit>
+          <limit name="max_completed_connections">10000</limit>
+          <limit name="reply_timeout">300000</limit>
+        </busconfig>
+        """
+    }
+
+    /// Starts `dbus-daemon` and waits until its socket accepts connections.
+    /// - Throws: when `dbus-daemon` is missing or does not come up in 10 s.
+    public static func start() throws -> PrivateBus {
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("beaconbench-bus-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let socketPath = directory + "/bus"
+        let configPath = directory + "/bus.conf"
+        try configuration(socketPath: socketPath).write(toFile: configPath, atomically: true, encoding: .utf8)
+
+        guard let daemon = ["/usr/bin/dbus-daemon", "/bin/dbus-daemon"].first(where: {
+            FileManager.default.isExecutableFile(atPath: $0)
+        }) else {
+            throw TestSupportError("dbus-daemon is not installed (apt-get install dbus-daemon)")
+        }
+        let pid = try spawn(daemon, ["--config-file=\(configPath)", "--nofork", "--nopidfile", "--nosyslog"])
+        let deadline = Date().addingTimeInterval(10)
+        while !FileManager.default.fileExists(atPath: socketPath) {
+            var status: Int32 = 0
+            let exited = waitpid(pid, &status, WNOHANG) == pid
+            guard !exited, Date() < deadline else {
+                if !exited {
+                    kill(pid, SIGKILL)
+                    waitpid(pid, &status, 0)
+                }
+                throw TestSupportError("dbus-daemon did not create \(socketPath) within 10 s")
+            }
+            usleep(2_000)
+        }
+        return PrivateBus(address: "unix:path=\(socketPath)", directory: directory, pid: pid)
+    }
+
+    private let stopped = Mutex(false)
+
+    /// Stops the daemon (SIGTERM, then reaps it) and removes its directory.
+    /// Safe to call more than once.
+    public func stop() {
+        let alreadyStopped = stopped.withLock { stopped in
+            defer { stopped = true }
+            return stopped
+        }
+        guard !alreadyStopped else { return }
+        kill(pid, SIGTERM)
+        var status: Int32 = 0
+        var reaped = false
+        for _ in 0..<500 {
+            if waitpid(pid, &status, WNOHANG) == pid {
+                reaped = true
+                break
+            }
+            usleep(10_000)
+        }
+        if !reaped {
+            kill(pid, SIGKILL)
+            waitpid(pid, &status, 0)
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// The environment a stock client (busctl, gdbus, bluetoothctl, Python)
+    /// needs to use this bus as its system and session bus.
+    public var clientEnvironment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["DBUS_SYSTEM_BUS_ADDRESS"] = address
+        environment["DBUS_SESSION_BUS_ADDRESS"] = address
+        return environment
+    }
+}
+
+/// Starts a program with posix_spawn, standard streams to /dev/null.
+func spawn(_ path: String, _ arguments: [String]) throws -> pid_t {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    for fd: Int32 in [0, 1, 2] {
+        posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0)
+    }
+    // The calling thread may be a dispatch worker with every signal
+    // blocked; the child must start with none blocked and default handlers,
+    // or it would never see SIGTERM.
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var noSignals = sigset_t()
+    sigemptyset(&noSignals)
+    var defaultSignals = sigset_t()
+    sigfillset(&defaultSignals)
+    posix_spawnattr_setsigmask(&attributes, &noSignals)
+    posix_spawnattr_setsigdefault(&attributes, &defaultSignals)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    let argv = ([path] + arguments).map { strdup($0) } + [nil]
+    defer { for pointer in argv { free(pointer) } }
+    var pid: pid_t = 0
+    let result = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
+    guard result == 0 else { throw TestSupportError("cannot start \(path): error \(result)") }
+    return pid
+}
+
+public struct TestSupportError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
+
+/// What a finished child process left.
+public struct ToolOutput: Sendable {
+    public var status: Int32
+    public var stdout: String
+    public var stderr: String
+}
+
+/// Runs a program to completion and collects its output.
+/// - Parameter timeout: the process is killed after this many seconds.
+public func runTool(
+    _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
+    stdin: String? = nil, timeout: TimeInterval = 60
+) throws -> ToolOutput {
+    let process = Process()
+    if executable.hasPrefix("/") {
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+    } else {
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = [executable] + arguments
+    }
+    if let environment { process.environment = environment }
+    let outPipe = Pipe()
+    let errPipe = Pipe()
+    process.standardOutput = outPipe
+    process.standardError = errPipe
+    let inPipe = Pipe()
+    process.standardInput = inPipe
+    try process.run()
+    if let stdin { inPipe.fileHandleForWriting.write(Data(stdin.utf8)) }
+    try? inPipe.fileHandleForWriting.close()
+
+    // Read both pipes while the process runs so neither can fill up.
+    let collected = OutputCollector()
+    let group = DispatchGroup()
+    for (pipe, isError) in [(outPipe, false), (errPipe, true)] {
+        group.enter()
+        DispatchQueue.global().async {
+            let data = pipe.fileHandleForReading.readDataToEndOfFile()
+            collected.store(data, isError: isError)
+            group.leave()
+        }
+    }
+    let killer = DispatchWorkItem { if process.isRunning { process.terminate() } }
+    DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: killer)
+    process.waitUntilExit()
+    killer.cancel()
+    group.wait()
+    return ToolOutput(status: process.terminationStatus, stdout: collected.stdout, stderr: collected.stderr)
+}
+
+private final class OutputCollector: Sendable {
+    private let streams = Mutex<(out: Data, err: Data)>((Data(), Data()))
+    func store(_ data: Data, isError: Bool) {
+        streams.withLock { if isError { $0.err = data } else { $0.out = data } }
+    }
+    var stdout: String { String(decoding: streams.withLock { $0.out }, as: UTF8.self) }
+    var stderr: String { String(decoding: streams.withLock { $0.err }, as: UTF8.self) }
+}
