@@ -78,7 +78,7 @@ public indirect enum BusType: Hashable, Sendable, CustomStringConvertible {
         var parser = Parser(bytes: Array(signature.utf8))
         var types: [BusType] = []
         while !parser.atEnd {
-            types.append(try parser.completeType(depth: 0))
+            types.append(try parser.completeType(arrays: 0, structures: 0))
         }
         return types
     }
@@ -88,9 +88,9 @@ public indirect enum BusType: Hashable, Sendable, CustomStringConvertible {
         var position = 0
         var atEnd: Bool { position >= bytes.count }
 
-        /// Depth bound far above D-Bus' own (64), so a hostile string cannot
-        /// exhaust the stack.
-        static let maximumDepth = 64
+        /// D-Bus' limits: 32 nested arrays and 32 nested structures (dict
+        /// entries count as structures).
+        static let maximumDepth = 32
 
         func failure(_ why: String) -> BusError {
             .invalidSignature(
@@ -98,8 +98,10 @@ public indirect enum BusType: Hashable, Sendable, CustomStringConvertible {
             )
         }
 
-        mutating func completeType(depth: Int) throws -> BusType {
-            guard depth <= Self.maximumDepth else { throw failure("nested too deeply") }
+        mutating func completeType(arrays: Int, structures: Int) throws -> BusType {
+            guard arrays <= Self.maximumDepth, structures <= Self.maximumDepth else {
+                throw failure("nested too deeply")
+            }
             guard position < bytes.count else { throw failure("unexpected end") }
             let code = bytes[position]
             position += 1
@@ -121,16 +123,16 @@ public indirect enum BusType: Hashable, Sendable, CustomStringConvertible {
             case UInt8(ascii: "a"):
                 if position < bytes.count, bytes[position] == UInt8(ascii: "{") {
                     position += 1
-                    let key = try completeType(depth: depth + 1)
+                    let key = try completeType(arrays: arrays + 1, structures: structures + 1)
                     guard key.isBasic else { throw failure("dictionary key must be a basic type") }
-                    let value = try completeType(depth: depth + 1)
+                    let value = try completeType(arrays: arrays + 1, structures: structures + 1)
                     guard position < bytes.count, bytes[position] == UInt8(ascii: "}") else {
                         throw failure("dictionary entry must hold exactly two types")
                     }
                     position += 1
                     return .dictionary(key: key, value: value)
                 }
-                return .array(try completeType(depth: depth + 1))
+                return .array(try completeType(arrays: arrays + 1, structures: structures))
             case UInt8(ascii: "("):
                 var fields: [BusType] = []
                 while true {
@@ -139,7 +141,7 @@ public indirect enum BusType: Hashable, Sendable, CustomStringConvertible {
                         position += 1
                         break
                     }
-                    fields.append(try completeType(depth: depth + 1))
+                    fields.append(try completeType(arrays: arrays, structures: structures + 1))
                 }
                 guard !fields.isEmpty else { throw failure("empty structure") }
                 return .structure(fields)

@@ -73,7 +73,7 @@ public final class PrivateBus: Sendable {
         }
         let pid = try spawn(daemon, ["--config-file=\(configPath)", "--nofork", "--nopidfile", "--nosyslog"])
         let deadline = Date().addingTimeInterval(10)
-        while !FileManager.default.fileExists(atPath: socketPath) {
+        while !acceptsConnections(socketPath) {
             var status: Int32 = 0
             let exited = waitpid(pid, &status, WNOHANG) == pid
             guard !exited, Date() < deadline else {
@@ -86,6 +86,26 @@ public final class PrivateBus: Sendable {
             usleep(2_000)
         }
         return PrivateBus(address: "unix:path=\(socketPath)", directory: directory, pid: pid)
+    }
+
+    /// True once something listens on the socket (the file appears at
+    /// bind, before listen).
+    private static func acceptsConnections(_ path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+            for (index, byte) in bytes.enumerated() { buffer[index] = byte }
+        }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0
+            }
+        }
     }
 
     private let stopped = Mutex(false)

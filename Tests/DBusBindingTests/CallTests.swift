@@ -1,0 +1,153 @@
+import DBusBinding
+import Testing
+
+@Suite("Calls: errors, timeouts, concurrency")
+struct CallTests {
+    @Test func errorsKeepTheirNameAndMessageBothWays() async throws {
+        try await withEchoFixture { fixture throws in
+            for name in ["org.bluez.Error.InProgress", "org.bluez.Error.Failed", "com.example.Unheard.Of.Error"] {
+                let error = await #expect(throws: BusError.self) {
+                    try await fixture.call("Fail", [.string(name), .string("le-connection-abort-by-local")])
+                }
+                #expect(error?.name.rawValue == name)
+                #expect(error?.message == "le-connection-abort-by-local")
+            }
+            let inProgress = await #expect(throws: BusError.self) {
+                try await fixture.call("Fail", ["org.bluez.Error.InProgress", "busy"])
+            }
+            #expect(inProgress?.name == .bluez.inProgress)
+        }
+    }
+
+    @Test func anInvalidErrorNameFromAHandlerBecomesFailed() async throws {
+        try await withEchoFixture { fixture throws in
+            let error = await #expect(throws: BusError.self) {
+                try await fixture.call("Fail", ["not a valid error name", "text"])
+            }
+            #expect(error?.name == .failed)
+            #expect(error?.message == "text")
+            let swiftError = await #expect(throws: BusError.self) { try await fixture.call("ThrowSwiftError") }
+            #expect(swiftError?.name == .failed)
+            #expect(swiftError?.message.contains("a plain Swift error") == true)
+        }
+    }
+
+    @Test func theServerAnswersMistakesWithStandardErrors() async throws {
+        try await withEchoFixture { fixture throws in
+            let wrongArgs = await #expect(throws: BusError.self) { try await fixture.call("Add", [.string("2")]) }
+            #expect(wrongArgs?.name == .invalidArgs)
+            let noMethod = await #expect(throws: BusError.self) { try await fixture.call("Subtract") }
+            #expect(noMethod?.name == .unknownMethod)
+            let noObject = await #expect(throws: BusError.self) {
+                try await fixture.client.call(EchoFixture.name, "/nowhere", EchoFixture.interface, "Add")
+            }
+            #expect(noObject?.name == .unknownObject)
+            let noInterface = await #expect(throws: BusError.self) {
+                try await fixture.client.call(EchoFixture.name, EchoFixture.path, "org.example.Other", "Add")
+            }
+            #expect(noInterface?.name == .unknownInterface)
+            let wrongReply = await #expect(throws: BusError.self) { try await fixture.call("WrongReply") }
+            #expect(wrongReply?.name == .failed)
+            let noService = await #expect(throws: BusError.self) {
+                try await fixture.client.call("org.example.Nobody", "/", EchoFixture.interface, "Add")
+            }
+            // Without auto-start the bus answers NameHasNoOwner (bluetoothd
+            // not running looks like this).
+            #expect(noService?.name == .nameHasNoOwner)
+            // After all of that, both ends still work.
+            #expect(try await fixture.call("Add", [.int32(40), .int32(2)]).body == [.int32(42)])
+        }
+    }
+
+    @Test func aTimeoutFiresAndForgetsThePendingCall() async throws {
+        try await withEchoFixture { fixture throws in
+            let clock = ContinuousClock()
+            let started = clock.now
+            let error = await #expect(throws: BusError.self) {
+                try await fixture.call("NeverReply", timeout: .milliseconds(200))
+            }
+            #expect(error?.name == .noReply)
+            #expect(clock.now - started >= .milliseconds(200))
+            #expect(await fixture.client.pendingCallCount == 0)
+            #expect(await fixture.server.activeHandlerCount == 1)
+            // The connection is still good, and a late reply cannot confuse it.
+            #expect(try await fixture.call("Delayed", [.uint32(10)]).body == [.uint32(10)])
+            #expect(await fixture.client.pendingCallCount == 0)
+        }
+    }
+
+    @Test func cancellingTheCallerCancelsTheCall() async throws {
+        try await withEchoFixture { fixture throws in
+            let task = Task { try await fixture.call("NeverReply", timeout: .seconds(30)) }
+            try await Task.sleep(for: .milliseconds(50))
+            task.cancel()
+            await #expect(throws: CancellationError.self) { try await task.value }
+            #expect(await fixture.client.pendingCallCount == 0)
+        }
+    }
+
+    @Test func aThousandConcurrentCallsFromManyTasks() async throws {
+        try await withEchoFixture { fixture throws in
+            let results = try await withThrowingTaskGroup(of: (Int32, [BusValue]).self) { group in
+                for index in Int32(0)..<1000 {
+                    group.addTask {
+                        let reply = try await fixture.call("Add", [.int32(index), .int32(1_000_000)])
+                        return (index, reply.body)
+                    }
+                }
+                var results: [Int32: [BusValue]] = [:]
+                for try await (index, body) in group { results[index] = body }
+                return results
+            }
+            #expect(results.count == 1000)
+            for (index, body) in results { #expect(body == [.int32(index + 1_000_000)]) }
+            #expect(await fixture.client.pendingCallCount == 0)
+        }
+    }
+
+    @Test func delayedRepliesInterleave() async throws {
+        try await withEchoFixture { fixture throws in
+            // A slow reply must not hold up a fast one behind it.
+            async let slow = fixture.call("Delayed", [.uint32(300)])
+            try await Task.sleep(for: .milliseconds(20))
+            let clock = ContinuousClock()
+            let started = clock.now
+            #expect(try await fixture.call("Delayed", [.uint32(1)]).body == [.uint32(1)])
+            #expect(clock.now - started < .milliseconds(250))
+            #expect(try await slow.body == [.uint32(300)])
+        }
+    }
+
+    @Test func aClosedConnectionFailsWhatIsPendingAndWhatComesAfter() async throws {
+        try await withEchoFixture { fixture throws in
+            let pending = Task { try await fixture.call("NeverReply", timeout: .seconds(30)) }
+            try await Task.sleep(for: .milliseconds(50))
+            await fixture.client.close()
+            let error = await #expect(throws: BusError.self) { try await pending.value }
+            #expect(error?.name == .disconnected)
+            #expect(await fixture.client.isConnected == false)
+            let after = await #expect(throws: BusError.self) { try await fixture.call("Add", [.int32(1), .int32(1)]) }
+            #expect(after?.name == .disconnected)
+        }
+    }
+
+    @Test func theBusGoingAwayFailsPendingCalls() async throws {
+        try await withEchoFixture { fixture throws in
+            let pending = Task { try await fixture.call("NeverReply", timeout: .seconds(30)) }
+            try await Task.sleep(for: .milliseconds(50))
+            fixture.bus.stop()
+            let error = await #expect(throws: BusError.self) { try await pending.value }
+            #expect(error?.name == .disconnected)
+            #expect(await fixture.client.isConnected == false)
+        }
+    }
+
+    @Test func connectingToNothingIsAnError() async throws {
+        let missing = await #expect(throws: BusError.self) {
+            try await BusConnection.connect(.address("unix:path=/nonexistent/beaconbench/bus"))
+        }
+        #expect(missing?.name.rawValue.hasPrefix("org.freedesktop.DBus.Error.") == true)
+        let garbage = await #expect(throws: BusError.self) { try await BusConnection.connect(.address("garbage")) }
+        #expect(garbage?.name == .badAddress)
+    }
+}
