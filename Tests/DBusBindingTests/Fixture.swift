@@ -124,11 +124,12 @@ func collect<S: AsyncSequence & Sendable>(
             try? await Task.sleep(for: timeout)
             return nil
         }
+        // Whichever finishes first, cancel the other; the consumer, cancelled,
+        // returns what it had collected.
         var result: [S.Element] = []
         for await items in group {
-            if let items { result = items }
             group.cancelAll()
-            break
+            if let items { result = items }
         }
         return result
     }
