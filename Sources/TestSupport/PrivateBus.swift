@@ -15,14 +15,14 @@ public final class PrivateBus: Sendable {
     public let address: String
     /// The temporary directory holding the socket and configuration.
     public let directory: String
-    /// The daemon's process id; it is spawned and reaped here, not by
-    /// Foundation's `Process`, so stopping never waits on a run loop.
-    public let pid: pid_t
+    /// The daemon; spawned and reaped here, not by Foundation's `Process`,
+    /// so stopping never waits on a run loop.
+    public let daemon: ChildProcess
 
-    private init(address: String, directory: String, pid: pid_t) {
+    private init(address: String, directory: String, daemon: ChildProcess) {
         self.address = address
         self.directory = directory
-        self.pid = pid
+        self.daemon = daemon
     }
 
     deinit { stop() }
@@ -71,21 +71,16 @@ public final class PrivateBus: Sendable {
         }) else {
             throw TestSupportError("dbus-daemon is not installed (apt-get install dbus-daemon)")
         }
-        let pid = try spawn(daemon, ["--config-file=\(configPath)", "--nofork", "--nopidfile", "--nosyslog"])
+        let process = try ChildProcess(daemon, ["--config-file=\(configPath)", "--nofork", "--nopidfile", "--nosyslog"])
         let deadline = Date().addingTimeInterval(10)
         while !acceptsConnections(socketPath) {
-            var status: Int32 = 0
-            let exited = waitpid(pid, &status, WNOHANG) == pid
-            guard !exited, Date() < deadline else {
-                if !exited {
-                    kill(pid, SIGKILL)
-                    waitpid(pid, &status, 0)
-                }
-                throw TestSupportError("dbus-daemon did not create \(socketPath) within 10 s")
+            guard process.isRunning, Date() < deadline else {
+                process.terminate()
+                throw TestSupportError("dbus-daemon did not listen on \(socketPath) within 10 s")
             }
             usleep(2_000)
         }
-        return PrivateBus(address: "unix:path=\(socketPath)", directory: directory, pid: pid)
+        return PrivateBus(address: "unix:path=\(socketPath)", directory: directory, daemon: process)
     }
 
     /// True once something listens on the socket (the file appears at
@@ -118,20 +113,7 @@ public final class PrivateBus: Sendable {
             return stopped
         }
         guard !alreadyStopped else { return }
-        kill(pid, SIGTERM)
-        var status: Int32 = 0
-        var reaped = false
-        for _ in 0..<500 {
-            if waitpid(pid, &status, WNOHANG) == pid {
-                reaped = true
-                break
-            }
-            usleep(10_000)
-        }
-        if !reaped {
-            kill(pid, SIGKILL)
-            waitpid(pid, &status, 0)
-        }
+        daemon.terminate()
         try? FileManager.default.removeItem(atPath: directory)
     }
 
@@ -143,6 +125,46 @@ public final class PrivateBus: Sendable {
         environment["DBUS_SESSION_BUS_ADDRESS"] = address
         return environment
     }
+}
+
+/// A child process started with posix_spawn and reaped here.
+public final class ChildProcess: Sendable {
+    public let pid: pid_t
+    private let reaped = Mutex(false)
+
+    /// Starts `path` with `arguments`, standard streams to /dev/null.
+    public init(_ path: String, _ arguments: [String]) throws {
+        pid = try spawn(path, arguments)
+    }
+
+    /// True while the process has not exited.
+    public var isRunning: Bool {
+        reaped.withLock { reaped in
+            if reaped { return false }
+            var status: Int32 = 0
+            if waitpid(pid, &status, WNOHANG) == pid { reaped = true }
+            return !reaped
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; waits for it either way.
+    public func terminate(grace: Duration = .seconds(5)) {
+        reaped.withLock { reaped in
+            guard !reaped else { return }
+            defer { reaped = true }
+            kill(pid, SIGTERM)
+            var status: Int32 = 0
+            let deadline = ContinuousClock.now + grace
+            while ContinuousClock.now < deadline {
+                if waitpid(pid, &status, WNOHANG) == pid { return }
+                usleep(5_000)
+            }
+            kill(pid, SIGKILL)
+            waitpid(pid, &status, 0)
+        }
+    }
+
+    deinit { terminate() }
 }
 
 /// Starts a program with posix_spawn, standard streams to /dev/null.
@@ -186,9 +208,25 @@ public struct ToolOutput: Sendable {
     public var stderr: String
 }
 
-/// Runs a program to completion and collects its output.
+/// Runs a program to completion and collects its output, on a thread of
+/// its own so that waiting never takes one of Swift's cooperative threads
+/// (there are only as many as cores, and the bus peers under test need them).
 /// - Parameter timeout: the process is killed after this many seconds.
 public func runTool(
+    _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
+    stdin: String? = nil, timeout: TimeInterval = 60
+) async throws -> ToolOutput {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread {
+            continuation.resume(with: Result {
+                try runToolBlocking(executable, arguments, environment: environment, stdin: stdin, timeout: timeout)
+            })
+        }
+    }
+}
+
+/// `runTool`, blocking the calling thread.
+public func runToolBlocking(
     _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
     stdin: String? = nil, timeout: TimeInterval = 60
 ) throws -> ToolOutput {
