@@ -56,6 +56,7 @@ let package = Package(
         // MARK: Thin executables.
         .executableTarget(name: "beaconbench", dependencies: ["Console", "DBusBinding"]),
         .executableTarget(name: "beaconbench-sim", dependencies: ["BeaconSimulator"]),
+        .executableTarget(name: "beaconbench-bench", dependencies: ["DBusBinding", "TestSupport"]),
 
         // MARK: Tests and what they share.
         .target(name: "TestSupport", dependencies: ["DBusBinding"]),

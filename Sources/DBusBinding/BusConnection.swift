@@ -152,7 +152,9 @@ public final class BusConnection: Sendable {
     }
 
     /// Asks the bus for a well-known name (`RequestName`).
-    public func requestName(_ name: BusName, flags: RequestNameFlags = [.doNotQueue]) async throws
+    public func requestName(
+        _ name: BusName, flags: RequestNameFlags = [.doNotQueue]
+    ) async throws
         -> RequestNameReply
     {
         let reply = try await callBus("RequestName", [.string(name.rawValue), .uint32(flags.rawValue)])
@@ -208,7 +210,9 @@ public final class BusConnection: Sendable {
 
     /// Changes of a name's owner: a peer appearing, or vanishing (its
     /// connection closed or it released the name).
-    public func nameOwnerChanges(of name: BusName) async throws
+    public func nameOwnerChanges(
+        of name: BusName
+    ) async throws
         -> AsyncCompactMapSequence<AsyncStream<BusSignal>, NameOwnerChanged>
     {
         try await signals(matching: .nameOwnerChanged(name)).compactMap { try? NameOwnerChanged($0) }
@@ -220,7 +224,9 @@ public final class BusConnection: Sendable {
     /// object manager, announces it with InterfacesAdded.
     /// - Throws: `InvalidArgs` for an undeclared property or a value of the
     ///   wrong type.
-    public func export(_ interface: BusInterface, at path: ObjectPath, properties: [String: BusValue] = [:])
+    public func export(
+        _ interface: BusInterface, at path: ObjectPath, properties: [String: BusValue] = [:]
+    )
         async throws
     {
         try await core.export(interface, at: path, values: properties)
@@ -245,7 +251,9 @@ public final class BusConnection: Sendable {
     /// Sets served property values (nil removes one) and emits one
     /// PropertiesChanged with those that changed (removed ones as
     /// invalidated).
-    public func setProperties(_ changes: [String: BusValue?], interface: InterfaceName, at path: ObjectPath)
+    public func setProperties(
+        _ changes: [String: BusValue?], interface: InterfaceName, at path: ObjectPath
+    )
         async throws
     {
         try await core.setProperties(changes, interface: interface, at: path)
@@ -257,7 +265,9 @@ public final class BusConnection: Sendable {
     }
 
     /// Emits a signal from `path`.
-    public func emitSignal(path: ObjectPath, interface: InterfaceName, member: MemberName, body: [BusValue] = [])
+    public func emitSignal(
+        path: ObjectPath, interface: InterfaceName, member: MemberName, body: [BusValue] = []
+    )
         async throws
     {
         try await core.emit(path: path, interface: interface, member: member, body: body)
@@ -314,7 +324,9 @@ extension BusConnection {
     }
 
     /// `org.freedesktop.DBus.Introspectable.Introspect`.
-    public func introspect(_ path: ObjectPath, of destination: BusName, timeout: Duration = defaultTimeout)
+    public func introspect(
+        _ path: ObjectPath, of destination: BusName, timeout: Duration = defaultTimeout
+    )
         async throws -> String
     {
         try await call(destination, path, .introspectable, "Introspect", timeout: timeout)

@@ -143,7 +143,9 @@ enum OutgoingMessage {
         return try filled(message, with: call.body)
     }
 
-    static func signal(path: ObjectPath, interface: InterfaceName, member: MemberName, body: [BusValue])
+    static func signal(
+        path: ObjectPath, interface: InterfaceName, member: MemberName, body: [BusValue]
+    )
         throws -> OpaquePointer
     {
         guard let message = dbus_message_new_signal(path.rawValue, interface.rawValue, member.rawValue) else {
@@ -163,7 +165,8 @@ enum OutgoingMessage {
     /// mistake) is sent as `org.freedesktop.DBus.Error.Failed` instead.
     static func error(to call: OpaquePointer, _ error: BusError) -> OpaquePointer? {
         let name = error.name.isValid ? error.name.rawValue : BusErrorName.failed.rawValue
-        let text = error.message.utf8.contains(0)
+        let text =
+            error.message.utf8.contains(0)
             ? String(error.message.split(separator: "\0").joined()) : error.message
         return dbus_message_new_error(call, name, text)
     }

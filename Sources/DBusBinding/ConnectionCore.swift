@@ -311,8 +311,9 @@ actor ConnectionCore {
         guard matchRuleUsers[text] != nil else { return }
         if releaseMatchCount(text), connection != nil {
             try? callNoReply(
-                MethodCall(destination: .bus, path: "/org/freedesktop/DBus", interface: .bus,
-                           member: "RemoveMatch", body: [.string(text)]))
+                MethodCall(
+                    destination: .bus, path: "/org/freedesktop/DBus", interface: .bus,
+                    member: "RemoveMatch", body: [.string(text)]))
         }
     }
 
@@ -324,7 +325,9 @@ actor ConnectionCore {
         return left <= 0
     }
 
-    func subscribe(_ rule: MatchRule, bufferingPolicy: AsyncStream<BusSignal>.Continuation.BufferingPolicy)
+    func subscribe(
+        _ rule: MatchRule, bufferingPolicy: AsyncStream<BusSignal>.Continuation.BufferingPolicy
+    )
         async throws -> AsyncStream<BusSignal>
     {
         guard connection != nil else { throw closeReason ?? .closed }
@@ -403,8 +406,9 @@ actor ConnectionCore {
         let isNew = tree.add(interface, values: values, at: path)
         if let manager = tree.manager(above: path) {
             let interfaces = tree.interfacesAndProperties(at: path, only: [interface.name], includeStandard: isNew)
-            try emit(path: manager, interface: .objectManager, member: "InterfacesAdded",
-                     body: [.objectPath(path), interfaces])
+            try emit(
+                path: manager, interface: .objectManager, member: "InterfacesAdded",
+                body: [.objectPath(path), interfaces])
         }
     }
 
@@ -412,8 +416,9 @@ actor ConnectionCore {
         let (removed, gone) = tree.remove(interfaces, at: path)
         guard !removed.isEmpty, let manager = tree.manager(above: path) else { return }
         let names = (gone ? ObjectTree.standardInterfaces : []) + removed
-        try emit(path: manager, interface: .objectManager, member: "InterfacesRemoved",
-                 body: [.objectPath(path), .strings(names.map(\.rawValue))])
+        try emit(
+            path: manager, interface: .objectManager, member: "InterfacesRemoved",
+            body: [.objectPath(path), .strings(names.map(\.rawValue))])
     }
 
     func addObjectManager(at path: ObjectPath) { tree.addManager(path) }
@@ -447,8 +452,9 @@ actor ConnectionCore {
         }
         for (name, value) in changes { tree.setValue(value, name, interface, at: path) }
         guard !changed.isEmpty || !invalidated.isEmpty else { return }
-        try emit(path: path, interface: .properties, member: "PropertiesChanged",
-                 body: [.string(interface.rawValue), .propertyMap(changed), .strings(invalidated.sorted())])
+        try emit(
+            path: path, interface: .properties, member: "PropertiesChanged",
+            body: [.string(interface.rawValue), .propertyMap(changed), .strings(invalidated.sorted())])
     }
 
     func propertyValue(_ name: String, interface: InterfaceName, at path: ObjectPath) -> BusValue? {
@@ -471,10 +477,11 @@ actor ConnectionCore {
         let object = tree[path]
         // Look the member up in the object's own interfaces first, then in
         // the standard ones the binding serves.
-        let interface = message.interface
+        let interface =
+            message.interface
             ?? object?.order.first { object?.interfaces[$0]?.definition.method(named: member) != nil }
             ?? Introspection.standardInterfaces(isObject: true, isManager: true)
-                .first { $0.method(named: member) != nil }?.name
+            .first { $0.method(named: member) != nil }?.name
 
         switch (interface, member.rawValue) {
         case (InterfaceName.peer?, "Ping"):
@@ -493,18 +500,29 @@ actor ConnectionCore {
                 return
             }
             guard let interface, let entry = object.interfaces[interface] else {
-                replyError(to: raw, BusError(.unknownInterface,
-                    "No such interface '\(message.interface?.rawValue ?? "")' at object path '\(path)'"))
+                replyError(
+                    to: raw,
+                    BusError(
+                        .unknownInterface,
+                        "No such interface '\(message.interface?.rawValue ?? "")' at object path '\(path)'"))
                 return
             }
             guard let method = entry.definition.method(named: member) else {
-                replyError(to: raw, BusError(.unknownMethod,
-                    "No such method '\(member)' in interface '\(interface)' at object path '\(path)' (signature '\(message.signature)')"))
+                replyError(
+                    to: raw,
+                    BusError(
+                        .unknownMethod,
+                        "No such method '\(member)' in interface '\(interface)' at object path '\(path)' (signature '\(message.signature)')"
+                    ))
                 return
             }
             guard message.signature == method.inputSignature else {
-                replyError(to: raw, BusError(.invalidArgs,
-                    "Invalid arguments for \(interface).\(member): expected '\(method.inputSignature)', got '\(message.signature)'"))
+                replyError(
+                    to: raw,
+                    BusError(
+                        .invalidArgs,
+                        "Invalid arguments for \(interface).\(member): expected '\(method.inputSignature)', got '\(message.signature)'"
+                    ))
                 return
             }
             let invocation = BusInterface.Invocation(
@@ -515,7 +533,8 @@ actor ConnectionCore {
                 let values = try await handler(invocation)
                 let signature = values.map(\.type.signature).joined()
                 guard signature == outputSignature else {
-                    throw BusError(.failed,
+                    throw BusError(
+                        .failed,
                         "\(interface).\(member) answered '\(signature)' but is declared to answer '\(outputSignature)'")
                 }
                 return values
@@ -527,12 +546,17 @@ actor ConnectionCore {
         let member = message.member?.rawValue ?? ""
         let expected = ["Get": "ss", "GetAll": "s", "Set": "ssv"][member]
         guard let expected else {
-            replyError(to: raw, BusError(.unknownMethod, "No such method '\(member)' in interface '\(InterfaceName.properties)'"))
+            replyError(
+                to: raw,
+                BusError(.unknownMethod, "No such method '\(member)' in interface '\(InterfaceName.properties)'"))
             return
         }
         guard message.signature == expected, let interfaceText = message.body[0].string else {
-            replyError(to: raw, BusError(.invalidArgs,
-                "Invalid arguments for Properties.\(member): expected '\(expected)', got '\(message.signature)'"))
+            replyError(
+                to: raw,
+                BusError(
+                    .invalidArgs,
+                    "Invalid arguments for Properties.\(member): expected '\(expected)', got '\(message.signature)'"))
             return
         }
         guard let interface = try? InterfaceName(interfaceText), let entry = tree.entry(path, interface) else {
@@ -562,8 +586,11 @@ actor ConnectionCore {
         }
         let value = message.body[2].unwrapped
         guard value.type == property.type else {
-            replyError(to: raw, BusError(.invalidArgs,
-                "Property '\(name)' is '\(property.type)', given '\(value.type)'"))
+            replyError(
+                to: raw,
+                BusError(
+                    .invalidArgs,
+                    "Property '\(name)' is '\(property.type)', given '\(value.type)'"))
             return
         }
         guard let setter = property.setter else {

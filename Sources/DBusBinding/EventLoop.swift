@@ -1,5 +1,4 @@
 import Glibc
-import Synchronization
 
 /// The thread that owns one connection: it runs the connection actor's jobs
 /// and waits on the connection's socket, and nothing else touches libdbus
@@ -21,9 +20,9 @@ final class EventLoop: SerialExecutor, Sendable {
         weak var core: ConnectionCore?
     }
 
-    private let queue = Mutex(Queue())
-    private let driver = Mutex(Driver())
-    private let threadID = Mutex<pthread_t?>(nil)
+    private let queue = Locked(Queue())
+    private let driver = Locked(Driver())
+    private let threadID = Locked<pthread_t?>(nil)
     /// Read and write ends of the wake pipe.
     let wakeReadFD: Int32
     private let wakeWriteFD: Int32
@@ -102,11 +101,13 @@ final class EventLoop: SerialExecutor, Sendable {
     private func startThread() throws {
         let context = Unmanaged.passRetained(self).toOpaque()
         var thread = pthread_t()
-        let result = pthread_create(&thread, nil, { context in
-            let loop = Unmanaged<EventLoop>.fromOpaque(context!).takeRetainedValue()
-            loop.run()
-            return nil
-        }, context)
+        let result = pthread_create(
+            &thread, nil,
+            { context in
+                let loop = Unmanaged<EventLoop>.fromOpaque(context!).takeRetainedValue()
+                loop.run()
+                return nil
+            }, context)
         guard result == 0 else {
             Unmanaged<EventLoop>.fromOpaque(context).release()
             throw BusError(.noMemory, "Cannot start the connection thread: error \(result)")

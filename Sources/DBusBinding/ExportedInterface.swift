@@ -172,7 +172,8 @@ struct ObjectTree {
 
     /// Removes some interfaces (all when `names` is nil); returns those
     /// removed and whether the object is gone.
-    mutating func remove(_ names: [InterfaceName]?, at path: ObjectPath) -> (removed: [InterfaceName], objectGone: Bool) {
+    mutating func remove(_ names: [InterfaceName]?, at path: ObjectPath) -> (removed: [InterfaceName], objectGone: Bool)
+    {
         guard var object = objects[path] else { return ([], false) }
         let removing = names.map { $0.filter { object.interfaces[$0] != nil } } ?? object.order
         for name in removing { object.interfaces[name] = nil }
@@ -219,7 +220,9 @@ struct ObjectTree {
     }
 
     /// One object's interfaces as `a{sa{sv}}`, standard interfaces included.
-    func interfacesAndProperties(at path: ObjectPath, only names: [InterfaceName]? = nil, includeStandard: Bool)
+    func interfacesAndProperties(
+        at path: ObjectPath, only names: [InterfaceName]? = nil, includeStandard: Bool
+    )
         -> BusValue
     {
         var entries: [BusValue.DictEntry] = []

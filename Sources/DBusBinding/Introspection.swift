@@ -36,16 +36,19 @@ enum Introspection {
             out += "    </signal>\n"
         }
         for property in interface.properties {
-            let access = switch property.access {
-            case .read: "read"
-            case .write: "write"
-            case .readwrite: "readwrite"
-            }
-            out += "    <property name=\"\(escape(property.name))\" type=\"\(escape(property.type.signature))\" access=\"\(access)\""
+            let access =
+                switch property.access {
+                case .read: "read"
+                case .write: "write"
+                case .readwrite: "readwrite"
+                }
+            out +=
+                "    <property name=\"\(escape(property.name))\" type=\"\(escape(property.type.signature))\" access=\"\(access)\""
             if property.changeSignal == .emits {
                 out += "/>\n"
             } else {
-                out += ">\n      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(property.changeSignal.rawValue)\"/>\n    </property>\n"
+                out +=
+                    ">\n      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(property.changeSignal.rawValue)\"/>\n    </property>\n"
             }
         }
         out += "  </interface>\n"
@@ -78,31 +81,43 @@ enum Introspection {
     static func standardInterfaces(isObject: Bool, isManager: Bool) -> [BusInterface] {
         let noop: BusInterface.Handler = { _ in [] }
         var interfaces = [
-            BusInterface(name: .introspectable, methods: [
-                .init(name: "Introspect", outputs: [.init("xml_data", .string)], handler: noop)
-            ]),
-            BusInterface(name: .peer, methods: [
-                .init(name: "Ping", handler: noop),
-                .init(name: "GetMachineId", outputs: [.init("machine_uuid", .string)], handler: noop),
-            ]),
+            BusInterface(
+                name: .introspectable,
+                methods: [
+                    .init(name: "Introspect", outputs: [.init("xml_data", .string)], handler: noop)
+                ]),
+            BusInterface(
+                name: .peer,
+                methods: [
+                    .init(name: "Ping", handler: noop),
+                    .init(name: "GetMachineId", outputs: [.init("machine_uuid", .string)], handler: noop),
+                ]),
         ]
         if isObject {
             interfaces.append(
                 BusInterface(
                     name: .properties,
                     methods: [
-                        .init(name: "Get", inputs: [.init("interface_name", .string), .init("property_name", .string)],
-                              outputs: [.init("value", .variant)], handler: noop),
-                        .init(name: "GetAll", inputs: [.init("interface_name", .string)],
-                              outputs: [.init("props", .propertyMap)], handler: noop),
-                        .init(name: "Set", inputs: [.init("interface_name", .string), .init("property_name", .string),
-                                                    .init("value", .variant)], handler: noop),
+                        .init(
+                            name: "Get", inputs: [.init("interface_name", .string), .init("property_name", .string)],
+                            outputs: [.init("value", .variant)], handler: noop),
+                        .init(
+                            name: "GetAll", inputs: [.init("interface_name", .string)],
+                            outputs: [.init("props", .propertyMap)], handler: noop),
+                        .init(
+                            name: "Set",
+                            inputs: [
+                                .init("interface_name", .string), .init("property_name", .string),
+                                .init("value", .variant),
+                            ], handler: noop),
                     ],
                     signals: [
-                        .init(name: "PropertiesChanged", arguments: [
-                            .init("interface_name", .string), .init("changed_properties", .propertyMap),
-                            .init("invalidated_properties", .array(.string)),
-                        ])
+                        .init(
+                            name: "PropertiesChanged",
+                            arguments: [
+                                .init("interface_name", .string), .init("changed_properties", .propertyMap),
+                                .init("invalidated_properties", .array(.string)),
+                            ])
                     ]))
         }
         if isManager {
@@ -110,18 +125,28 @@ enum Introspection {
                 BusInterface(
                     name: .objectManager,
                     methods: [
-                        .init(name: "GetManagedObjects",
-                              outputs: [.init("objects", .dictionary(key: .objectPath, value: .dictionary(key: .string, value: .propertyMap)))],
-                              handler: noop)
+                        .init(
+                            name: "GetManagedObjects",
+                            outputs: [
+                                .init(
+                                    "objects",
+                                    .dictionary(key: .objectPath, value: .dictionary(key: .string, value: .propertyMap))
+                                )
+                            ],
+                            handler: noop)
                     ],
                     signals: [
-                        .init(name: "InterfacesAdded", arguments: [
-                            .init("object", .objectPath),
-                            .init("interfaces", .dictionary(key: .string, value: .propertyMap)),
-                        ]),
-                        .init(name: "InterfacesRemoved", arguments: [
-                            .init("object", .objectPath), .init("interfaces", .array(.string)),
-                        ]),
+                        .init(
+                            name: "InterfacesAdded",
+                            arguments: [
+                                .init("object", .objectPath),
+                                .init("interfaces", .dictionary(key: .string, value: .propertyMap)),
+                            ]),
+                        .init(
+                            name: "InterfacesRemoved",
+                            arguments: [
+                                .init("object", .objectPath), .init("interfaces", .array(.string)),
+                            ]),
                     ]))
         }
         return interfaces

@@ -131,7 +131,8 @@ public struct MatchRule: Sendable, Hashable, CustomStringConvertible {
             case .objectPath(let p): actual = p.rawValue
             default: return false
             }
-            let related = actual == expected
+            let related =
+                actual == expected
                 || (expected.hasSuffix("/") && actual.hasPrefix(expected))
                 || (actual.hasSuffix("/") && expected.hasPrefix(actual))
             guard related else { return false }

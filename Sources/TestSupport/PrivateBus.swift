@@ -66,12 +66,15 @@ public final class PrivateBus: Sendable {
         let configPath = directory + "/bus.conf"
         try configuration(socketPath: socketPath).write(toFile: configPath, atomically: true, encoding: .utf8)
 
-        guard let daemon = ["/usr/bin/dbus-daemon", "/bin/dbus-daemon"].first(where: {
-            FileManager.default.isExecutableFile(atPath: $0)
-        }) else {
+        guard
+            let daemon = ["/usr/bin/dbus-daemon", "/bin/dbus-daemon"].first(where: {
+                FileManager.default.isExecutableFile(atPath: $0)
+            })
+        else {
             throw TestSupportError("dbus-daemon is not installed (apt-get install dbus-daemon)")
         }
-        let process = try ChildProcess(daemon, ["--config-file=\(configPath)", "--nofork", "--nopidfile", "--nosyslog"])
+        let process = try ChildProcess(
+            daemon, ["--config-file=\(configPath)", "--nofork", "--nopidfile", "--nosyslog"])
         let deadline = Date().addingTimeInterval(10)
         while !acceptsConnections(socketPath) {
             guard process.isRunning, Date() < deadline else {
@@ -218,9 +221,10 @@ public func runTool(
 ) async throws -> ToolOutput {
     try await withCheckedThrowingContinuation { continuation in
         Thread.detachNewThread {
-            continuation.resume(with: Result {
-                try runToolBlocking(executable, arguments, environment: environment, stdin: stdin, timeout: timeout)
-            })
+            continuation.resume(
+                with: Result {
+                    try runToolBlocking(executable, arguments, environment: environment, stdin: stdin, timeout: timeout)
+                })
         }
     }
 }

@@ -10,7 +10,8 @@ switch arguments.first {
 case "--version":
     print("beaconbench \(version)")
 case "--help", "-h", nil:
-    print("""
+    print(
+        """
         usage: beaconbench [--version] [--help]
 
         beaconbench configures and provisions SBeacon vehicle beacons over BlueZ.

@@ -30,7 +30,9 @@ struct EchoFixture {
     }
 
     /// Calls a method of the echo object.
-    func call(_ member: MemberName, _ body: [BusValue] = [], timeout: Duration = .seconds(10)) async throws
+    func call(
+        _ member: MemberName, _ body: [BusValue] = [], timeout: Duration = .seconds(10)
+    ) async throws
         -> BusMessage
     {
         try await client.call(Self.name, Self.path, Self.interface, member, body, timeout: timeout)

@@ -19,23 +19,40 @@ struct InteropTests {
         try await withEchoFixture { fixture throws in
             await fixture.server.addObjectManager(at: "/")
             let address = "--address=\(fixture.bus.address)"
-            let sum = try await tool("busctl", [address, "call", "org.example.Echo", "/org/example/Echo",
-                                          "org.example.Echo1", "Add", "ii", "40", "2"])
+            let sum = try await tool(
+                "busctl",
+                [
+                    address, "call", "org.example.Echo", "/org/example/Echo",
+                    "org.example.Echo1", "Add", "ii", "40", "2",
+                ])
             #expect(sum.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "i 42")
-            let nested = try await tool("busctl", [address, "call", "org.example.Echo", "/org/example/Echo",
-                                             "org.example.Echo1", "EchoStrings", "as", "3", "a", "", "ü"])
+            let nested = try await tool(
+                "busctl",
+                [
+                    address, "call", "org.example.Echo", "/org/example/Echo",
+                    "org.example.Echo1", "EchoStrings", "as", "3", "a", "", "ü",
+                ])
             #expect(nested.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == #"as 3 "a" "" "\303\274""#)
-            let greeting = try await tool("busctl", [address, "get-property", "org.example.Echo", "/org/example/Echo",
-                                               "org.example.Echo1", "Greeting"])
+            let greeting = try await tool(
+                "busctl",
+                [
+                    address, "get-property", "org.example.Echo", "/org/example/Echo",
+                    "org.example.Echo1", "Greeting",
+                ])
             #expect(greeting.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == #"s "hello""#)
-            let introspection = try await tool("busctl", [address, "introspect", "org.example.Echo", "/org/example/Echo"])
+            let introspection = try await tool(
+                "busctl", [address, "introspect", "org.example.Echo", "/org/example/Echo"])
             #expect(introspection.stdout.contains("org.example.Echo1"))
             #expect(introspection.stdout.contains(".EchoNested"))
             #expect(introspection.stdout.contains("org.freedesktop.DBus.Properties"))
             let tree = try await tool("busctl", [address, "tree", "org.example.Echo"])
             #expect(tree.stdout.contains("/org/example/Echo"))
-            let error = try await runTool("busctl", [address, "call", "org.example.Echo", "/org/example/Echo",
-                                               "org.example.Echo1", "Fail", "ss", "org.bluez.Error.InProgress", "busy"])
+            let error = try await runTool(
+                "busctl",
+                [
+                    address, "call", "org.example.Echo", "/org/example/Echo",
+                    "org.example.Echo1", "Fail", "ss", "org.bluez.Error.InProgress", "busy",
+                ])
             #expect(error.status != 0)
             #expect(error.stderr.contains("busy"))
         }
@@ -43,14 +60,22 @@ struct InteropTests {
 
     @Test func gdbusIntrospectsAndCalls() async throws {
         try await withEchoFixture { fixture throws in
-            let introspection = try await tool("gdbus", ["introspect", "--address", fixture.bus.address,
-                                                   "--dest", "org.example.Echo", "--object-path", "/org/example/Echo"])
+            let introspection = try await tool(
+                "gdbus",
+                [
+                    "introspect", "--address", fixture.bus.address,
+                    "--dest", "org.example.Echo", "--object-path", "/org/example/Echo",
+                ])
             #expect(introspection.stdout.contains("interface org.example.Echo1"))
             #expect(introspection.stdout.contains("readwrite s Greeting"))
-            let call = try await tool("gdbus", ["call", "--address", fixture.bus.address, "--dest", "org.example.Echo",
-                                          "--object-path", "/org/example/Echo", "--method", "org.example.Echo1.EchoNested",
-                                          "{'a': {'b': <int16 -5>}}", "[(objectpath '/x', {'k': <true>})]",
-                                          "@a{oa{sa{sv}}} {}", "{uint16 76: <[byte 2, 21]>}"])
+            let call = try await tool(
+                "gdbus",
+                [
+                    "call", "--address", fixture.bus.address, "--dest", "org.example.Echo",
+                    "--object-path", "/org/example/Echo", "--method", "org.example.Echo1.EchoNested",
+                    "{'a': {'b': <int16 -5>}}", "[(objectpath '/x', {'k': <true>})]",
+                    "@a{oa{sa{sv}}} {}", "{uint16 76: <[byte 2, 21]>}",
+                ])
             #expect(call.stdout.contains("'b': <int16 -5>"))
             #expect(call.stdout.contains("objectpath '/x'"))
             #expect(call.stdout.contains("<[byte 0x02, 0x15]>") || call.stdout.contains("b\"\\x02\\x15\""))
@@ -76,16 +101,18 @@ struct InteropTests {
                 print(str(props["Greeting"]))
                 """
             let output = try await tool("/usr/bin/python3", ["-c", script, fixture.bus.address])
-            #expect(output.stdout.split(separator: "\n") == [
-                "5", "org.freedesktop.DBus.Error.InvalidArgs", "org.freedesktop.DBus.Error.UnknownMethod", "hello",
-            ])
+            #expect(
+                output.stdout.split(separator: "\n") == [
+                    "5", "org.freedesktop.DBus.Error.InvalidArgs", "org.freedesktop.DBus.Error.UnknownMethod", "hello",
+                ])
         }
     }
 
     @Test func aHostilePeerGetsErrorsNotCrashes() async throws {
         try await withEchoFixture { fixture throws in
             let peer = try ChildProcess(
-                "/usr/bin/python3", ["\(Self.peersDirectory)/hostile_peer.py", fixture.bus.address, "org.example.Hostile"])
+                "/usr/bin/python3",
+                ["\(Self.peersDirectory)/hostile_peer.py", fixture.bus.address, "org.example.Hostile"])
             defer { peer.terminate() }
             let client = fixture.client
             var owner: String?
@@ -109,7 +136,9 @@ struct InteropTests {
             let deep = try await client.call(hostile, path, interface, "DeepVariant")
             #expect(deep.signature == "v")
             // Unix fds are refused with a typed error, alone or nested.
-            let fd = await #expect(throws: BusError.self) { try await client.call(hostile, path, interface, "FileDescriptor") }
+            let fd = await #expect(throws: BusError.self) {
+                try await client.call(hostile, path, interface, "FileDescriptor")
+            }
             #expect(fd?.name == .notSupported)
             await #expect(throws: BusError.self) { try await client.call(hostile, path, interface, "WithFdInside") }
             // A PropertiesChanged of the wrong shape is a decoding error for

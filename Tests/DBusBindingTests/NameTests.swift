@@ -35,7 +35,9 @@ struct NameTests {
         #expect((try? BusName(runtime("org.bluez")))?.isUnique == false)
     }
 
-    @Test(arguments: ["a", "a{", "a{vs}", "()", "(i", "a{s}", "z", "a{sv}}", "h(", String(repeating: "a", count: 40) + "i"])
+    @Test(arguments: [
+        "a", "a{", "a{vs}", "()", "(i", "a{s}", "z", "a{sv}}", "h(", String(repeating: "a", count: 40) + "i",
+    ])
     func invalidSignaturesAreRefused(_ text: String) {
         #expect(throws: BusError.self) { try Signature(text) }
         #expect(throws: BusError.self) { try BusType.parse(text) }
@@ -43,12 +45,13 @@ struct NameTests {
 
     @Test func signaturesParseIntoTypes() throws {
         let types = try Signature("oa{sa{sv}}a(oa{sv})ay").types
-        #expect(types == [
-            .objectPath,
-            .dictionary(key: .string, value: .dictionary(key: .string, value: .variant)),
-            .array(.structure([.objectPath, .dictionary(key: .string, value: .variant)])),
-            .array(.byte),
-        ])
+        #expect(
+            types == [
+                .objectPath,
+                .dictionary(key: .string, value: .dictionary(key: .string, value: .variant)),
+                .array(.structure([.objectPath, .dictionary(key: .string, value: .variant)])),
+                .array(.byte),
+            ])
         #expect(types.map(\.signature).joined() == "oa{sa{sv}}a(oa{sv})ay")
     }
 
@@ -72,7 +75,9 @@ struct NameTests {
         try await withEchoFixture { fixture throws in
             // An array whose elements are not all of its element type.
             let mixed = BusValue.array(.string, [.string("a"), .uint32(1)])
-            let mixedError = await #expect(throws: BusError.self) { try await fixture.call("EchoVariant", [.variant(mixed)]) }
+            let mixedError = await #expect(throws: BusError.self) {
+                try await fixture.call("EchoVariant", [.variant(mixed)])
+            }
             #expect(mixedError?.name == .invalidArgs)
             // A string with a NUL byte.
             await #expect(throws: BusError.self) { try await fixture.call("EchoVariant", [.variant(.string("a\0b"))]) }

@@ -50,12 +50,16 @@ struct ObjectServerTests {
             let battery = BusInterface(name: "org.bluez.Battery1", properties: [.init("Percentage", .byte)])
             let path: ObjectPath = "/org/bluez/hci0/dev_A1_B2_A3_B5_C7_D9"
 
-            try await server.export(device, at: path, properties: ["Address": "A1:B2:A3:B5:C7:D9", "RSSI": .int16(-60)])
+            try await server.export(
+                device, at: path, properties: ["Address": "A1:B2:A3:B5:C7:D9", "RSSI": .int16(-60)])
             try await server.export(battery, at: path, properties: ["Percentage": .byte(87)])
             let announcements = try await collect(added, count: 2).map(InterfacesAdded.init)
             #expect(announcements.count == 2)
             #expect(announcements[0].path == path)
-            #expect(announcements[0].interfaces["org.bluez.Device1"] == ["Address": "A1:B2:A3:B5:C7:D9", "RSSI": .int16(-60)])
+            #expect(
+                announcements[0].interfaces["org.bluez.Device1"] == [
+                    "Address": "A1:B2:A3:B5:C7:D9", "RSSI": .int16(-60),
+                ])
             #expect(announcements[0].interfaces.keys.contains("org.freedesktop.DBus.Properties"))
             #expect(Set(announcements[1].interfaces.keys) == ["org.bluez.Battery1"])
 
@@ -66,10 +70,11 @@ struct ObjectServerTests {
             try await server.unexport(["org.bluez.Battery1"], at: path)
             try await server.unexport(at: path)
             let gone = try await collect(removed, count: 2).map(InterfacesRemoved.init)
-            #expect(gone.map(\.interfaces) == [
-                ["org.bluez.Battery1"],
-                ["org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Properties", "org.bluez.Device1"],
-            ])
+            #expect(
+                gone.map(\.interfaces) == [
+                    ["org.bluez.Battery1"],
+                    ["org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Properties", "org.bluez.Device1"],
+                ])
             #expect(try await fixture.client.managedObjects(of: EchoFixture.name)[path] == nil)
         }
     }
@@ -93,7 +98,8 @@ struct ObjectServerTests {
             // Intermediate nodes list their children, so tools can walk the tree.
             let root = try XMLDocument(xmlString: try await fixture.client.introspect("/", of: EchoFixture.name))
             #expect(try root.nodes(forXPath: "/node/node/@name").compactMap(\.stringValue) == ["org"])
-            let org = try XMLDocument(xmlString: try await fixture.client.introspect("/org/example", of: EchoFixture.name))
+            let org = try XMLDocument(
+                xmlString: try await fixture.client.introspect("/org/example", of: EchoFixture.name))
             #expect(try org.nodes(forXPath: "/node/node/@name").compactMap(\.stringValue) == ["Echo"])
         }
     }

@@ -16,11 +16,13 @@ struct SignalTests {
                 matching: MatchRule(interface: "org.example.Args", arguments: [0: "wanted"]))
 
             for count in UInt32(1)...3 {
-                try await server.emitSignal(path: EchoFixture.path, interface: EchoFixture.interface, member: "Tick",
-                                            body: [.uint32(count)])
+                try await server.emitSignal(
+                    path: EchoFixture.path, interface: EchoFixture.interface, member: "Tick",
+                    body: [.uint32(count)])
             }
-            try await server.emitSignal(path: "/org/example/Other", interface: EchoFixture.interface, member: "Tick",
-                                        body: [.uint32(99)])
+            try await server.emitSignal(
+                path: "/org/example/Other", interface: EchoFixture.interface, member: "Tick",
+                body: [.uint32(99)])
             try await server.emitSignal(path: "/x", interface: "org.example.Args", member: "Said", body: ["unwanted"])
             try await server.emitSignal(path: "/x", interface: "org.example.Args", member: "Said", body: ["wanted"])
             try await server.emitSignal(path: "/x", interface: "org.example.Args", member: "Said", body: [.uint32(7)])
@@ -111,4 +113,3 @@ struct SignalTests {
         }
     }
 }
-
