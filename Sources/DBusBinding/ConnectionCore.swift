@@ -610,20 +610,24 @@ actor ConnectionCore {
         }
     }
 
-    /// Runs a handler as a task of its own, and replies when it finishes.
-    private func runHandler(for raw: OpaquePointer, _ body: @escaping @Sendable () async throws -> [BusValue]) {
+    /// Runs a handler as a task of its own, isolated to this actor (so it
+    /// starts on the connection's thread, and a quick handler replies with
+    /// no thread hop at all), and replies when it finishes.
+    private func runHandler(
+        for raw: OpaquePointer, _ body: nonisolated(nonsending) @escaping @Sendable () async throws -> [BusValue]
+    ) {
         nextToken += 1
         let id = nextToken
         dbus_message_ref(raw)
         incomingCalls[id] = raw
-        handlerTasks[id] = Task.detached { [weak self] in
+        handlerTasks[id] = Task {
             let result: Result<[BusValue], any Error>
             do {
                 result = .success(try await body())
             } catch {
                 result = .failure(error)
             }
-            await self?.finishHandler(id, result)
+            self.finishHandler(id, result)
         }
     }
 

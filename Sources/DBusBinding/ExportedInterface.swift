@@ -47,9 +47,12 @@ public struct BusInterface: Sendable {
     }
 
     /// Handles a call and returns the reply's values, or throws a `BusError`
-    /// to answer with that error. It runs as its own task; it may take as
-    /// long as it likes (the reply goes out when it returns).
-    public typealias Handler = @Sendable (Invocation) async throws -> [BusValue]
+    /// to answer with that error. It runs as its own task and may take as
+    /// long as it likes (the reply goes out when it returns). It starts on
+    /// the connection's thread, saving two thread hops per call: a handler
+    /// with heavy synchronous work should move it elsewhere
+    /// (`@concurrent` or a task of its own).
+    public typealias Handler = nonisolated(nonsending) @Sendable (Invocation) async throws -> [BusValue]
 
     public struct Method: Sendable {
         public var name: MemberName
@@ -88,7 +91,7 @@ public struct BusInterface: Sendable {
         /// setter, the interface's owner decides what is stored (by calling
         /// `setProperties`); without one, a writable property stores what it
         /// is given.
-        public typealias Setter = @Sendable (BusValue, Invocation) async throws -> Void
+        public typealias Setter = nonisolated(nonsending) @Sendable (BusValue, Invocation) async throws -> Void
 
         public var name: String
         public var type: BusType

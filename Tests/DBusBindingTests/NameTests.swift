@@ -44,7 +44,7 @@ struct NameTests {
     }
 
     @Test func signaturesParseIntoTypes() throws {
-        let types = try Signature("oa{sa{sv}}a(oa{sv})ay").types
+        let types = try Signature(runtime("oa{sa{sv}}a(oa{sv})ay")).types
         #expect(
             types == [
                 .objectPath,
