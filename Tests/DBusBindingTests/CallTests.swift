@@ -142,6 +142,23 @@ struct CallTests {
         }
     }
 
+    @Test func wellKnownNamesAreRequestedQueuedAndReleased() async throws {
+        try await withEchoFixture { fixture throws in
+            #expect(fixture.client.uniqueName.hasPrefix(":"))
+            #expect(fixture.client.uniqueName != fixture.server.uniqueName)
+            let other = try await BusConnection.connect(.address(fixture.bus.address))
+            #expect(try await other.requestName(EchoFixture.name) == .exists)
+            #expect(try await other.requestName(EchoFixture.name, flags: []) == .inQueue)
+            #expect(try await fixture.server.requestName(EchoFixture.name) == .alreadyOwner)
+            #expect(try await fixture.server.releaseName(EchoFixture.name) == .released)
+            // The queued connection takes the name over.
+            #expect(try await fixture.client.nameOwner(of: EchoFixture.name) == other.uniqueName)
+            #expect(try await fixture.server.releaseName("org.example.NeverOwned") == .nonExistent)
+            #expect(try await fixture.server.releaseName(EchoFixture.name) == .notOwner)
+            await other.close()
+        }
+    }
+
     @Test func connectingToNothingIsAnError() async throws {
         let missing = await #expect(throws: BusError.self) {
             try await BusConnection.connect(.address("unix:path=/nonexistent/beaconbench/bus"))
