@@ -192,7 +192,8 @@ actor ConnectionCore {
             close(reason: BusError(.disconnected, "The bus closed the connection"))
             return
         }
-        guard let message = try? BusMessage(raw) else { return }
+        // Nobody listens: no need to decode it.
+        guard !subscriptions.isEmpty || !ownerWatchers.isEmpty, let message = try? BusMessage(raw) else { return }
         if message.sender == BusName.bus.rawValue, message.member?.rawValue == "NameOwnerChanged",
             let change = try? NameOwnerChanged(message.body), ownerWatchers[change.name] != nil
         {
