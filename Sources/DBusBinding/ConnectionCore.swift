@@ -2,7 +2,9 @@ import CDBus
 import Glibc
 
 /// Everything about one connection that touches libdbus, isolated to the
-/// connection's own thread (`EventLoop` is this actor's executor).
+/// connection's own thread (`EventLoop` is this actor's executor) — except
+/// sending method calls, which the calling tasks do themselves through
+/// `PendingCalls`, under its lock and libdbus' own.
 ///
 /// Messages are taken off the connection with `dbus_connection_pop_message`
 /// and routed here: replies to the pending calls, signals to subscribers,
@@ -18,17 +20,8 @@ actor ConnectionCore {
     private(set) var uniqueName = ""
     private var nextToken = 0
 
-    // Calls we made.
-    private struct PendingCall {
-        var continuation: CheckedContinuation<BusMessage, any Error>
-        var token: Int
-        var deadline: UInt64
-        var call: MethodCall
-        var timeout: Duration
-    }
-    private var pending: [UInt32: PendingCall] = [:]
-    private var serialsByToken: [Int: UInt32] = [:]
-    private var deadlines = DeadlineHeap()
+    /// Calls we made, sent by the calling tasks themselves.
+    nonisolated let calls: PendingCalls
 
     // Signals we receive.
     private struct Subscription {
@@ -48,6 +41,7 @@ actor ConnectionCore {
 
     init(loop: EventLoop) {
         self.loop = loop
+        self.calls = PendingCalls(loop: loop)
     }
 
     deinit {
@@ -80,6 +74,7 @@ actor ConnectionCore {
         }
         if registerOnBus, let name = dbus_bus_get_unique_name(opened) { uniqueName = String(cString: name) }
         connection = opened
+        calls.attach(opened)
         loop.attach(self)
     }
 
@@ -91,10 +86,7 @@ actor ConnectionCore {
         guard let opened = connection else { return }
         connection = nil
         closeReason = reason
-        for (_, call) in pending { call.continuation.resume(throwing: reason) }
-        pending.removeAll()
-        serialsByToken.removeAll()
-        deadlines = DeadlineHeap()
+        for call in calls.detach(reason: reason) { call.continuation.resume(throwing: reason) }
         let streams = subscriptions.values.map(\.continuation)
         subscriptions.removeAll()
         for stream in streams { stream.finish() }
@@ -127,12 +119,13 @@ actor ConnectionCore {
             polled.append(watch)
         }
         var timeout: Int32 = blocking ? -1 : 0
-        if blocking, let next = [io.nextDeadline, deadlines.earliest].compactMap({ $0 }).min() {
+        if blocking, let next = calls.prepareToSleep(other: io.nextDeadline) {
             let now = monotonicNanoseconds()
             let milliseconds = next > now ? (next - now + 999_999) / 1_000_000 : 0
             timeout = Int32(min(milliseconds, UInt64(Int32.max)))
         }
         let ready = poll(&fds, nfds_t(fds.count), timeout)
+        if blocking { calls.markAwake() }
         if ready > 0 {
             if fds[0].revents != 0 { loop.drainWakePipe() }
             for (index, watch) in polled.enumerated() where fds[index + 1].revents != 0 {
@@ -165,9 +158,7 @@ actor ConnectionCore {
     private func route(_ message: OpaquePointer) {
         switch dbus_message_get_type(message) {
         case LibDBus.MessageType.methodReturn, LibDBus.MessageType.error:
-            let serial = dbus_message_get_reply_serial(message)
-            guard let call = pending.removeValue(forKey: serial) else { return }
-            serialsByToken[call.token] = nil
+            guard let call = calls.complete(serial: dbus_message_get_reply_serial(message)) else { return }
             do {
                 let reply = try BusMessage(message)
                 if reply.kind == .error {
@@ -207,15 +198,9 @@ actor ConnectionCore {
     }
 
     private func expireCalls(now: UInt64) {
-        while let serial = deadlines.popDue(now) {
-            guard let call = pending[serial], call.deadline <= now else { continue }
-            pending[serial] = nil
-            serialsByToken[call.token] = nil
+        for call in calls.expire(now: now) {
             call.continuation.resume(
                 throwing: BusError(.noReply, "No reply within \(call.timeout) to \(call.call.summary)"))
-        }
-        if deadlines.count > 2 * pending.count + 1024 {
-            deadlines.rebuild(keeping: pending.map { ($0.value.deadline, $0.key) })
         }
     }
 
@@ -231,12 +216,13 @@ actor ConnectionCore {
     }
 
     /// Sends a method call and waits for its reply.
-    func call(_ call: MethodCall, timeout: Duration) async throws -> BusMessage {
-        guard connection != nil else { throw closeReason ?? .closed }
+    ///
+    /// Runs on the calling task's thread: the message is encoded and handed
+    /// to libdbus there (see `PendingCalls`), and the reply, routed by the
+    /// connection's thread, resumes the task.
+    nonisolated func call(_ call: MethodCall, timeout: Duration) async throws -> BusMessage {
         let message = try OutgoingMessage.methodCall(call)
-        nextToken += 1
-        let token = nextToken
-        let deadline = monotonicNanoseconds() + timeout.nanoseconds
+        let token = calls.makeToken()
         return try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
                 defer { dbus_message_unref(message) }
@@ -245,25 +231,14 @@ actor ConnectionCore {
                     return
                 }
                 do {
-                    let serial = try send(message)
-                    pending[serial] = PendingCall(
-                        continuation: continuation, token: token, deadline: deadline, call: call, timeout: timeout)
-                    serialsByToken[token] = serial
-                    deadlines.push(deadline, serial)
+                    try calls.send(message, token: token, call: call, timeout: timeout, continuation: continuation)
                 } catch {
                     continuation.resume(throwing: error)
                 }
             }
         } onCancel: {
-            Task { await self.cancelCall(token) }
+            calls.cancel(token: token)?.continuation.resume(throwing: CancellationError())
         }
-    }
-
-    private func cancelCall(_ token: Int) {
-        guard let serial = serialsByToken.removeValue(forKey: token),
-            let call = pending.removeValue(forKey: serial)
-        else { return }
-        call.continuation.resume(throwing: CancellationError())
     }
 
     /// Sends a method call that wants no reply.
@@ -280,7 +255,7 @@ actor ConnectionCore {
         _ = try send(message)
     }
 
-    var pendingCallCount: Int { pending.count }
+    nonisolated var pendingCallCount: Int { calls.count }
     var subscriptionCount: Int { subscriptions.count }
     var activeHandlerCount: Int { handlerTasks.count }
 
