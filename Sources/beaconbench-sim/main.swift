@@ -1,9 +1,18 @@
-// beaconbench-sim: the simulated bluetoothd and beacon fleet. The simulator
-// itself arrives with the issue "Simulated bench"; until then this
-// executable says so and fails, so nothing mistakes it for a working bench.
+// beaconbench-sim: a simulated bluetoothd and fleet of SBeacons on D-Bus.
 import BeaconSimulator
-import Glibc
+import Foundation
 
-let message = "beaconbench-sim: the simulator is not built yet (issue \"Simulated bench\")\n"
-_ = message.withCString { write(2, $0, strlen($0)) }
-exit(2)
+do {
+    let commandLine = try SimulatorCommandLine(arguments: Array(CommandLine.arguments.dropFirst()))
+    if commandLine.showHelp {
+        print(SimulatorCommandLine.usage)
+        exit(0)
+    }
+    try await SimulatorMain.run(commandLine)
+} catch let error as SimulatorCommandLine.UsageError {
+    FileHandle.standardError.write(Data("error: \(error)\n\n\(SimulatorCommandLine.usage)\n".utf8))
+    exit(1)
+} catch {
+    FileHandle.standardError.write(Data("beaconbench-sim: \(error)\n".utf8))
+    exit(3)
+}

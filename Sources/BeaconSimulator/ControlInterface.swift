@@ -1,0 +1,154 @@
+import DBusBinding
+import Foundation
+import SBeaconProtocol
+
+/// `org.beaconbench.Simulator1` at `/org/beaconbench/Simulator`: the ground
+/// truth of the simulated fleet, and levers on it, for tests, benchmarks and
+/// demos. Answers are JSON (see docs/simulator.md).
+public enum SimulatorControl {
+    public static let busName: BusName = "org.beaconbench.Simulator"
+    public static let path: ObjectPath = "/org/beaconbench/Simulator"
+    public static let interfaceName: InterfaceName = "org.beaconbench.Simulator1"
+
+    /// One beacon as the control interface reports it.
+    public struct Report: Codable, Sendable, Equatable {
+        public var address: String
+        public var major: UInt16
+        public var minor: UInt16
+        public var serial: String
+        public var model: String
+        public var firmware: String
+        public var battery: Int
+        public var config: Config
+        public var calibration: Calibration
+        public var timeOffset: Int64
+        public var uptime: UInt32
+        public var factoryDefault: Bool
+        public var moving: Bool
+        public var inRange: Bool
+        public var rssi: Int
+        public var tripStatus: String
+        public var records: Records
+        public var connected: Bool
+
+        public struct Config: Codable, Sendable, Equatable {
+            public var cornering, braking, acceleration, duration, enable: UInt16
+        }
+        public struct Calibration: Codable, Sendable, Equatable {
+            public var calibrated: Bool
+            public var calibratedAt: UInt32
+            public var x, y, z: Int16
+        }
+        public struct Records: Codable, Sendable, Equatable {
+            public var trips, events, incidents: Int
+        }
+
+        init(_ state: BeaconState, connected: Bool, now: Int64) {
+            address = state.address
+            major = state.identity.major
+            minor = state.identity.minor
+            serial = state.serial
+            model = state.model
+            firmware = state.firmware.description
+            battery = Int(state.batteryPercent)
+            config = Config(
+                cornering: state.config.cornering, braking: state.config.braking,
+                acceleration: state.config.acceleration, duration: state.config.duration,
+                enable: state.config.enable.rawValue)
+            calibration = Calibration(
+                calibrated: state.calibration.calibrated, calibratedAt: state.calibration.calibratedAt,
+                x: state.calibration.vector.x, y: state.calibration.vector.y, z: state.calibration.vector.z)
+            timeOffset = state.timeOffset
+            uptime = state.uptime(at: now)
+            factoryDefault = state.factoryDefault
+            moving = state.moving
+            inRange = state.inRange
+            rssi = Int(state.rssi)
+            tripStatus = state.tripStatus.description
+            records = Records(trips: state.trips.count, events: state.events.count, incidents: state.incidents.count)
+            self.connected = connected
+        }
+    }
+
+    static func json<T: Encodable>(_ value: T) throws -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        return String(decoding: try encoder.encode(value), as: UTF8.self)
+    }
+
+    /// The interface, bound to a daemon.
+    public static func interface(for daemon: SimulatedBluetoothd) -> BusInterface {
+        BusInterface(
+            name: interfaceName,
+            methods: [
+                .init(name: "Beacons", outputs: [.init("json", .string)]) { _ in
+                    [.string(try json(await daemon.reports()))]
+                },
+                .init(name: "Beacon", inputs: [.init("address", .string)], outputs: [.init("json", .string)]) { call in
+                    let address = call.body[0].string ?? ""
+                    guard let report = await daemon.reports().first(where: { $0.address == address }) else {
+                        throw BusError(.bluez.doesNotExist, "No simulated beacon \(address)")
+                    }
+                    return [.string(try json(report))]
+                },
+                .init(name: "Update", inputs: [.init("address", .string), .init("json", .string)]) { call in
+                    try await daemon.update(call.body[0].string ?? "", json: call.body[1].string ?? "")
+                    return []
+                },
+                .init(
+                    name: "Drive",
+                    inputs: [.init("address", .string), .init("minutes", .uint32), .init("harshEvents", .uint32)]
+                ) { call in
+                    try await daemon.drive(
+                        call.body[0].string ?? "", minutes: call.body[1].uint32 ?? 0,
+                        harshEvents: Int(call.body[2].uint32 ?? 0))
+                    return []
+                },
+                .init(name: "Shake", inputs: [.init("address", .string), .init("eventType", .byte)]) { call in
+                    guard let type = DrivingEventType(rawValue: call.body[1].byte ?? 0) else {
+                        throw BusError(.invalidArgs, "eventType must be 4, 5, 6 or 8")
+                    }
+                    try await daemon.shake(call.body[0].string ?? "", type: type)
+                    return []
+                },
+                .init(name: "Restart") { _ in
+                    try await daemon.restart()
+                    return []
+                },
+            ])
+    }
+}
+
+extension SimulatedBluetoothd {
+    public func reports() -> [SimulatorControl.Report] {
+        let now = Self.now()
+        return fleet().map { SimulatorControl.Report($0, connected: isConnected($0.address), now: now) }
+    }
+
+    /// Applies a JSON object of changes: `battery` (0–100), `firmware`
+    /// ("1.0.7"), `moving`, `sensorFault`, `inRange`, `rssi`.
+    public func update(_ address: String, json: String) async throws {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any] else {
+            throw BusError(.invalidArgs, "Update wants a JSON object")
+        }
+        let known: Set = ["battery", "firmware", "moving", "sensorFault", "inRange", "rssi"]
+        if let unknown = object.keys.first(where: { !known.contains($0) }) {
+            throw BusError(.invalidArgs, "Update: unknown field '\(unknown)' (known: \(known.sorted().joined(separator: ", ")))")
+        }
+        var firmware: FirmwareVersion?
+        if let text = object["firmware"] {
+            guard let text = text as? String, let version = try? FirmwareVersion(text) else {
+                throw BusError(.invalidArgs, "Update: firmware must be a string like \"1.0.8\"")
+            }
+            firmware = version
+        }
+        try await update(address) { state in
+            if let battery = object["battery"] as? Double { state.battery = max(0, min(100, battery)) }
+            if let firmware { state.firmware = firmware }
+            if let moving = object["moving"] as? Bool { state.moving = moving }
+            if let fault = object["sensorFault"] as? Bool { state.sensorFault = fault }
+            if let inRange = object["inRange"] as? Bool { state.inRange = inRange }
+            if let rssi = object["rssi"] as? Int { state.rssi = Int16(clamping: rssi) }
+        }
+    }
+}

@@ -1,0 +1,699 @@
+import DBusBinding
+import Foundation
+import SBeaconProtocol
+
+/// bluetoothd as BlueZ 5.66 shows itself on D-Bus, with a fleet of SBeacons
+/// in range: adapters, discovery, devices, connections and GATT, each with
+/// BlueZ' property names, types, paths and errors.
+public actor SimulatedBluetoothd {
+    public static let busName: BusName = "org.bluez"
+
+    let bus: BusConnection
+    let options: SimulatorOptions
+    private var beacons: [String: BeaconFirmware] = [:]
+    private var beaconOrder: [String] = []
+    private var adapters: [Adapter] = []
+    private var random: SplitMix64
+
+    struct Adapter {
+        var index: Int
+        var path: ObjectPath
+        var address: String
+        var powered = true
+        var discoveryClients: Set<String> = []
+        var filters: [String: [String: BusValue]] = [:]
+        var connectPending = false
+        var devices: [String: Device] = [:]
+        var scanTask: Task<Void, Never>?
+    }
+
+    struct Device {
+        var path: ObjectPath
+        var connected = false
+        var servicesResolved = false
+        var gattPaths: [ObjectPath] = []
+        var characteristics: [GattUUID: ObjectPath] = [:]
+        var notifying: Set<GattUUID> = []
+        /// Bumped on every connect and disconnect, so that work started for
+        /// one connection does not touch the next.
+        var generation = 0
+        var removal: Task<Void, Never>?
+    }
+
+    public init(bus: BusConnection, options: SimulatorOptions, fleet: [BeaconState]) {
+        self.bus = bus
+        self.options = options
+        self.random = SplitMix64(seed: options.seed ^ 0x5EED)
+        for state in fleet {
+            beacons[state.address] = BeaconFirmware(state: state)
+            beaconOrder.append(state.address)
+        }
+    }
+
+    static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    // MARK: Starting
+
+    /// Exports `/org/bluez`, the adapters and the object manager, and takes
+    /// the name `org.bluez`.
+    /// - Throws: when `org.bluez` is already owned (a real bluetoothd).
+    public func start() async throws {
+        if let owner = try await bus.nameOwner(of: Self.busName) {
+            throw BusError(.failed, "org.bluez is already owned by \(owner) on this bus: a bluetoothd is running there")
+        }
+        await bus.addObjectManager(at: .root)
+        try await bus.export(agentManager, at: "/org/bluez")
+        for index in 0..<options.adapters {
+            let path = try ObjectPath("/org/bluez/hci\(index)")
+            let address = String(format: "00:1A:7D:DA:71:%02X", 0x10 + index)
+            adapters.append(Adapter(index: index, path: path, address: address))
+            try await bus.export(adapterInterface(index), at: path, properties: adapterProperties(index))
+        }
+        guard try await bus.requestName(Self.busName) == .primaryOwner else {
+            throw BusError(.failed, "could not take the name org.bluez")
+        }
+    }
+
+    public var beaconCount: Int { beacons.count }
+    public var adapterCount: Int { adapters.count }
+
+    /// The fleet as it is now (ground truth).
+    public func fleet() -> [BeaconState] { beaconOrder.compactMap { beacons[$0]?.state } }
+
+    public func isConnected(_ address: String) -> Bool {
+        adapters.contains { $0.devices[address]?.connected == true }
+    }
+
+    // MARK: /org/bluez
+
+    private var agentManager: BusInterface {
+        BusInterface(
+            name: "org.bluez.AgentManager1",
+            methods: [
+                .init(name: "RegisterAgent", inputs: [.init("agent", .objectPath), .init("capability", .string)]) {
+                    _ in []
+                },
+                .init(name: "UnregisterAgent", inputs: [.init("agent", .objectPath)]) { _ in [] },
+                .init(name: "RequestDefaultAgent", inputs: [.init("agent", .objectPath)]) { _ in [] },
+            ])
+    }
+
+    // MARK: Adapters
+
+    private func adapterProperties(_ index: Int) -> [String: BusValue] {
+        let adapter = adapters[index]
+        return [
+            "Address": .string(adapter.address), "AddressType": "public", "Name": .string("bench-hci\(index)"),
+            "Alias": .string("bench-hci\(index)"), "Class": .uint32(0x000000), "Powered": .boolean(adapter.powered),
+            "PowerState": .string(adapter.powered ? "on" : "off"), "Discoverable": false,
+            "DiscoverableTimeout": .uint32(180), "Pairable": true, "PairableTimeout": .uint32(0),
+            "Discovering": false,
+            "UUIDs": .strings([
+                "00001800-0000-1000-8000-00805f9b34fb", "00001801-0000-1000-8000-00805f9b34fb",
+                "0000180a-0000-1000-8000-00805f9b34fb",
+            ]),
+            "Modalias": "usb:v1D6Bp0246d0542", "Roles": .strings(["central", "peripheral"]),
+        ]
+    }
+
+    private func adapterInterface(_ index: Int) -> BusInterface {
+        BusInterface(
+            name: "org.bluez.Adapter1",
+            methods: [
+                .init(name: "StartDiscovery") { [self] call in
+                    try await startDiscovery(index, client: call.sender)
+                    return []
+                },
+                .init(name: "StopDiscovery") { [self] call in
+                    try await stopDiscovery(index, client: call.sender)
+                    return []
+                },
+                .init(name: "SetDiscoveryFilter", inputs: [.init("filter", .propertyMap)]) { [self] call in
+                    try await setDiscoveryFilter(index, client: call.sender, call.body[0].stringKeyedDictionary ?? [:])
+                    return []
+                },
+                .init(name: "GetDiscoveryFilters", outputs: [.init("filters", .array(.string))]) { _ in
+                    [.strings(["UUIDs", "RSSI", "Pathloss", "Transport", "DuplicateData", "Discoverable", "Pattern"])]
+                },
+                .init(name: "RemoveDevice", inputs: [.init("device", .objectPath)]) { [self] call in
+                    try await removeDevice(index, path: call.body[0].objectPath!)
+                    return []
+                },
+            ],
+            properties: [
+                .init("Address", .string), .init("AddressType", .string), .init("Name", .string),
+                .init("Alias", .string, access: .readwrite), .init("Class", .uint32),
+                .init("Powered", .boolean, access: .readwrite) { [self] value, _ in
+                    try await setPowered(index, value.bool ?? false)
+                },
+                .init("PowerState", .string),
+                .init("Discoverable", .boolean, access: .readwrite),
+                .init("DiscoverableTimeout", .uint32, access: .readwrite),
+                .init("Pairable", .boolean, access: .readwrite), .init("PairableTimeout", .uint32, access: .readwrite),
+                .init("Discovering", .boolean), .init("UUIDs", .array(.string)), .init("Modalias", .string),
+                .init("Roles", .array(.string)),
+            ])
+    }
+
+    private func setAdapterProperties(_ index: Int, _ changes: [String: BusValue?]) async {
+        try? await bus.setProperties(changes, interface: "org.bluez.Adapter1", at: adapters[index].path)
+    }
+
+    private func setPowered(_ index: Int, _ powered: Bool) async throws {
+        adapters[index].powered = powered
+        if !powered {
+            for address in adapters[index].devices.keys where adapters[index].devices[address]?.connected == true {
+                await disconnect(index, address, reason: "adapter powered off")
+            }
+            adapters[index].discoveryClients = []
+            adapters[index].scanTask?.cancel()
+            adapters[index].scanTask = nil
+            await setAdapterProperties(index, ["Discovering": false])
+        }
+        await setAdapterProperties(index, ["Powered": .boolean(powered), "PowerState": .string(powered ? "on" : "off")])
+    }
+
+    private func startDiscovery(_ index: Int, client: String) async throws {
+        guard adapters[index].powered else { throw BusError(.bluez.notReady, "Resource Not Ready") }
+        guard !adapters[index].discoveryClients.contains(client) else {
+            throw BusError(.bluez.inProgress, "Operation already in progress")
+        }
+        adapters[index].discoveryClients.insert(client)
+        guard adapters[index].scanTask == nil else { return }
+        await setAdapterProperties(index, ["Discovering": true])
+        adapters[index].scanTask = Task { [self] in await scan(index) }
+    }
+
+    private func stopDiscovery(_ index: Int, client: String) async throws {
+        guard adapters[index].powered else { throw BusError(.bluez.notReady, "Resource Not Ready") }
+        guard adapters[index].discoveryClients.remove(client) != nil else {
+            throw BusError(.bluez.failed, "No discovery started")
+        }
+        adapters[index].filters[client] = nil
+        guard adapters[index].discoveryClients.isEmpty else { return }
+        adapters[index].scanTask?.cancel()
+        adapters[index].scanTask = nil
+        await setAdapterProperties(index, ["Discovering": false])
+        // Devices that were only seen, not connected, go after the
+        // temporary timeout.
+        for (address, device) in adapters[index].devices where !device.connected {
+            scheduleRemoval(index, address)
+        }
+    }
+
+    private func setDiscoveryFilter(_ index: Int, client: String, _ filter: [String: BusValue]) async throws {
+        let types: [String: BusType] = [
+            "UUIDs": .array(.string), "RSSI": .int16, "Pathloss": .uint16, "Transport": .string,
+            "DuplicateData": .boolean, "Discoverable": .boolean, "Pattern": .string,
+        ]
+        for (key, value) in filter {
+            guard let type = types[key], value.type == type else {
+                throw BusError(.bluez.invalidArguments, "Invalid arguments in method call")
+            }
+        }
+        if filter["RSSI"] != nil, filter["Pathloss"] != nil {
+            throw BusError(.bluez.invalidArguments, "Invalid arguments in method call")
+        }
+        if let transport = filter["Transport"]?.string, !["auto", "bredr", "le"].contains(transport) {
+            throw BusError(.bluez.invalidArguments, "Invalid arguments in method call")
+        }
+        adapters[index].filters[client] = filter.isEmpty ? nil : filter
+    }
+
+    /// Whether any discovering client's filter lets `state` through.
+    private func passesFilters(_ index: Int, _ state: BeaconState) -> Bool {
+        let filters = adapters[index].discoveryClients.map { adapters[index].filters[$0] ?? [:] }
+        if filters.isEmpty { return true }
+        return filters.contains { filter in
+            if let floor = filter["RSSI"]?.int16, state.rssi < floor { return false }
+            if let uuids = filter["UUIDs"]?.stringArray, !uuids.isEmpty { return false }
+            if let transport = filter["Transport"]?.string, transport == "bredr" { return false }
+            if let pattern = filter["Pattern"]?.string, !pattern.isEmpty,
+                !state.address.hasPrefix(pattern), !"SBeacon".hasPrefix(pattern)
+            {
+                return false
+            }
+            return true
+        }
+    }
+
+    /// While discovering: beacons in range appear, and their RSSI moves.
+    private func scan(_ index: Int) async {
+        while !Task.isCancelled {
+            for address in beaconOrder {
+                guard let state = beacons[address]?.state, state.inRange, passesFilters(index, state) else { continue }
+                if let device = adapters[index].devices[address] {
+                    adapters[index].devices[address]?.removal?.cancel()
+                    adapters[index].devices[address]?.removal = nil
+                    let jitter = Int16(Int(random.next() % 7) - 3)
+                    try? await bus.setProperties(
+                        ["RSSI": .int16(state.rssi + jitter)], interface: "org.bluez.Device1", at: device.path)
+                } else {
+                    await exportDevice(index, address)
+                }
+            }
+            try? await Task.sleep(for: options.latency.advertInterval)
+        }
+    }
+
+    private func scheduleRemoval(_ index: Int, _ address: String) {
+        adapters[index].devices[address]?.removal?.cancel()
+        let timeout = options.temporaryTimeout
+        adapters[index].devices[address]?.removal = Task { [self] in
+            try? await Task.sleep(for: timeout)
+            guard !Task.isCancelled else { return }
+            await removeIfTemporary(index, address)
+        }
+    }
+
+    private func removeIfTemporary(_ index: Int, _ address: String) async {
+        guard let device = adapters[index].devices[address], !device.connected,
+            adapters[index].discoveryClients.isEmpty
+        else { return }
+        adapters[index].devices[address] = nil
+        try? await bus.unexport(at: device.path)
+    }
+
+    private func removeDevice(_ index: Int, path: ObjectPath) async throws {
+        guard let (address, _) = adapters[index].devices.first(where: { $0.value.path == path }) else {
+            throw BusError(.bluez.doesNotExist, "Does Not Exist")
+        }
+        if adapters[index].devices[address]?.connected == true {
+            await disconnect(index, address, reason: "removed")
+        }
+        adapters[index].devices[address]?.removal?.cancel()
+        adapters[index].devices[address] = nil
+        try? await bus.unexport(at: path)
+    }
+
+    // MARK: Devices
+
+    static func devicePath(_ adapter: ObjectPath, _ address: String) -> ObjectPath {
+        try! adapter.appending("dev_" + address.replacingOccurrences(of: ":", with: "_"))
+    }
+
+    private func manufacturerData(_ state: BeaconState) -> BusValue {
+        .dictionary(
+            key: .uint16, value: .variant,
+            [
+                .init(.uint16(SBeaconUUID.appleCompanyID), .variant(.bytes(state.iBeacon.bytes))),
+                .init(.uint16(SBeaconUUID.nordicCompanyID), .variant(.bytes(state.benchSummary.bytes))),
+            ])
+    }
+
+    private func exportDevice(_ index: Int, _ address: String) async {
+        guard let state = beacons[address]?.state else { return }
+        let path = Self.devicePath(adapters[index].path, address)
+        adapters[index].devices[address] = Device(path: path)
+        let properties: [String: BusValue] = [
+            "Address": .string(address), "AddressType": "random", "Name": "SBeacon", "Alias": "SBeacon",
+            "Paired": false, "Bonded": false, "Trusted": false, "Blocked": false, "LegacyPairing": false,
+            "RSSI": .int16(state.rssi), "TxPower": .int16(state.txPower), "Connected": false,
+            "UUIDs": .strings([]), "Adapter": .objectPath(adapters[index].path),
+            "ManufacturerData": manufacturerData(state), "ServicesResolved": false,
+        ]
+        try? await bus.export(deviceInterface(index, address), at: path, properties: properties)
+    }
+
+    private func deviceInterface(_ index: Int, _ address: String) -> BusInterface {
+        BusInterface(
+            name: "org.bluez.Device1",
+            methods: [
+                .init(name: "Connect") { [self] _ in
+                    try await connect(index, address)
+                    return []
+                },
+                .init(name: "Disconnect") { [self] _ in
+                    await disconnect(index, address, reason: "requested")
+                    return []
+                },
+                .init(name: "ConnectProfile", inputs: [.init("UUID", .string)]) { _ in
+                    throw BusError(.bluez.notSupported, "Operation is not supported")
+                },
+                .init(name: "DisconnectProfile", inputs: [.init("UUID", .string)]) { _ in
+                    throw BusError(.bluez.notSupported, "Operation is not supported")
+                },
+                .init(name: "Pair") { _ in throw BusError(.bluez.notSupported, "Operation is not supported") },
+                .init(name: "CancelPairing") { _ in throw BusError(.bluez.doesNotExist, "Does Not Exist") },
+            ],
+            properties: [
+                .init("Address", .string), .init("AddressType", .string), .init("Name", .string),
+                .init("Alias", .string, access: .readwrite), .init("Paired", .boolean), .init("Bonded", .boolean),
+                .init("Trusted", .boolean, access: .readwrite), .init("Blocked", .boolean, access: .readwrite),
+                .init("LegacyPairing", .boolean), .init("RSSI", .int16), .init("TxPower", .int16),
+                .init("Connected", .boolean), .init("UUIDs", .array(.string)), .init("Adapter", .objectPath),
+                .init("ManufacturerData", .dictionary(key: .uint16, value: .variant)),
+                .init("ServicesResolved", .boolean),
+            ])
+    }
+
+    private func setDeviceProperties(_ index: Int, _ address: String, _ changes: [String: BusValue?]) async {
+        guard let path = adapters[index].devices[address]?.path else { return }
+        try? await bus.setProperties(changes, interface: "org.bluez.Device1", at: path)
+    }
+
+    /// The advert changed (identity, config, calibration, records): every
+    /// adapter that shows the device sees the new ManufacturerData.
+    private func advertChanged(_ address: String) async {
+        guard let state = beacons[address]?.state else { return }
+        for index in adapters.indices where adapters[index].devices[address] != nil {
+            await setDeviceProperties(index, address, ["ManufacturerData": manufacturerData(state)])
+        }
+    }
+
+    private func connect(_ index: Int, _ address: String) async throws {
+        guard adapters[index].powered else { throw BusError(.bluez.notReady, "Resource Not Ready") }
+        guard let device = adapters[index].devices[address] else {
+            throw BusError(.bluez.doesNotExist, "Does Not Exist")
+        }
+        if device.connected { throw BusError(.bluez.alreadyConnected, "Already Connected") }
+        guard !adapters[index].connectPending else { throw BusError(.bluez.inProgress, "In Progress") }
+        let connectedCount = adapters[index].devices.values.filter(\.connected).count
+        guard connectedCount < options.connectionsPerAdapter else {
+            throw BusError(.bluez.failed, "le-connection-abort-by-local")
+        }
+        adapters[index].connectPending = true
+        adapters[index].devices[address]?.removal?.cancel()
+        try? await Task.sleep(for: options.latency.connect)
+        adapters[index].connectPending = false
+        guard adapters[index].powered, adapters[index].devices[address] != nil, beacons[address]?.state.inRange == true
+        else { throw BusError(.bluez.failed, "le-connection-abort-by-local") }
+        adapters[index].devices[address]?.connected = true
+        adapters[index].devices[address]?.generation += 1
+        let generation = adapters[index].devices[address]!.generation
+        await setDeviceProperties(index, address, ["Connected": true])
+
+        try? await Task.sleep(for: options.latency.serviceResolution)
+        guard adapters[index].devices[address]?.generation == generation else {
+            throw BusError(.bluez.failed, "Software caused connection abort")
+        }
+        // The GATT tree is exported before ServicesResolved turns true.
+        let (nodes, characteristics) = GattLayout.nodes(under: adapters[index].devices[address]!.path)
+        for node in nodes {
+            await exportGattNode(index, address, node)
+        }
+        adapters[index].devices[address]?.gattPaths = nodes.map(\.path)
+        adapters[index].devices[address]?.characteristics = characteristics
+        adapters[index].devices[address]?.servicesResolved = true
+        let uuids = GattLayout.services.map(\.uuid.rawValue) + ["00001800-0000-1000-8000-00805f9b34fb",
+                                                                "00001801-0000-1000-8000-00805f9b34fb"]
+        await setDeviceProperties(index, address, ["UUIDs": .strings(uuids.sorted()), "ServicesResolved": true])
+    }
+
+    /// Drops a connection: ServicesResolved false, GATT objects removed,
+    /// Connected false — BlueZ' order.
+    private func disconnect(_ index: Int, _ address: String, reason: String) async {
+        guard var device = adapters[index].devices[address], device.connected else { return }
+        device.generation += 1
+        device.connected = false
+        device.servicesResolved = false
+        let paths = device.gattPaths
+        device.gattPaths = []
+        device.characteristics = [:]
+        device.notifying = []
+        adapters[index].devices[address] = device
+        await setDeviceProperties(index, address, ["ServicesResolved": false])
+        for path in paths.reversed() { try? await bus.unexport(at: path) }
+        await setDeviceProperties(index, address, ["Connected": false])
+        if adapters[index].discoveryClients.isEmpty { scheduleRemoval(index, address) }
+    }
+
+    // MARK: GATT
+
+    private func exportGattNode(_ index: Int, _ address: String, _ node: GattLayout.Node) async {
+        let devicePath = adapters[index].devices[address]!.path
+        switch node.kind {
+        case .service(let service):
+            try? await bus.export(
+                BusInterface(
+                    name: "org.bluez.GattService1",
+                    properties: [
+                        .init("UUID", .string), .init("Device", .objectPath), .init("Primary", .boolean),
+                        .init("Includes", .array(.objectPath)),
+                    ]),
+                at: node.path,
+                properties: [
+                    "UUID": .string(service.uuid.rawValue), "Device": .objectPath(devicePath), "Primary": true,
+                    "Includes": .objectPaths([]),
+                ])
+        case .characteristic(let characteristic, let service):
+            var properties: [String: BusValue] = [
+                "UUID": .string(characteristic.uuid.rawValue), "Service": .objectPath(service),
+                "Flags": .strings(characteristic.flags), "MTU": .uint16(247),
+            ]
+            if characteristic.notifies { properties["Notifying"] = false }
+            try? await bus.export(characteristicInterface(index, address, characteristic), at: node.path,
+                                  properties: properties)
+        case .descriptor(let characteristic, let uuid):
+            try? await bus.export(
+                BusInterface(
+                    name: "org.bluez.GattDescriptor1",
+                    methods: [
+                        .init(name: "ReadValue", inputs: [.init("options", .propertyMap)],
+                              outputs: [.init("value", .array(.byte))]) { [self] _ in
+                            try await requireConnection(index, address)
+                            let on = await isNotifying(index, address, characteristicPath: characteristic)
+                            return [.bytes(on ? [0x01, 0x00] : [0x00, 0x00])]
+                        },
+                        .init(name: "WriteValue", inputs: [.init("value", .array(.byte)), .init("options", .propertyMap)]) {
+                            _ in throw BusError(.bluez.notPermitted, "Write not permitted")
+                        },
+                    ],
+                    properties: [
+                        .init("UUID", .string), .init("Characteristic", .objectPath), .init("Value", .array(.byte)),
+                    ]),
+                at: node.path,
+                properties: ["UUID": .string(uuid.rawValue), "Characteristic": .objectPath(characteristic),
+                             "Value": .bytes([])])
+        }
+    }
+
+    private func characteristicInterface(_ index: Int, _ address: String, _ characteristic: GattLayout.Characteristic)
+        -> BusInterface
+    {
+        let uuid = characteristic.uuid
+        return BusInterface(
+            name: "org.bluez.GattCharacteristic1",
+            methods: [
+                .init(name: "ReadValue", inputs: [.init("options", .propertyMap)],
+                      outputs: [.init("value", .array(.byte))]) { [self] call in
+                    let options = call.body[0].stringKeyedDictionary ?? [:]
+                    return [.bytes(try await readValue(index, address, uuid, offset: options["offset"]?.uint16 ?? 0))]
+                },
+                .init(name: "WriteValue", inputs: [.init("value", .array(.byte)), .init("options", .propertyMap)]) {
+                    [self] call in
+                    let options = call.body[1].stringKeyedDictionary ?? [:]
+                    try await writeValue(index, address, uuid, call.body[0].bytes ?? [],
+                                         withResponse: options["type"]?.string != "command")
+                    return []
+                },
+                .init(name: "StartNotify") { [self] _ in
+                    try await setNotifying(index, address, uuid, true)
+                    return []
+                },
+                .init(name: "StopNotify") { [self] _ in
+                    try await setNotifying(index, address, uuid, false)
+                    return []
+                },
+                .init(name: "AcquireWrite", inputs: [.init("options", .propertyMap)],
+                      outputs: [.init("fd", .unixFD), .init("mtu", .uint16)]) { _ in
+                    throw BusError(.bluez.notSupported, "Operation is not supported")
+                },
+                .init(name: "AcquireNotify", inputs: [.init("options", .propertyMap)],
+                      outputs: [.init("fd", .unixFD), .init("mtu", .uint16)]) { _ in
+                    throw BusError(.bluez.notSupported, "Operation is not supported")
+                },
+            ],
+            properties: [
+                .init("UUID", .string), .init("Service", .objectPath), .init("Value", .array(.byte)),
+                .init("Notifying", .boolean), .init("Flags", .array(.string)), .init("MTU", .uint16),
+            ])
+    }
+
+    private func requireConnection(_ index: Int, _ address: String) throws {
+        guard let device = adapters[index].devices[address], device.connected, device.servicesResolved else {
+            throw BusError(.bluez.failed, "Not connected")
+        }
+    }
+
+    private func isNotifying(_ index: Int, _ address: String, characteristicPath: ObjectPath) -> Bool {
+        guard let device = adapters[index].devices[address] else { return false }
+        return device.characteristics.contains { device.notifying.contains($0.key) && $0.value == characteristicPath }
+    }
+
+    /// BlueZ' mapping of an ATT error to a D-Bus error (src/gatt-client.c),
+    /// as the contract's section 5 gives it.
+    static func busError(_ error: ATTError) -> BusError {
+        switch error {
+        case .invalidAttributeValueLength: BusError(.bluez.invalidArguments, "Invalid Length")
+        case .writeNotPermitted: BusError(.bluez.notPermitted, "Write not permitted")
+        case .readNotPermitted: BusError(.bluez.notPermitted, "Read not permitted")
+        case .insufficientAuthorization: BusError(.bluez.notAuthorized, "Operation Not Authorized")
+        case .requestNotSupported: BusError(.bluez.notSupported, "Operation is not supported")
+        default:
+            BusError(.bluez.failed, "Operation failed with ATT error: 0x" + String(format: "%02x", error.rawValue))
+        }
+    }
+
+    private func readValue(_ index: Int, _ address: String, _ uuid: GattUUID, offset: UInt16) async throws -> [UInt8] {
+        try requireConnection(index, address)
+        let generation = adapters[index].devices[address]!.generation
+        try? await Task.sleep(for: options.latency.attRequest)
+        guard adapters[index].devices[address]?.generation == generation else {
+            throw BusError(.bluez.failed, "Not connected")
+        }
+        do throws(ATTError) {
+            guard let firmware = beacons[address] else { throw ATTError.unlikelyError }
+            let value = try firmware.read(uuid, now: Self.now())
+            guard Int(offset) <= value.count else {
+                throw ATTError.invalidOffset
+            }
+            let result = Array(value[Int(offset)...])
+            if let path = adapters[index].devices[address]?.characteristics[uuid] {
+                try? await bus.setProperties(["Value": .bytes(value)], interface: "org.bluez.GattCharacteristic1", at: path)
+            }
+            return result
+        } catch {
+            throw Self.busError(error)
+        }
+    }
+
+    private func writeValue(_ index: Int, _ address: String, _ uuid: GattUUID, _ value: [UInt8], withResponse: Bool)
+        async throws
+    {
+        try requireConnection(index, address)
+        let generation = adapters[index].devices[address]!.generation
+        if withResponse { try? await Task.sleep(for: options.latency.attRequest) }
+        guard adapters[index].devices[address]?.generation == generation, var firmware = beacons[address] else {
+            throw BusError(.bluez.failed, "Not connected")
+        }
+        let effects: [FirmwareEffect]
+        do throws(ATTError) {
+            effects = try firmware.write(uuid, value, now: Self.now())
+        } catch {
+            throw Self.busError(error)
+        }
+        beacons[address] = firmware
+        // The write's response goes first; what it causes follows.
+        Task { [self] in await perform(effects, index, address, generation) }
+    }
+
+    private func perform(_ effects: [FirmwareEffect], _ index: Int, _ address: String, _ generation: Int) async {
+        let spacing = options.latency.attRequest / 4
+        for effect in effects {
+            guard adapters[index].devices[address]?.generation == generation else { return }
+            switch effect {
+            case .notify(let uuid, let value):
+                await notify(index, address, uuid, value)
+                if spacing > .zero { try? await Task.sleep(for: spacing) }
+            case .calibrate:
+                try? await Task.sleep(for: options.latency.calibration)
+                guard adapters[index].devices[address]?.generation == generation, var firmware = beacons[address] else {
+                    return
+                }
+                let result = firmware.finishCalibration(now: Self.now())
+                beacons[address] = firmware
+                await notify(index, address, SBeaconUUID.calibrationControlPoint, result)
+                await advertChanged(address)
+            case .advertChanged:
+                await advertChanged(address)
+            case .reboot:
+                await disconnect(index, address, reason: "reboot")
+                await advertChanged(address)
+            }
+        }
+    }
+
+    /// A notification: PropertiesChanged on the characteristic's Value, if
+    /// a client subscribed.
+    private func notify(_ index: Int, _ address: String, _ uuid: GattUUID, _ value: [UInt8]) async {
+        guard let device = adapters[index].devices[address], device.notifying.contains(uuid),
+            let path = device.characteristics[uuid]
+        else { return }
+        try? await bus.setProperties(["Value": .bytes(value)], interface: "org.bluez.GattCharacteristic1", at: path)
+    }
+
+    private func setNotifying(_ index: Int, _ address: String, _ uuid: GattUUID, _ on: Bool) async throws {
+        try requireConnection(index, address)
+        guard let path = adapters[index].devices[address]?.characteristics[uuid] else {
+            throw BusError(.bluez.failed, "Not connected")
+        }
+        guard GattLayout.services.flatMap(\.characteristics).first(where: { $0.uuid == uuid })?.notifies == true else {
+            throw BusError(.bluez.notSupported, "Operation is not supported")
+        }
+        if on {
+            adapters[index].devices[address]?.notifying.insert(uuid)
+        } else {
+            adapters[index].devices[address]?.notifying.remove(uuid)
+        }
+        try? await bus.setProperties(["Notifying": .boolean(on)], interface: "org.bluez.GattCharacteristic1", at: path)
+    }
+
+    // MARK: Control
+
+    /// bluetoothd restarting: the name `org.bluez` goes, and with it every
+    /// object and connection; after `downtime` it comes back with its
+    /// adapters and no devices, as after a real restart.
+    public func restart(downtime: Duration = .milliseconds(500)) async throws {
+        try await bus.releaseName(Self.busName)
+        for index in adapters.indices {
+            adapters[index].scanTask?.cancel()
+            for (_, device) in adapters[index].devices {
+                device.removal?.cancel()
+                for path in device.gattPaths.reversed() { try? await bus.unexport(at: path) }
+                try? await bus.unexport(at: device.path)
+            }
+            try? await bus.unexport(at: adapters[index].path)
+        }
+        try? await bus.unexport(at: "/org/bluez")
+        let count = adapters.count
+        adapters = []
+        try? await Task.sleep(for: downtime)
+        try await bus.export(agentManager, at: "/org/bluez")
+        for index in 0..<count {
+            let path = try ObjectPath("/org/bluez/hci\(index)")
+            adapters.append(Adapter(index: index, path: path, address: String(format: "00:1A:7D:DA:71:%02X", 0x10 + index)))
+            try await bus.export(adapterInterface(index), at: path, properties: adapterProperties(index))
+        }
+        guard try await bus.requestName(Self.busName) == .primaryOwner else {
+            throw BusError(.failed, "could not take the name org.bluez back")
+        }
+    }
+
+    /// Changes a beacon's ground truth (battery, moving, range…).
+    public func update(_ address: String, _ change: (inout BeaconState) -> Void) async throws {
+        guard var firmware = beacons[address] else {
+            throw BusError(.bluez.doesNotExist, "No simulated beacon \(address)")
+        }
+        change(&firmware.state)
+        beacons[address] = firmware
+        await advertChanged(address)
+    }
+
+    /// Simulates a trip with harsh events.
+    public func drive(_ address: String, minutes: UInt32, harshEvents: Int) async throws {
+        guard var firmware = beacons[address] else {
+            throw BusError(.bluez.doesNotExist, "No simulated beacon \(address)")
+        }
+        firmware.drive(minutes: minutes, harshEvents: harshEvents, now: Self.now(), random: &random)
+        beacons[address] = firmware
+        await advertChanged(address)
+    }
+
+    /// A real-time event now, on every connection that subscribed.
+    public func shake(_ address: String, type: DrivingEventType) async throws {
+        guard beacons[address] != nil else { throw BusError(.bluez.doesNotExist, "No simulated beacon \(address)") }
+        let axis: RealTimeEvent.Axis = type == .cornering ? .lateral : type == .accident ? .radial : .longitudinal
+        let flags: RealTimeEvent.StateFlags =
+            switch type {
+            case .acceleration: .harshAcceleration
+            case .braking: .harshBraking
+            case .cornering: .normalCornering
+            case .accident: [.accidentX, .accidentY]
+            }
+        let event = RealTimeEvent(type: type, axis: axis, flags: flags)
+        for index in adapters.indices {
+            await notify(index, address, SBeaconUUID.realTimeEvent, event.bytes)
+        }
+    }
+}

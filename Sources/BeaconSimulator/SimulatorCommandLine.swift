@@ -1,0 +1,132 @@
+import DBusBinding
+import Foundation
+import Synchronization
+
+/// `beaconbench-sim`'s command line: parsed here so the executable stays
+/// thin and the parsing is tested.
+public struct SimulatorCommandLine: Sendable {
+    public var bus: BusAddress = .system
+    public var options = SimulatorOptions()
+    public var count = 10
+    public var showHelp = false
+
+    public static let usage = """
+        usage: beaconbench-sim [options]
+
+        A simulated bluetoothd (BlueZ 5.66 on D-Bus) with a fleet of SBeacons in
+        range. It owns org.bluez and org.beaconbench.Simulator on the bus it is
+        given, prints one line `ready bus=<address> adapters=<n> beacons=<n>`
+        when it serves, and exits 0 on SIGINT or SIGTERM.
+
+        options:
+          --bus system|session|ADDRESS   the bus (default: system, which honours
+                                         DBUS_SYSTEM_BUS_ADDRESS)
+          --adapters N                   adapters hci0…hciN-1 (default 1)
+          --connections N                connection slots per adapter (default 5)
+          --count N                      simulated beacons (default 10)
+          --seed S                       seed of the fleet and of every random
+                                         choice (default 1)
+          --latency none|realistic       radio timing (default none); realistic:
+                                         connect 1 s (one at a time per adapter),
+                                         service resolution 0.3 s, ATT request
+                                         60 ms, calibration 1.5 s
+          --connect-ms N, --resolve-ms N, --att-ms N, --calibration-ms N,
+          --advert-ms N                  override one latency figure
+          --temporary-timeout S          seconds an unconnected device stays after
+                                         discovery stops (default 30, as BlueZ)
+          --help                         this text
+
+        It refuses to start where org.bluez is already owned (a real bluetoothd).
+        The control interface and the fleet's mix are described in
+        docs/simulator.md.
+        """
+
+    public struct UsageError: Error, CustomStringConvertible {
+        public let description: String
+    }
+
+    public init(arguments: [String]) throws {
+        var rest = arguments[...]
+        func value(_ option: String) throws -> String {
+            guard let next = rest.popFirst() else { throw UsageError(description: "\(option) needs a value") }
+            return next
+        }
+        func number<T: FixedWidthInteger>(_ option: String, _ range: ClosedRange<T>) throws -> T {
+            let text = try value(option)
+            guard let parsed = T(text), range.contains(parsed) else {
+                throw UsageError(description: "\(option) wants a number in \(range), got '\(text)'")
+            }
+            return parsed
+        }
+        while let option = rest.popFirst() {
+            switch option {
+            case "--help", "-h": showHelp = true
+            case "--bus": bus = BusAddress(parsing: try value(option))
+            case "--adapters": options.adapters = try number(option, 1...16)
+            case "--connections": options.connectionsPerAdapter = try number(option, 1...64)
+            case "--count": count = try number(option, 0...100_000)
+            case "--seed": options.seed = try number(option, 0...UInt64.max)
+            case "--latency":
+                switch try value(option) {
+                case "none": options.latency = .none
+                case "realistic": options.latency = .realistic
+                case let other: throw UsageError(description: "--latency is none or realistic, not '\(other)'")
+                }
+            case "--connect-ms": options.latency.connect = .milliseconds(try number(option, 0...600_000) as Int)
+            case "--resolve-ms":
+                options.latency.serviceResolution = .milliseconds(try number(option, 0...600_000) as Int)
+            case "--att-ms": options.latency.attRequest = .milliseconds(try number(option, 0...600_000) as Int)
+            case "--calibration-ms":
+                options.latency.calibration = .milliseconds(try number(option, 0...600_000) as Int)
+            case "--advert-ms": options.latency.advertInterval = .milliseconds(try number(option, 10...600_000) as Int)
+            case "--temporary-timeout": options.temporaryTimeout = .seconds(try number(option, 0...86_400) as Int)
+            default: throw UsageError(description: "unknown option '\(option)'")
+            }
+        }
+    }
+}
+
+/// Runs the simulator until SIGINT or SIGTERM.
+public enum SimulatorMain {
+    public static func run(_ commandLine: SimulatorCommandLine) async throws -> Never {
+        let bus = try await BusConnection.connect(commandLine.bus)
+        let fleet = FleetGenerator.make(
+            count: commandLine.count, seed: commandLine.options.seed, now: SimulatedBluetoothd.now())
+        let daemon = SimulatedBluetoothd(bus: bus, options: commandLine.options, fleet: fleet)
+        try await daemon.start()
+        try await bus.export(SimulatorControl.interface(for: daemon), at: SimulatorControl.path)
+        _ = try await bus.requestName(SimulatorControl.busName)
+        print("ready bus=\(bus.address) adapters=\(await daemon.adapterCount) beacons=\(await daemon.beaconCount)")
+        fflush(nil)
+        await waitForTerminationSignal()
+        await bus.close()
+        exit(0)
+    }
+
+    static func waitForTerminationSignal() async {
+        var sources: [any DispatchSourceSignal] = []
+        let once = OnceFlag()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            for number in [SIGINT, SIGTERM] {
+                signal(number, SIG_IGN)
+                let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+                source.setEventHandler {
+                    if once.claim() { continuation.resume() }
+                }
+                source.resume()
+                sources.append(source)
+            }
+        }
+        withExtendedLifetime(sources) {}
+    }
+}
+
+final class OnceFlag: Sendable {
+    private let claimed = Mutex(false)
+    func claim() -> Bool {
+        claimed.withLock { claimed in
+            defer { claimed = true }
+            return !claimed
+        }
+    }
+}
