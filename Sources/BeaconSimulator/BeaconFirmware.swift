@@ -49,9 +49,11 @@ public struct BeaconState: Codable, Sendable, Hashable {
     /// Whether the beacon is within radio range.
     public var inRange = true
 
-    public init(address: String, identity: BeaconIdentity, serial: String, firmware: FirmwareVersion,
-                battery: Double, config: DrivingBehaviourConfig, calibration: CalibrationState,
-                timeOffset: Int64, poweredOnAt: Int64, factoryDefault: Bool) {
+    public init(
+        address: String, identity: BeaconIdentity, serial: String, firmware: FirmwareVersion,
+        battery: Double, config: DrivingBehaviourConfig, calibration: CalibrationState,
+        timeOffset: Int64, poweredOnAt: Int64, factoryDefault: Bool
+    ) {
         self.address = address
         self.identity = identity
         self.serial = serial
@@ -212,12 +214,16 @@ public struct BeaconFirmware: Sendable {
     /// the control point; clears answer with count 0.
     mutating func recordTransfer(opcode: UInt8) -> [FirmwareEffect] {
         guard let request = RecordOpcode(rawValue: opcode) else {
-            return [.notify(SBeaconUUID.recordControlPoint,
-                            RecordResponse(opcode: opcode, result: .notSupported, count: 0).bytes)]
+            return [
+                .notify(
+                    SBeaconUUID.recordControlPoint,
+                    RecordResponse(opcode: opcode, result: .notSupported, count: 0).bytes)
+            ]
         }
         func respond(_ result: RecordResponse.Result, _ count: Int) -> FirmwareEffect {
-            .notify(SBeaconUUID.recordControlPoint,
-                    RecordResponse(opcode: opcode, result: result, count: UInt16(count)).bytes)
+            .notify(
+                SBeaconUUID.recordControlPoint,
+                RecordResponse(opcode: opcode, result: result, count: UInt16(count)).bytes)
         }
         func data(_ notification: RecordNotification) -> FirmwareEffect {
             .notify(SBeaconUUID.recordData, notification.bytes)
@@ -267,12 +273,14 @@ public struct BeaconFirmware: Sendable {
                     averageMagnitude: maximum - maximum / 4, maximumMagnitude: maximum, average: average))
             if type == .accident {
                 let samples = (0..<Int(3 + random.next() % 6)).map { _ in
-                    Vector(x: Int16(random.next() % 4000) - 2000, y: Int16(random.next() % 4000) - 2000,
-                           z: Int16(random.next() % 2000))
+                    Vector(
+                        x: Int16(random.next() % 4000) - 2000, y: Int16(random.next() % 4000) - 2000,
+                        z: Int16(random.next() % 2000))
                 }
                 state.incidents.append(
-                    Incident(id: state.nextIncidentID, timestamp: at, maximumResultant: maximum,
-                             averageResultant: maximum / 2, average: average, samples: samples))
+                    Incident(
+                        id: state.nextIncidentID, timestamp: at, maximumResultant: maximum,
+                        averageResultant: maximum / 2, average: average, samples: samples))
                 state.nextIncidentID &+= 1
             }
         }

@@ -133,7 +133,8 @@ extension SimulatedBluetoothd {
         }
         let known: Set = ["battery", "firmware", "moving", "sensorFault", "inRange", "rssi"]
         if let unknown = object.keys.first(where: { !known.contains($0) }) {
-            throw BusError(.invalidArgs, "Update: unknown field '\(unknown)' (known: \(known.sorted().joined(separator: ", ")))")
+            throw BusError(
+                .invalidArgs, "Update: unknown field '\(unknown)' (known: \(known.sorted().joined(separator: ", ")))")
         }
         var firmware: FirmwareVersion?
         if let text = object["firmware"] {

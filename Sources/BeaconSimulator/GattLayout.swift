@@ -55,6 +55,8 @@ struct GattLayout {
 
     /// One exported attribute of one device.
     struct Node {
+        /// The attribute handle, also the hex in the path.
+        var handle: UInt16
         enum Kind {
             case service(Service)
             case characteristic(Characteristic, service: ObjectPath)
@@ -72,18 +74,19 @@ struct GattLayout {
         var handle: UInt16 = 0x000A
         for service in services {
             let servicePath = try! device.appending("service" + hex4(handle))
-            nodes.append(Node(path: servicePath, kind: .service(service)))
+            nodes.append(Node(handle: handle, path: servicePath, kind: .service(service)))
             handle += 1
             for characteristic in service.characteristics {
                 let path = try! servicePath.appending("char" + hex4(handle))
-                nodes.append(Node(path: path, kind: .characteristic(characteristic, service: servicePath)))
+                nodes.append(
+                    Node(handle: handle, path: path, kind: .characteristic(characteristic, service: servicePath)))
                 characteristics[characteristic.uuid] = path
                 // Declaration, then value.
                 handle += 2
                 if characteristic.notifies {
                     nodes.append(
                         Node(
-                            path: try! path.appending("desc" + hex4(handle)),
+                            handle: handle, path: try! path.appending("desc" + hex4(handle)),
                             kind: .descriptor(
                                 characteristic: path, uuid: SBeaconUUID.clientCharacteristicConfiguration)))
                     handle += 1

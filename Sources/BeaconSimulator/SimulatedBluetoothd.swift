@@ -170,7 +170,8 @@ public actor SimulatedBluetoothd {
             adapters[index].scanTask = nil
             await setAdapterProperties(index, ["Discovering": false])
         }
-        await setAdapterProperties(index, ["Powered": .boolean(powered), "PowerState": .string(powered ? "on" : "off")])
+        await setAdapterProperties(
+            index, ["Powered": .boolean(powered), "PowerState": .string(powered ? "on" : "off")])
     }
 
     private func startDiscovery(_ index: Int, client: String) async throws {
@@ -179,9 +180,26 @@ public actor SimulatedBluetoothd {
             throw BusError(.bluez.inProgress, "Operation already in progress")
         }
         adapters[index].discoveryClients.insert(client)
+        watchDiscoveryClient(index, client)
         guard adapters[index].scanTask == nil else { return }
         await setAdapterProperties(index, ["Discovering": true])
         adapters[index].scanTask = Task { [self] in await scan(index) }
+    }
+
+    /// As bluetoothd does: a client that leaves the bus stops its discovery.
+    private func watchDiscoveryClient(_ index: Int, _ client: String) {
+        guard let name = try? BusName(client) else { return }
+        Task { [self] in
+            guard let changes = try? await bus.nameOwnerChanges(of: name) else { return }
+            if (try? await bus.nameOwner(of: name)) == .some(nil) {
+                try? await stopDiscovery(index, client: client)
+                return
+            }
+            for await change in changes where change.isVanished {
+                try? await stopDiscovery(index, client: client)
+                break
+            }
+        }
     }
 
     private func stopDiscovery(_ index: Int, client: String) async throws {
@@ -395,8 +413,11 @@ public actor SimulatedBluetoothd {
         adapters[index].devices[address]?.gattPaths = nodes.map(\.path)
         adapters[index].devices[address]?.characteristics = characteristics
         adapters[index].devices[address]?.servicesResolved = true
-        let uuids = GattLayout.services.map(\.uuid.rawValue) + ["00001800-0000-1000-8000-00805f9b34fb",
-                                                                "00001801-0000-1000-8000-00805f9b34fb"]
+        let uuids =
+            GattLayout.services.map(\.uuid.rawValue) + [
+                "00001800-0000-1000-8000-00805f9b34fb",
+                "00001801-0000-1000-8000-00805f9b34fb",
+            ]
         await setDeviceProperties(index, address, ["UUIDs": .strings(uuids.sorted()), "ServicesResolved": true])
     }
 
@@ -429,62 +450,75 @@ public actor SimulatedBluetoothd {
                     name: "org.bluez.GattService1",
                     properties: [
                         .init("UUID", .string), .init("Device", .objectPath), .init("Primary", .boolean),
-                        .init("Includes", .array(.objectPath)),
+                        .init("Includes", .array(.objectPath)), .init("Handle", .uint16),
                     ]),
                 at: node.path,
                 properties: [
                     "UUID": .string(service.uuid.rawValue), "Device": .objectPath(devicePath), "Primary": true,
-                    "Includes": .objectPaths([]),
+                    "Includes": .objectPaths([]), "Handle": .uint16(node.handle),
                 ])
         case .characteristic(let characteristic, let service):
             var properties: [String: BusValue] = [
                 "UUID": .string(characteristic.uuid.rawValue), "Service": .objectPath(service),
-                "Flags": .strings(characteristic.flags), "MTU": .uint16(247),
+                "Flags": .strings(characteristic.flags), "MTU": .uint16(247), "Handle": .uint16(node.handle),
             ]
             if characteristic.notifies { properties["Notifying"] = false }
-            try? await bus.export(characteristicInterface(index, address, characteristic), at: node.path,
-                                  properties: properties)
+            try? await bus.export(
+                characteristicInterface(index, address, characteristic), at: node.path,
+                properties: properties)
         case .descriptor(let characteristic, let uuid):
             try? await bus.export(
                 BusInterface(
                     name: "org.bluez.GattDescriptor1",
                     methods: [
-                        .init(name: "ReadValue", inputs: [.init("options", .propertyMap)],
-                              outputs: [.init("value", .array(.byte))]) { [self] _ in
+                        .init(
+                            name: "ReadValue", inputs: [.init("options", .propertyMap)],
+                            outputs: [.init("value", .array(.byte))]
+                        ) { [self] _ in
                             try await requireConnection(index, address)
                             let on = await isNotifying(index, address, characteristicPath: characteristic)
                             return [.bytes(on ? [0x01, 0x00] : [0x00, 0x00])]
                         },
-                        .init(name: "WriteValue", inputs: [.init("value", .array(.byte)), .init("options", .propertyMap)]) {
+                        .init(
+                            name: "WriteValue", inputs: [.init("value", .array(.byte)), .init("options", .propertyMap)]
+                        ) {
                             _ in throw BusError(.bluez.notPermitted, "Write not permitted")
                         },
                     ],
                     properties: [
                         .init("UUID", .string), .init("Characteristic", .objectPath), .init("Value", .array(.byte)),
+                        .init("Handle", .uint16),
                     ]),
                 at: node.path,
-                properties: ["UUID": .string(uuid.rawValue), "Characteristic": .objectPath(characteristic),
-                             "Value": .bytes([])])
+                properties: [
+                    "UUID": .string(uuid.rawValue), "Characteristic": .objectPath(characteristic),
+                    "Value": .bytes([]), "Handle": .uint16(node.handle),
+                ])
         }
     }
 
-    private func characteristicInterface(_ index: Int, _ address: String, _ characteristic: GattLayout.Characteristic)
+    private func characteristicInterface(
+        _ index: Int, _ address: String, _ characteristic: GattLayout.Characteristic
+    )
         -> BusInterface
     {
         let uuid = characteristic.uuid
         return BusInterface(
             name: "org.bluez.GattCharacteristic1",
             methods: [
-                .init(name: "ReadValue", inputs: [.init("options", .propertyMap)],
-                      outputs: [.init("value", .array(.byte))]) { [self] call in
+                .init(
+                    name: "ReadValue", inputs: [.init("options", .propertyMap)],
+                    outputs: [.init("value", .array(.byte))]
+                ) { [self] call in
                     let options = call.body[0].stringKeyedDictionary ?? [:]
                     return [.bytes(try await readValue(index, address, uuid, offset: options["offset"]?.uint16 ?? 0))]
                 },
                 .init(name: "WriteValue", inputs: [.init("value", .array(.byte)), .init("options", .propertyMap)]) {
                     [self] call in
                     let options = call.body[1].stringKeyedDictionary ?? [:]
-                    try await writeValue(index, address, uuid, call.body[0].bytes ?? [],
-                                         withResponse: options["type"]?.string != "command")
+                    try await writeValue(
+                        index, address, uuid, call.body[0].bytes ?? [],
+                        withResponse: options["type"]?.string != "command")
                     return []
                 },
                 .init(name: "StartNotify") { [self] _ in
@@ -495,18 +529,23 @@ public actor SimulatedBluetoothd {
                     try await setNotifying(index, address, uuid, false)
                     return []
                 },
-                .init(name: "AcquireWrite", inputs: [.init("options", .propertyMap)],
-                      outputs: [.init("fd", .unixFD), .init("mtu", .uint16)]) { _ in
+                .init(
+                    name: "AcquireWrite", inputs: [.init("options", .propertyMap)],
+                    outputs: [.init("fd", .unixFD), .init("mtu", .uint16)]
+                ) { _ in
                     throw BusError(.bluez.notSupported, "Operation is not supported")
                 },
-                .init(name: "AcquireNotify", inputs: [.init("options", .propertyMap)],
-                      outputs: [.init("fd", .unixFD), .init("mtu", .uint16)]) { _ in
+                .init(
+                    name: "AcquireNotify", inputs: [.init("options", .propertyMap)],
+                    outputs: [.init("fd", .unixFD), .init("mtu", .uint16)]
+                ) { _ in
                     throw BusError(.bluez.notSupported, "Operation is not supported")
                 },
             ],
             properties: [
                 .init("UUID", .string), .init("Service", .objectPath), .init("Value", .array(.byte)),
                 .init("Notifying", .boolean), .init("Flags", .array(.string)), .init("MTU", .uint16),
+                .init("Handle", .uint16),
             ])
     }
 
@@ -550,7 +589,8 @@ public actor SimulatedBluetoothd {
             }
             let result = Array(value[Int(offset)...])
             if let path = adapters[index].devices[address]?.characteristics[uuid] {
-                try? await bus.setProperties(["Value": .bytes(value)], interface: "org.bluez.GattCharacteristic1", at: path)
+                try? await bus.setProperties(
+                    ["Value": .bytes(value)], interface: "org.bluez.GattCharacteristic1", at: path)
             }
             return result
         } catch {
@@ -558,7 +598,9 @@ public actor SimulatedBluetoothd {
         }
     }
 
-    private func writeValue(_ index: Int, _ address: String, _ uuid: GattUUID, _ value: [UInt8], withResponse: Bool)
+    private func writeValue(
+        _ index: Int, _ address: String, _ uuid: GattUUID, _ value: [UInt8], withResponse: Bool
+    )
         async throws
     {
         try requireConnection(index, address)
@@ -652,7 +694,8 @@ public actor SimulatedBluetoothd {
         try await bus.export(agentManager, at: "/org/bluez")
         for index in 0..<count {
             let path = try ObjectPath("/org/bluez/hci\(index)")
-            adapters.append(Adapter(index: index, path: path, address: String(format: "00:1A:7D:DA:71:%02X", 0x10 + index)))
+            adapters.append(
+                Adapter(index: index, path: path, address: String(format: "00:1A:7D:DA:71:%02X", 0x10 + index)))
             try await bus.export(adapterInterface(index), at: path, properties: adapterProperties(index))
         }
         guard try await bus.requestName(Self.busName) == .primaryOwner else {

@@ -23,7 +23,9 @@ public struct IBeaconAdvert: Hashable, Sendable {
     public init(bytes: [UInt8]) throws {
         guard bytes.count == 23 else { throw ProtocolError.length("iBeacon advert", expected: 23, got: bytes.count) }
         var reader = ByteReader(bytes, "iBeacon advert")
-        guard try reader.take(2) == [0x02, 0x15] else { throw ProtocolError("iBeacon advert", "not an iBeacon (02 15)") }
+        guard try reader.take(2) == [0x02, 0x15] else {
+            throw ProtocolError("iBeacon advert", "not an iBeacon (02 15)")
+        }
         guard try reader.take(16) == SBeaconUUID.proximity else {
             throw ProtocolError("iBeacon advert", "proximity UUID is not SBeacon's")
         }

@@ -186,7 +186,9 @@ public struct CalibrationResult: Hashable, Sendable {
     }
 
     public init(bytes: [UInt8]) throws {
-        guard bytes.count == 8 else { throw ProtocolError.length("Calibration response", expected: 8, got: bytes.count) }
+        guard bytes.count == 8 else {
+            throw ProtocolError.length("Calibration response", expected: 8, got: bytes.count)
+        }
         var reader = ByteReader(bytes, "Calibration response")
         guard try reader.u8() == 0x80 else { throw ProtocolError("Calibration response", "does not start with 0x80") }
         let code = try reader.u8()

@@ -105,8 +105,9 @@ public enum RecordNotification: Hashable, Sendable {
     case trip(TripRecord)
     case event(DrivingEvent)
     /// Header of an incident: everything but the samples, and how many follow.
-    case incidentHeader(id: UInt16, timestamp: UInt32, sampleCount: UInt16, maximumResultant: UInt16,
-                        averageResultant: UInt16, average: Vector)
+    case incidentHeader(
+        id: UInt16, timestamp: UInt32, sampleCount: UInt16, maximumResultant: UInt16,
+        averageResultant: UInt16, average: Vector)
     /// Up to two samples of incident `id`, chunk `sequence` (from 0).
     case incidentChunk(id: UInt16, sequence: UInt8, samples: [Vector])
 
@@ -163,9 +164,12 @@ public enum RecordNotification: Hashable, Sendable {
             self = .event(
                 DrivingEvent(
                     index: index, type: type, timestamp: try reader.u32(), duration: try reader.u16(),
-                    averageMagnitude: try reader.u16(), maximumMagnitude: try reader.u16(), average: try Vector(&reader)))
+                    averageMagnitude: try reader.u16(), maximumMagnitude: try reader.u16(), average: try Vector(&reader)
+                ))
         case 0x03:
-            guard bytes.count == 19 else { throw ProtocolError.length("incident header", expected: 19, got: bytes.count) }
+            guard bytes.count == 19 else {
+                throw ProtocolError.length("incident header", expected: 19, got: bytes.count)
+            }
             self = .incidentHeader(
                 id: try reader.u16(), timestamp: try reader.u32(), sampleCount: try reader.u16(),
                 maximumResultant: try reader.u16(), averageResultant: try reader.u16(), average: try Vector(&reader))
@@ -196,7 +200,8 @@ public enum RecordNotification: Hashable, Sendable {
         var start = 0
         while start < incident.samples.count {
             let end = min(start + 2, incident.samples.count)
-            out.append(.incidentChunk(id: incident.id, sequence: sequence, samples: Array(incident.samples[start..<end])))
+            out.append(
+                .incidentChunk(id: incident.id, sequence: sequence, samples: Array(incident.samples[start..<end])))
             sequence &+= 1
             start = end
         }
@@ -236,7 +241,9 @@ public struct RecordResponse: Hashable, Sendable {
         guard try reader.u8() == 0x80 else { throw ProtocolError("record response", "does not start with 0x80") }
         opcode = try reader.u8()
         let code = try reader.u8()
-        guard let result = Result(rawValue: code) else { throw ProtocolError("record response", "unknown result \(code)") }
+        guard let result = Result(rawValue: code) else {
+            throw ProtocolError("record response", "unknown result \(code)")
+        }
         self.result = result
         count = try reader.u16()
     }
