@@ -61,5 +61,9 @@ let package = Package(
         // MARK: Tests and what they share.
         .target(name: "TestSupport", dependencies: ["DBusBinding"]),
         .testTarget(name: "DBusBindingTests", dependencies: ["DBusBinding", "TestSupport", "CDBus"]),
+        .testTarget(name: "SBeaconProtocolTests", dependencies: ["SBeaconProtocol"]),
+        .testTarget(
+            name: "SimulatorTests",
+            dependencies: ["BeaconSimulator", "SBeaconProtocol", "DBusBinding", "TestSupport"]),
     ]
 )
