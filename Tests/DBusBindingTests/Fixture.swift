@@ -106,33 +106,3 @@ func withEchoFixture(_ body: (EchoFixture) async throws -> Void) async throws {
     }
     await fixture.stop()
 }
-
-/// Collects up to `count` elements of a stream, or what arrived within `timeout`.
-func collect<S: AsyncSequence & Sendable>(
-    _ stream: S, count: Int, within timeout: Duration = .seconds(5)
-) async -> [S.Element] where S.Element: Sendable {
-    await withTaskGroup(of: [S.Element]?.self) { group in
-        group.addTask {
-            var items: [S.Element] = []
-            do {
-                for try await item in stream {
-                    items.append(item)
-                    if items.count >= count { break }
-                }
-            } catch {}
-            return items
-        }
-        group.addTask {
-            try? await Task.sleep(for: timeout)
-            return nil
-        }
-        // Whichever finishes first, cancel the other; the consumer, cancelled,
-        // returns what it had collected.
-        var result: [S.Element] = []
-        for await items in group {
-            group.cancelAll()
-            if let items { result = items }
-        }
-        return result
-    }
-}

@@ -1,6 +1,7 @@
 import DBusBinding
 import Foundation
 import FoundationXML
+import TestSupport
 import Testing
 
 @Suite("Serving objects: properties, object manager, introspection")

@@ -1,4 +1,5 @@
 import DBusBinding
+import TestSupport
 import Testing
 
 @Suite("Signals reach the subscribers whose rules match, and no others")

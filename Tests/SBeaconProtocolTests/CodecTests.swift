@@ -35,7 +35,8 @@ struct CodecTests {
 
     @Test func limitsAreInclusive() {
         let low = DrivingBehaviourConfig(cornering: 50, braking: 50, acceleration: 50, duration: 1, enable: [])
-        let high = DrivingBehaviourConfig(cornering: 5000, braking: 5000, acceleration: 5000, duration: 10000, enable: .all)
+        let high = DrivingBehaviourConfig(
+            cornering: 5000, braking: 5000, acceleration: 5000, duration: 10000, enable: .all)
         #expect(low.firstInvalidField == nil)
         #expect(high.firstInvalidField == nil)
     }
@@ -65,20 +66,25 @@ struct CodecTests {
         var tooFull = summary.bytes
         tooFull[6] = 101
         #expect(throws: ProtocolError.self) { try BenchSummary(bytes: tooFull) }
-        #expect(throws: ProtocolError.self) { try BenchSummary(bytes: [0x53, 0x02] + Array(summary.bytes.dropFirst(2))) }
+        #expect(throws: ProtocolError.self) {
+            try BenchSummary(bytes: [0x53, 0x02] + Array(summary.bytes.dropFirst(2)))
+        }
     }
 
     @Test func recordsRoundTrip() throws {
-        let notifications: [RecordNotification] = [
-            .trip(TripRecord(index: 99, start: 100, end: 2800)),
-            .event(
-                DrivingEvent(
-                    index: 79, type: .braking, timestamp: 1500, duration: 450, averageMagnitude: 380,
-                    maximumMagnitude: 420, average: Vector(x: -150, y: 380, z: 50))),
-        ] + RecordNotification.incident(
-            Incident(
-                id: 7, timestamp: 99, maximumResultant: 3100, averageResultant: 1200, average: Vector(x: 1, y: 2, z: 3),
-                samples: [Vector(x: 1, y: 1, z: 1), Vector(x: 2, y: 2, z: 2), Vector(x: 3, y: 3, z: 3)]))
+        let notifications: [RecordNotification] =
+            [
+                .trip(TripRecord(index: 99, start: 100, end: 2800)),
+                .event(
+                    DrivingEvent(
+                        index: 79, type: .braking, timestamp: 1500, duration: 450, averageMagnitude: 380,
+                        maximumMagnitude: 420, average: Vector(x: -150, y: 380, z: 50))),
+            ]
+            + RecordNotification.incident(
+                Incident(
+                    id: 7, timestamp: 99, maximumResultant: 3100, averageResultant: 1200,
+                    average: Vector(x: 1, y: 2, z: 3),
+                    samples: [Vector(x: 1, y: 1, z: 1), Vector(x: 2, y: 2, z: 2), Vector(x: 3, y: 3, z: 3)]))
         #expect(notifications.count == 5)  // trip, event, header, two chunks (2 + 1 samples)
         for notification in notifications {
             #expect(try RecordNotification(bytes: notification.bytes) == notification)

@@ -1,6 +1,7 @@
-@testable import BeaconSimulator
 import SBeaconProtocol
 import Testing
+
+@testable import BeaconSimulator
 
 @Suite("The simulated firmware follows the contract byte for byte")
 struct FirmwareTests {
@@ -50,24 +51,30 @@ struct FirmwareTests {
             try firmware.write(SBeaconUUID.drivingBehaviourConfig, outOfRange.bytes, now: Self.now)
         }
         #expect(throws: ATTError.valueNotAllowed) {
-            try firmware.write(SBeaconUUID.drivingBehaviourConfig, [0x2C, 1, 0x2C, 1, 0x2C, 1, 0xF4, 1, 0x08, 0], now: Self.now)
+            try firmware.write(
+                SBeaconUUID.drivingBehaviourConfig, [0x2C, 1, 0x2C, 1, 0x2C, 1, 0xF4, 1, 0x08, 0], now: Self.now)
         }
         #expect(throws: ATTError.invalidAttributeValueLength) {
             try firmware.write(SBeaconUUID.drivingBehaviourConfig, [1, 2, 3], now: Self.now)
         }
         #expect(firmware.state.config == good)
-        #expect(throws: ATTError.writeNotPermitted) { try firmware.write(SBeaconUUID.batteryLevel, [50], now: Self.now) }
+        #expect(throws: ATTError.writeNotPermitted) {
+            try firmware.write(SBeaconUUID.batteryLevel, [50], now: Self.now)
+        }
     }
 
     @Test func timeOffsetAndIdentity() throws {
         var firmware = Self.beacon()
         let offset: Int64 = Self.now - 3_600_000
-        _ = try firmware.write(SBeaconUUID.timeOffset, (0..<8).map { UInt8(truncatingIfNeeded: offset >> ($0 * 8)) }, now: Self.now)
+        _ = try firmware.write(
+            SBeaconUUID.timeOffset, (0..<8).map { UInt8(truncatingIfNeeded: offset >> ($0 * 8)) }, now: Self.now)
         #expect(firmware.state.timeOffset == offset)
         _ = try firmware.write(SBeaconUUID.identity, [0x64, 0, 0x2A, 0], now: Self.now)
         #expect(firmware.state.identity == BeaconIdentity(major: 100, minor: 42))
         #expect(firmware.state.iBeacon.bytes[18..<22] == [0x00, 0x64, 0x00, 0x2A])
-        #expect(throws: ATTError.invalidAttributeValueLength) { try firmware.write(SBeaconUUID.identity, [1], now: Self.now) }
+        #expect(throws: ATTError.invalidAttributeValueLength) {
+            try firmware.write(SBeaconUUID.identity, [1], now: Self.now)
+        }
     }
 
     @Test func calibrationAtRestAndMoving() throws {
@@ -84,7 +91,9 @@ struct FirmwareTests {
         _ = try moving.write(SBeaconUUID.calibrationControlPoint, [0x01], now: Self.now)
         #expect(try CalibrationResult(bytes: moving.finishCalibration(now: Self.now)).outcome == .motionDetected)
         #expect(moving.state.calibration.calibrated == false)
-        #expect(throws: ATTError.valueNotAllowed) { try moving.write(SBeaconUUID.calibrationControlPoint, [0x02], now: Self.now) }
+        #expect(throws: ATTError.valueNotAllowed) {
+            try moving.write(SBeaconUUID.calibrationControlPoint, [0x02], now: Self.now)
+        }
     }
 
     @Test func recordRingsWrapAndTransfersEndWithTheirCount() throws {
@@ -110,7 +119,8 @@ struct FirmwareTests {
 
     @Test func rebootKeepsStateAndFactoryResetRestoresDefaults() throws {
         var firmware = Self.beacon()
-        let config = DrivingBehaviourConfig(cornering: 1000, braking: 1000, acceleration: 1000, duration: 100, enable: [])
+        let config = DrivingBehaviourConfig(
+            cornering: 1000, braking: 1000, acceleration: 1000, duration: 100, enable: [])
         _ = try firmware.write(SBeaconUUID.drivingBehaviourConfig, config.bytes, now: Self.now)
         _ = try firmware.write(SBeaconUUID.identity, BeaconIdentity(major: 9, minor: 9).bytes, now: Self.now)
         #expect(try firmware.write(SBeaconUUID.deviceControl, [0x01], now: Self.now) == [.reboot])
@@ -124,7 +134,9 @@ struct FirmwareTests {
         #expect(firmware.state.timeOffset == 0)
         #expect(firmware.state.calibration.calibrated == false)
         #expect(firmware.state.benchSummary.status.contains(.factoryDefault))
-        #expect(throws: ATTError.invalidAttributeValueLength) { try firmware.write(SBeaconUUID.deviceControl, [0x02], now: Self.now) }
+        #expect(throws: ATTError.invalidAttributeValueLength) {
+            try firmware.write(SBeaconUUID.deviceControl, [0x02], now: Self.now)
+        }
     }
 
     @Test func benchSummaryReflectsTheState() throws {
