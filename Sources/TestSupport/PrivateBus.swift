@@ -135,9 +135,29 @@ public final class ChildProcess: Sendable {
     public let pid: pid_t
     private let reaped = Mutex(false)
 
-    /// Starts `path` with `arguments`, standard streams to /dev/null.
-    public init(_ path: String, _ arguments: [String]) throws {
-        pid = try spawn(path, arguments)
+    /// Starts `path` with `arguments`; standard output to `standardOutput`
+    /// (a file path) or /dev/null, the other streams to /dev/null.
+    public init(_ path: String, _ arguments: [String], standardOutput: String? = nil) throws {
+        pid = try spawn(path, arguments, standardOutput: standardOutput)
+    }
+
+    /// SIGTERM, then the exit status as `waitpid` reports it (nil when it
+    /// had to be killed or was already reaped).
+    public func terminateReportingStatus(grace: Duration = .seconds(5)) -> Int32? {
+        reaped.withLock { reaped -> Int32? in
+            guard !reaped else { return nil }
+            defer { reaped = true }
+            kill(pid, SIGTERM)
+            var status: Int32 = 0
+            let deadline = ContinuousClock.now + grace
+            while ContinuousClock.now < deadline {
+                if waitpid(pid, &status, WNOHANG) == pid { return status }
+                usleep(5_000)
+            }
+            kill(pid, SIGKILL)
+            waitpid(pid, &status, 0)
+            return nil
+        }
     }
 
     /// True while the process has not exited.
@@ -171,13 +191,14 @@ public final class ChildProcess: Sendable {
 }
 
 /// Starts a program with posix_spawn, standard streams to /dev/null.
-func spawn(_ path: String, _ arguments: [String]) throws -> pid_t {
+func spawn(_ path: String, _ arguments: [String], standardOutput: String? = nil) throws -> pid_t {
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
     defer { posix_spawn_file_actions_destroy(&actions) }
-    for fd: Int32 in [0, 1, 2] {
-        posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0)
-    }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(
+        &actions, 1, standardOutput ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
     // The calling thread may be a dispatch worker with every signal
     // blocked; the child must start with none blocked and default handlers,
     // or it would never see SIGTERM.
@@ -197,6 +218,20 @@ func spawn(_ path: String, _ arguments: [String]) throws -> pid_t {
     let result = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
     guard result == 0 else { throw TestSupportError("cannot start \(path): error \(result)") }
     return pid
+}
+
+/// A product of this package, built beside the test binary
+/// (`.build/debug/NAME`), such as `beaconbench-sim`.
+public func builtProduct(_ name: String) -> String {
+    let testBinary = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+    var directory = testBinary.deletingLastPathComponent()
+    // Inside an .xctest bundle on some platforms: climb out of it.
+    while directory.pathExtension == "xctest" || directory.lastPathComponent == "MacOS"
+        || directory.lastPathComponent == "Contents"
+    {
+        directory = directory.deletingLastPathComponent()
+    }
+    return directory.appendingPathComponent(name).path
 }
 
 public struct TestSupportError: Error, CustomStringConvertible {
