@@ -111,6 +111,12 @@ public enum SimulatorControl {
                     try await daemon.shake(call.body[0].string ?? "", type: type)
                     return []
                 },
+                .init(name: "FaultCounts", outputs: [.init("json", .string)]) { _ in
+                    let counts = await daemon.faultCounts
+                    return [
+                        .string(try json(Dictionary(uniqueKeysWithValues: counts.map { ($0.key.rawValue, $0.value) })))
+                    ]
+                },
                 .init(name: "Restart") { _ in
                     try await daemon.restart()
                     return []

@@ -14,6 +14,8 @@ public actor SimulatedBluetoothd {
     private var beaconOrder: [String] = []
     private var adapters: [Adapter] = []
     private var random: SplitMix64
+    /// How many times each fault has fired.
+    public private(set) var faultCounts: [Fault: Int] = [:]
 
     struct Adapter {
         var index: Int
@@ -51,6 +53,38 @@ public actor SimulatedBluetoothd {
     }
 
     static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    /// Draws whether `fault` strikes now, and counts it when it does.
+    private func fires(_ fault: Fault) -> Bool {
+        guard let probability = options.faults[fault], random.chance(probability) else { return false }
+        faultCounts[fault, default: 0] += 1
+        return true
+    }
+
+    /// The beacon leaves radio range for the outage time: its connections drop.
+    private func vanish(_ address: String) async {
+        beacons[address]?.state.inRange = false
+        for index in adapters.indices where adapters[index].devices[address]?.connected == true {
+            await disconnect(index, address, reason: "out of range")
+        }
+        let outage = options.outage
+        Task { [self] in
+            try? await Task.sleep(for: outage)
+            await returnToRange(address)
+        }
+    }
+
+    private func returnToRange(_ address: String) { beacons[address]?.state.inRange = true }
+
+    /// The adapter powers off for the outage time, then on again.
+    private func switchOffForAWhile(_ index: Int) async {
+        try? await setPowered(index, false)
+        let outage = options.outage
+        Task { [self] in
+            try? await Task.sleep(for: outage)
+            try? await setPowered(index, true)
+        }
+    }
 
     // MARK: Starting
 
@@ -385,6 +419,12 @@ public actor SimulatedBluetoothd {
             throw BusError(.bluez.doesNotExist, "Does Not Exist")
         }
         if device.connected { throw BusError(.bluez.alreadyConnected, "Already Connected") }
+        if fires(.adapterOff) {
+            await switchOffForAWhile(index)
+            throw BusError(.bluez.notReady, "Resource Not Ready")
+        }
+        if fires(.connectInProgress) { throw BusError(.bluez.inProgress, "In Progress") }
+        if fires(.vanish) { await vanish(address) }
         guard !adapters[index].connectPending else { throw BusError(.bluez.inProgress, "In Progress") }
         let connectedCount = adapters[index].devices.values.filter(\.connected).count
         guard connectedCount < options.connectionsPerAdapter else {
@@ -394,13 +434,17 @@ public actor SimulatedBluetoothd {
         adapters[index].devices[address]?.removal?.cancel()
         try? await Task.sleep(for: options.latency.connect)
         adapters[index].connectPending = false
-        guard adapters[index].powered, adapters[index].devices[address] != nil, beacons[address]?.state.inRange == true
+        guard adapters[index].powered, adapters[index].devices[address] != nil, beacons[address]?.state.inRange == true,
+            !fires(.connectAbort)
         else { throw BusError(.bluez.failed, "le-connection-abort-by-local") }
         adapters[index].devices[address]?.connected = true
         adapters[index].devices[address]?.generation += 1
         let generation = adapters[index].devices[address]!.generation
         await setDeviceProperties(index, address, ["Connected": true])
 
+        // Connected, but service discovery never finishes: the client is
+        // left waiting for ServicesResolved.
+        if fires(.servicesNeverResolved) { return }
         try? await Task.sleep(for: options.latency.serviceResolution)
         guard adapters[index].devices[address]?.generation == generation else {
             throw BusError(.bluez.failed, "Software caused connection abort")
@@ -578,9 +622,7 @@ public actor SimulatedBluetoothd {
         try requireConnection(index, address)
         let generation = adapters[index].devices[address]!.generation
         try? await Task.sleep(for: options.latency.attRequest)
-        guard adapters[index].devices[address]?.generation == generation else {
-            throw BusError(.bluez.failed, "Not connected")
-        }
+        try await operationFaults(index, address, generation)
         do throws(ATTError) {
             guard let firmware = beacons[address] else { throw ATTError.unlikelyError }
             let value = try firmware.read(uuid, now: Self.now())
@@ -598,6 +640,23 @@ public actor SimulatedBluetoothd {
         }
     }
 
+    /// The faults that strike a read or write before it is answered.
+    private func operationFaults(
+        _ index: Int, _ address: String, _ generation: Int, includingDisconnect: Bool = true
+    )
+        async throws
+    {
+        if fires(.stalledReply) { try? await Task.sleep(for: options.stall) }
+        guard adapters[index].devices[address]?.generation == generation else {
+            throw BusError(.bluez.failed, "Not connected")
+        }
+        if includingDisconnect, fires(.disconnectMidOperation) {
+            await disconnect(index, address, reason: "link lost")
+            throw BusError(.bluez.failed, "Not connected")
+        }
+        if fires(.attError) { throw Self.busError(.unlikelyError) }
+    }
+
     private func writeValue(
         _ index: Int, _ address: String, _ uuid: GattUUID, _ value: [UInt8], withResponse: Bool
     )
@@ -606,9 +665,20 @@ public actor SimulatedBluetoothd {
         try requireConnection(index, address)
         let generation = adapters[index].devices[address]!.generation
         if withResponse { try? await Task.sleep(for: options.latency.attRequest) }
-        guard adapters[index].devices[address]?.generation == generation, var firmware = beacons[address] else {
+        if fires(.disconnectMidOperation) {
+            // The link drops around the write: whether the beacon got it
+            // first is a toss, as on a real radio; the client only knows it
+            // got no answer.
+            if random.chance(0.5), var firmware = beacons[address],
+                let _ = try? firmware.write(uuid, value, now: Self.now())
+            {
+                beacons[address] = firmware
+            }
+            await disconnect(index, address, reason: "link lost")
             throw BusError(.bluez.failed, "Not connected")
         }
+        try await operationFaults(index, address, generation, includingDisconnect: false)
+        guard var firmware = beacons[address] else { throw BusError(.bluez.failed, "Not connected") }
         let effects: [FirmwareEffect]
         do throws(ATTError) {
             effects = try firmware.write(uuid, value, now: Self.now())
@@ -650,7 +720,7 @@ public actor SimulatedBluetoothd {
     /// a client subscribed.
     private func notify(_ index: Int, _ address: String, _ uuid: GattUUID, _ value: [UInt8]) async {
         guard let device = adapters[index].devices[address], device.notifying.contains(uuid),
-            let path = device.characteristics[uuid]
+            let path = device.characteristics[uuid], !fires(.droppedNotification)
         else { return }
         try? await bus.setProperties(["Value": .bytes(value)], interface: "org.bluez.GattCharacteristic1", at: path)
     }

@@ -34,6 +34,15 @@ public struct SimulatorCommandLine: Sendable {
           --advert-ms N                  override one latency figure
           --temporary-timeout S          seconds an unconnected device stays after
                                          discovery stops (default 30, as BlueZ)
+          --faults KIND=P,…              inject faults with probability P each
+                                         (`all=P` for every kind): connect-in-progress,
+                                         connect-abort, services-never-resolved,
+                                         disconnect-mid-operation, att-error,
+                                         stalled-reply, dropped-notification,
+                                         vanish, adapter-off
+          --stall-seconds S              how long a stalled reply stalls (default 30)
+          --outage-seconds S             how long a vanished beacon or an adapter
+                                         switched off stays so (default 5)
           --help                         this text
 
         It refuses to start where org.bluez is already owned (a real bluetoothd).
@@ -80,6 +89,14 @@ public struct SimulatorCommandLine: Sendable {
                 options.latency.calibration = .milliseconds(try number(option, 0...600_000) as Int)
             case "--advert-ms": options.latency.advertInterval = .milliseconds(try number(option, 10...600_000) as Int)
             case "--temporary-timeout": options.temporaryTimeout = .seconds(try number(option, 0...86_400) as Int)
+            case "--faults":
+                do {
+                    options.faults.merge(try Fault.parse(try value(option))) { $1 }
+                } catch let error as FaultSpecificationError {
+                    throw UsageError(description: "--faults: \(error)")
+                }
+            case "--stall-seconds": options.stall = .seconds(try number(option, 0...3600) as Int)
+            case "--outage-seconds": options.outage = .seconds(try number(option, 0...3600) as Int)
             default: throw UsageError(description: "unknown option '\(option)'")
             }
         }

@@ -28,6 +28,66 @@ public struct SimulatorOptions: Sendable {
     /// discovery stops, unless connected.
     public var temporaryTimeout: Duration = .seconds(30)
     public var seed: UInt64 = 1
+    /// Faults and how often each fires (`--faults kind=p,…`).
+    public var faults: [Fault: Double] = [:]
+    /// How long a stalled reply stalls (`--stall-seconds`).
+    public var stall: Duration = .seconds(30)
+    /// How long a vanished beacon stays out of range, and an adapter off.
+    public var outage: Duration = .seconds(5)
 
     public init() {}
+}
+
+/// The radio's misfortunes the simulator can inject, each with a probability
+/// per occasion, drawn from the seeded generator.
+public enum Fault: String, CaseIterable, Sendable, Hashable {
+    /// Connect fails at once with `org.bluez.Error.InProgress`.
+    case connectInProgress = "connect-in-progress"
+    /// Connect fails after the connect latency with `le-connection-abort-by-local`.
+    case connectAbort = "connect-abort"
+    /// Connected turns true but the GATT tree never comes and
+    /// ServicesResolved stays false (Connect still returns).
+    case servicesNeverResolved = "services-never-resolved"
+    /// A read or write finds the link dropped: the device disconnects and
+    /// the call fails with "Not connected".
+    case disconnectMidOperation = "disconnect-mid-operation"
+    /// A read or write fails with ATT error 0x0E (`Failed`, "Operation failed
+    /// with ATT error: 0x0e").
+    case attError = "att-error"
+    /// A read or write answers only after the stall time.
+    case stalledReply = "stalled-reply"
+    /// A notification is lost.
+    case droppedNotification = "dropped-notification"
+    /// At a connect, the beacon leaves radio range for the outage time:
+    /// the connect fails, a connection drops.
+    case vanish
+    /// At a connect, the adapter powers off for the outage time.
+    case adapterOff = "adapter-off"
+
+    /// Parses `kind=probability,…`.
+    public static func parse(_ text: String) throws -> [Fault: Double] {
+        var faults: [Fault: Double] = [:]
+        for item in text.split(separator: ",") {
+            let parts = item.split(separator: "=", maxSplits: 1)
+            guard parts.count == 2 else {
+                throw FaultSpecificationError("'\(item)' is not kind=probability")
+            }
+            let name = String(parts[0])
+            let kinds: [Fault] = name == "all" ? Fault.allCases : [Fault(rawValue: name)].compactMap { $0 }
+            guard !kinds.isEmpty else {
+                throw FaultSpecificationError(
+                    "unknown fault '\(name)' (known: all, \(Fault.allCases.map(\.rawValue).joined(separator: ", ")))")
+            }
+            guard let probability = Double(parts[1]), (0...1).contains(probability) else {
+                throw FaultSpecificationError("the probability of \(name) must be between 0 and 1, not '\(parts[1])'")
+            }
+            for kind in kinds { faults[kind] = probability }
+        }
+        return faults
+    }
+}
+
+public struct FaultSpecificationError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
 }

@@ -1,0 +1,149 @@
+import BeaconSimulator
+import DBusBinding
+import Foundation
+import SBeaconProtocol
+import TestSupport
+import Testing
+
+@Suite("Injected faults fire at their rates, with BlueZ' errors")
+struct FaultTests {
+    @Test func theFaultListIsParsedAndCheckedLikeTheCommandLineSaysItIs() throws {
+        #expect(try Fault.parse("connect-abort=0.1,att-error=0.25") == [.connectAbort: 0.1, .attError: 0.25])
+        #expect(try Fault.parse("all=0.03").count == Fault.allCases.count)
+        #expect(throws: FaultSpecificationError.self) { try Fault.parse("connect-abort=2") }
+        #expect(throws: FaultSpecificationError.self) { try Fault.parse("gremlins=0.1") }
+        #expect(throws: FaultSpecificationError.self) { try Fault.parse("att-error") }
+        let commandLine = try SimulatorCommandLine(arguments: ["--faults", "vanish=0.5", "--seed", "9"])
+        #expect(commandLine.options.faults == [.vanish: 0.5])
+        #expect(throws: SimulatorCommandLine.UsageError.self) {
+            try SimulatorCommandLine(arguments: ["--faults", "x=1"])
+        }
+    }
+
+    @Test func connectInProgressFiresAtItsRate() async throws {
+        try await withSimulator(count: 1, configure: { $0.faults = [.connectInProgress: 0.3] }) { fixture throws in
+            try await fixture.discoverAll()
+            let state = fixture.fleet[0]
+            var refused = 0
+            for _ in 0..<200 {
+                do {
+                    try await fixture.connect(state)
+                    try await fixture.client.call(
+                        SimulatorFixture.bluez, fixture.devicePath(state), "org.bluez.Device1", "Disconnect")
+                } catch let error as BusError where error.name == .bluez.inProgress {
+                    refused += 1
+                }
+            }
+            #expect(await fixture.daemon.faultCounts[.connectInProgress] == refused)
+            #expect((40...80).contains(refused), "\(refused) of 200 at p = 0.3")
+        }
+    }
+
+    @Test func attErrorsAndStalls() async throws {
+        try await withSimulator(count: 1, configure: { $0.faults = [.attError: 0.5] }) { fixture throws in
+            try await fixture.discoverAll()
+            let state = fixture.fleet[0]
+            try await fixture.connect(state)
+            var failed = 0
+            for _ in 0..<100 {
+                do {
+                    _ = try await fixture.read(SBeaconUUID.batteryLevel, of: state)
+                } catch let error as BusError {
+                    #expect(error.name == .bluez.failed)
+                    #expect(error.message == "Operation failed with ATT error: 0x0e")
+                    failed += 1
+                }
+            }
+            #expect(await fixture.daemon.faultCounts[.attError] == failed)
+            #expect((30...70).contains(failed), "\(failed) of 100 at p = 0.5")
+        }
+    }
+
+    @Test func servicesThatNeverResolve() async throws {
+        try await withSimulator(count: 1, configure: { $0.faults = [.servicesNeverResolved: 1] }) { fixture throws in
+            try await fixture.discoverAll()
+            let state = fixture.fleet[0]
+            try await fixture.connect(state)
+            let device = try await fixture.client.getAllProperties(
+                interface: "org.bluez.Device1", at: fixture.devicePath(state), of: SimulatorFixture.bluez)
+            #expect(device["Connected"]?.bool == true)
+            #expect(device["ServicesResolved"]?.bool == false)
+            let objects = try await fixture.client.managedObjects(of: SimulatorFixture.bluez)
+            #expect(!objects.keys.contains { fixture.devicePath(state).isAncestor(of: $0) })
+        }
+    }
+
+    @Test func aDisconnectInTheMiddleOfAnOperation() async throws {
+        try await withSimulator(count: 1, configure: { $0.faults = [.disconnectMidOperation: 1] }) { fixture throws in
+            try await fixture.discoverAll()
+            let state = fixture.fleet[0]
+            try await fixture.connect(state)
+            let error = await #expect(throws: BusError.self) {
+                try await fixture.read(SBeaconUUID.batteryLevel, of: state)
+            }
+            #expect(error?.message == "Not connected")
+            #expect(try await fixture.report(state).connected == false)
+        }
+    }
+
+    @Test func droppedNotificationsNeverArrive() async throws {
+        try await withSimulator(count: 1, configure: { $0.faults = [.droppedNotification: 1] }) { fixture throws in
+            try await fixture.discoverAll()
+            let state = fixture.fleet[0]
+            try await fixture.connect(state)
+            let path = try await fixture.characteristic(SBeaconUUID.calibrationControlPoint, of: state)
+            try await fixture.client.call(SimulatorFixture.bluez, path, "org.bluez.GattCharacteristic1", "StartNotify")
+            let values = try await fixture.client.signals(
+                matching: MatchRule(
+                    sender: SimulatorFixture.bluez, interface: .properties, member: "PropertiesChanged", path: path))
+            try await fixture.write(SBeaconUUID.calibrationControlPoint, [1], of: state)
+            #expect(await collect(values, count: 1, within: .milliseconds(500)).isEmpty)
+            #expect(await fixture.daemon.faultCounts[.droppedNotification] == 1)
+        }
+    }
+
+    @Test func vanishingBeaconsAndAdaptersSwitchedOff() async throws {
+        try await withSimulator(
+            count: 1,
+            configure: {
+                $0.faults = [.vanish: 1]
+                $0.outage = .milliseconds(300)
+            }
+        ) { fixture throws in
+            try await fixture.discoverAll()
+            let state = fixture.fleet[0]
+            let error = await #expect(throws: BusError.self) { try await fixture.connect(state) }
+            #expect(error?.message == "le-connection-abort-by-local")
+            #expect(try await fixture.report(state).inRange == false)
+            var back = false
+            for _ in 0..<200 where !back {
+                try await Task.sleep(for: .milliseconds(10))
+                back = try await fixture.report(state).inRange
+            }
+            #expect(back)
+        }
+        try await withSimulator(
+            count: 1,
+            configure: {
+                $0.faults = [.adapterOff: 1]
+                $0.outage = .milliseconds(300)
+            }
+        ) { fixture throws in
+            try await fixture.discoverAll()
+            let error = await #expect(throws: BusError.self) { try await fixture.connect(fixture.fleet[0]) }
+            #expect(error?.name == .bluez.notReady)
+            let powered = { @Sendable in
+                try await fixture.client.getProperty(
+                    "Powered", interface: "org.bluez.Adapter1", at: SimulatorFixture.adapter, of: SimulatorFixture.bluez
+                )
+            }
+            #expect(try await powered().bool == false)
+            var on = false
+            for _ in 0..<200 where !on {
+                try await Task.sleep(for: .milliseconds(10))
+                on = try await powered().bool == true
+            }
+            #expect(on)
+        }
+    }
+}
