@@ -54,6 +54,29 @@ public actor SimulatedBluetoothd {
 
     static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
+    private var saveScheduled = false
+
+    /// Saves the state file soon (changes within 200 ms are saved together).
+    private func markChanged() {
+        guard options.statePath != nil, !saveScheduled else { return }
+        saveScheduled = true
+        Task { [self] in
+            try? await Task.sleep(for: .milliseconds(200))
+            saveNow()
+        }
+    }
+
+    /// Writes the state file now, if there is one.
+    public func saveNow() {
+        saveScheduled = false
+        guard let path = options.statePath else { return }
+        do {
+            try StateFile.save(fleet(), to: path)
+        } catch {
+            FileHandle.standardError.write(Data("beaconbench-sim: cannot save the state: \(error)\n".utf8))
+        }
+    }
+
     /// Draws whether `fault` strikes now, and counts it when it does.
     private func fires(_ fault: Fault) -> Bool {
         guard let probability = options.faults[fault], random.chance(probability) else { return false }
@@ -70,7 +93,7 @@ public actor SimulatedBluetoothd {
         let outage = options.outage
         Task { [self] in
             try? await Task.sleep(for: outage)
-            await returnToRange(address)
+            returnToRange(address)
         }
     }
 
@@ -686,6 +709,7 @@ public actor SimulatedBluetoothd {
             throw Self.busError(error)
         }
         beacons[address] = firmware
+        markChanged()
         // The write's response goes first; what it causes follows.
         Task { [self] in await perform(effects, index, address, generation) }
     }
@@ -705,6 +729,7 @@ public actor SimulatedBluetoothd {
                 }
                 let result = firmware.finishCalibration(now: Self.now())
                 beacons[address] = firmware
+                markChanged()
                 await notify(index, address, SBeaconUUID.calibrationControlPoint, result)
                 await advertChanged(address)
             case .advertChanged:
@@ -780,6 +805,7 @@ public actor SimulatedBluetoothd {
         }
         change(&firmware.state)
         beacons[address] = firmware
+        markChanged()
         await advertChanged(address)
     }
 
@@ -790,6 +816,7 @@ public actor SimulatedBluetoothd {
         }
         firmware.drive(minutes: minutes, harshEvents: harshEvents, now: Self.now(), random: &random)
         beacons[address] = firmware
+        markChanged()
         await advertChanged(address)
     }
 

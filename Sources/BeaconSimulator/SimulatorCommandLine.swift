@@ -8,6 +8,7 @@ public struct SimulatorCommandLine: Sendable {
     public var bus: BusAddress = .system
     public var options = SimulatorOptions()
     public var count = 10
+    public var fleetPath: String?
     public var showHelp = false
 
     public static let usage = """
@@ -40,6 +41,12 @@ public struct SimulatorCommandLine: Sendable {
                                          disconnect-mid-operation, att-error,
                                          stalled-reply, dropped-notification,
                                          vanish, adapter-off
+          --fleet FILE.json              the beacons, described one by one (see
+                                         docs/simulator.md), instead of --count
+          --state FILE                   keep the fleet's state in FILE across runs:
+                                         read at start when it exists (then it is
+                                         the fleet), written atomically after
+                                         changes and at exit
           --stall-seconds S              how long a stalled reply stalls (default 30)
           --outage-seconds S             how long a vanished beacon or an adapter
                                          switched off stays so (default 5)
@@ -95,6 +102,8 @@ public struct SimulatorCommandLine: Sendable {
                 } catch let error as FaultSpecificationError {
                     throw UsageError(description: "--faults: \(error)")
                 }
+            case "--fleet": fleetPath = try value(option)
+            case "--state": options.statePath = try value(option)
             case "--stall-seconds": options.stall = .seconds(try number(option, 0...3600) as Int)
             case "--outage-seconds": options.outage = .seconds(try number(option, 0...3600) as Int)
             default: throw UsageError(description: "unknown option '\(option)'")
@@ -106,9 +115,17 @@ public struct SimulatorCommandLine: Sendable {
 /// Runs the simulator until SIGINT or SIGTERM.
 public enum SimulatorMain {
     public static func run(_ commandLine: SimulatorCommandLine) async throws -> Never {
+        let now = SimulatedBluetoothd.now()
+        let fleet: [BeaconState]
+        if let path = commandLine.options.statePath, let saved = try StateFile.load(path) {
+            fleet = saved
+        } else if let path = commandLine.fleetPath {
+            fleet = try FleetFile.load(path, now: now)
+        } else {
+            fleet = FleetGenerator.make(count: commandLine.count, seed: commandLine.options.seed, now: now)
+        }
+        if let path = commandLine.options.statePath { try StateFile.save(fleet, to: path) }
         let bus = try await BusConnection.connect(commandLine.bus)
-        let fleet = FleetGenerator.make(
-            count: commandLine.count, seed: commandLine.options.seed, now: SimulatedBluetoothd.now())
         let daemon = SimulatedBluetoothd(bus: bus, options: commandLine.options, fleet: fleet)
         try await daemon.start()
         try await bus.export(SimulatorControl.interface(for: daemon), at: SimulatorControl.path)
@@ -116,6 +133,7 @@ public enum SimulatorMain {
         print("ready bus=\(bus.address) adapters=\(await daemon.adapterCount) beacons=\(await daemon.beaconCount)")
         fflush(nil)
         await waitForTerminationSignal()
+        await daemon.saveNow()
         await bus.close()
         exit(0)
     }

@@ -34,6 +34,8 @@ public struct SimulatorOptions: Sendable {
     public var stall: Duration = .seconds(30)
     /// How long a vanished beacon stays out of range, and an adapter off.
     public var outage: Duration = .seconds(5)
+    /// Where the fleet's state is kept across runs (`--state`).
+    public var statePath: String?
 
     public init() {}
 }

@@ -12,6 +12,9 @@ do {
 } catch let error as SimulatorCommandLine.UsageError {
     FileHandle.standardError.write(Data("error: \(error)\n\n\(SimulatorCommandLine.usage)\n".utf8))
     exit(1)
+} catch let error as FleetFileError {
+    FileHandle.standardError.write(Data("error: \(error)\n".utf8))
+    exit(1)
 } catch {
     FileHandle.standardError.write(Data("beaconbench-sim: \(error)\n".utf8))
     exit(3)

@@ -1,0 +1,147 @@
+import Foundation
+import SBeaconProtocol
+
+/// Why a fleet or state file was refused: the file, the beacon's position
+/// and the field.
+public struct FleetFileError: Error, CustomStringConvertible, Equatable {
+    public let description: String
+    init(_ file: String, _ message: String) { description = "\(file): \(message)" }
+}
+
+/// `--fleet FILE.json`: a fleet described beacon by beacon.
+///
+/// ```json
+/// [{"address": "C1:67:5E:0B:B9:80", "serial": "SB1-0001", "firmware": "1.0.7", "battery": 35,
+///   "factoryDefault": true, "calibrated": false, "moving": false, "rssi": -62,
+///   "major": 1, "minor": 7, "config": {"cornering": 300, "braking": 300, "acceleration": 300,
+///   "duration": 500, "enable": 1}}]
+/// ```
+/// Only `address` is required; the rest defaults to a factory-fresh beacon
+/// on firmware 1.0.8 with a full battery.
+public enum FleetFile {
+    struct Entry: Decodable {
+        var address: String
+        var serial: String?
+        var firmware: String?
+        var battery: Double?
+        var factoryDefault: Bool?
+        var calibrated: Bool?
+        var moving: Bool?
+        var rssi: Int16?
+        var major: UInt16?
+        var minor: UInt16?
+        var config: ConfigEntry?
+    }
+
+    struct ConfigEntry: Decodable {
+        var cornering, braking, acceleration, duration, enable: UInt16
+    }
+
+    public static func load(_ path: String, now: Int64) throws -> [BeaconState] {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw FleetFileError(path, "cannot be read")
+        }
+        let entries: [Entry]
+        do {
+            entries = try JSONDecoder().decode([Entry].self, from: data)
+        } catch let DecodingError.keyNotFound(key, context) {
+            throw FleetFileError(path, "\(where_(context.codingPath)): '\(key.stringValue)' is missing")
+        } catch let DecodingError.typeMismatch(_, context), let DecodingError.valueNotFound(_, context),
+            let DecodingError.dataCorrupted(context)
+        {
+            throw FleetFileError(path, "\(where_(context.codingPath)): \(context.debugDescription)")
+        } catch {
+            throw FleetFileError(path, "is not a JSON array of beacons: \(error)")
+        }
+        var seen = Set<String>()
+        return try entries.enumerated().map { index, entry in
+            let at = "beacon \(index + 1)"
+            guard (try? MACEnding(address: entry.address)) != nil else {
+                throw FleetFileError(path, "\(at): address '\(entry.address)' is not six hex octets")
+            }
+            guard seen.insert(entry.address.uppercased()).inserted else {
+                throw FleetFileError(path, "\(at): address \(entry.address) appears twice")
+            }
+            let serial = entry.serial ?? "SB1-FILE-\(index + 1)"
+            var firmware = FirmwareVersion(major: 1, minor: 0, patch: 8)
+            if let text = entry.firmware {
+                guard let version = try? FirmwareVersion(text) else {
+                    throw FleetFileError(path, "\(at): firmware '\(text)' is not MAJOR.MINOR.PATCH")
+                }
+                firmware = version
+            }
+            let battery = entry.battery ?? 100
+            guard (0...100).contains(battery) else {
+                throw FleetFileError(path, "\(at): battery \(battery) is outside 0–100")
+            }
+            var config = DrivingBehaviourConfig.factoryDefault
+            if let c = entry.config {
+                config = DrivingBehaviourConfig(
+                    cornering: c.cornering, braking: c.braking, acceleration: c.acceleration, duration: c.duration,
+                    enable: .init(rawValue: c.enable))
+                if let invalid = config.firstInvalidField { throw FleetFileError(path, "\(at): config: \(invalid)") }
+            }
+            var state = BeaconState(
+                address: entry.address.uppercased(),
+                identity: BeaconIdentity(
+                    major: entry.major ?? 1, minor: entry.minor ?? BeaconState.minor(fromSerial: serial)),
+                serial: serial, firmware: firmware, battery: battery, config: config, calibration: .uncalibrated,
+                timeOffset: 0, poweredOnAt: now - 3_600_000, factoryDefault: entry.factoryDefault ?? true)
+            if entry.calibrated == true {
+                var model = BeaconFirmware(state: state)
+                _ = model.finishCalibration(now: now - 60_000)
+                state = model.state
+                state.factoryDefault = entry.factoryDefault ?? false
+            }
+            state.moving = entry.moving ?? false
+            state.rssi = entry.rssi ?? -60
+            return state
+        }
+    }
+
+    static func where_(_ path: [any CodingKey]) -> String {
+        guard let first = path.first?.intValue else { return "the file" }
+        let field = path.dropFirst().map(\.stringValue).joined(separator: ".")
+        return "beacon \(first + 1)" + (field.isEmpty ? "" : ", field '\(field)'")
+    }
+}
+
+/// `--state FILE`: the whole fleet's state, kept across runs. Written
+/// atomically (a temporary file renamed over the old one), mode 0600.
+public enum StateFile {
+    struct Contents: Codable {
+        var version = 1
+        var beacons: [BeaconState]
+    }
+
+    public static func load(_ path: String) throws -> [BeaconState]? {
+        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw FleetFileError(path, "cannot be read")
+        }
+        do {
+            let contents = try JSONDecoder().decode(Contents.self, from: data)
+            guard contents.version == 1 else {
+                throw FleetFileError(path, "state format \(contents.version) is not one this simulator reads (1)")
+            }
+            return contents.beacons
+        } catch let error as FleetFileError {
+            throw error
+        } catch {
+            throw FleetFileError(path, "is not a simulator state file: \(error)")
+        }
+    }
+
+    public static func save(_ beacons: [BeaconState], to path: String) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        let data = try encoder.encode(Contents(beacons: beacons))
+        let temporary = path + ".tmp-\(getpid())"
+        guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600])
+        else { throw FleetFileError(path, "cannot write \(temporary)") }
+        guard rename(temporary, path) == 0 else {
+            unlink(temporary)
+            throw FleetFileError(path, "cannot replace it (errno \(errno))")
+        }
+    }
+}
