@@ -485,6 +485,15 @@ public actor SimulatedBluetoothd {
                 "00001800-0000-1000-8000-00805f9b34fb",
                 "00001801-0000-1000-8000-00805f9b34fb",
             ]
+        // bluetoothd's battery plugin: Battery1 on the device while the
+        // Battery Service is resolved.
+        try? await bus.export(
+            BusInterface(
+                name: "org.bluez.Battery1", properties: [.init("Percentage", .byte), .init("Source", .string)]),
+            at: adapters[index].devices[address]!.path,
+            properties: [
+                "Percentage": .byte(beacons[address]?.state.batteryPercent ?? 0), "Source": "org.bluez.Battery1",
+            ])
         await setDeviceProperties(index, address, ["UUIDs": .strings(uuids.sorted()), "ServicesResolved": true])
     }
 
@@ -502,6 +511,7 @@ public actor SimulatedBluetoothd {
         adapters[index].devices[address] = device
         await setDeviceProperties(index, address, ["ServicesResolved": false])
         for path in paths.reversed() { try? await bus.unexport(at: path) }
+        try? await bus.unexport(["org.bluez.Battery1"], at: device.path)
         await setDeviceProperties(index, address, ["Connected": false])
         if adapters[index].discoveryClients.isEmpty { scheduleRemoval(index, address) }
     }
@@ -817,6 +827,12 @@ public actor SimulatedBluetoothd {
         firmware.drive(minutes: minutes, harshEvents: harshEvents, now: Self.now(), random: &random)
         beacons[address] = firmware
         markChanged()
+        // Subscribers see the trip pass through the state machine.
+        for status in [TripStatus.start, .active, .end, .idle] {
+            for index in adapters.indices {
+                await notify(index, address, SBeaconUUID.tripStatus, [status.rawValue])
+            }
+        }
         await advertChanged(address)
     }
 
