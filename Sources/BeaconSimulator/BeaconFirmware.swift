@@ -48,6 +48,9 @@ public struct BeaconState: Codable, Sendable, Hashable {
     public var txPower: Int16 = 0
     /// Whether the beacon is within radio range.
     public var inRange = true
+    /// Fault rates for this beacon only (fault kind → probability), set
+    /// through the control interface's Update; they win over `--faults`.
+    public var faults: [String: Double] = [:]
 
     public init(
         address: String, identity: BeaconIdentity, serial: String, firmware: FirmwareVersion,
@@ -108,8 +111,21 @@ public enum FirmwareEffect: Equatable, Sendable {
 /// characteristics into calls here.
 public struct BeaconFirmware: Sendable {
     public var state: BeaconState
+    /// The trip states the last `drive` went through, for notifications.
+    public private(set) var lastTripStates: [TripStatus] = []
 
     public init(state: BeaconState) { self.state = state }
+
+    /// How much battery (percent) things cost: the battery drains slowly.
+    public enum Drain {
+        public static let connection = 0.02
+        public static let write = 0.005
+        public static let perDrivingMinute = 0.002
+    }
+
+    public mutating func drain(_ percent: Double) {
+        state.battery = max(0, state.battery - percent)
+    }
 
     /// Reads a characteristic.
     /// - Throws: `ATTError.readNotPermitted` for write- or notify-only ones.
@@ -284,8 +300,11 @@ public struct BeaconFirmware: Sendable {
                 state.nextIncidentID &+= 1
             }
         }
+        // IDLE → START → ACTIVE → END → IDLE; one trip in five is closed by
+        // the beacon's timeout instead: … ACTIVE → TIMEOUT → IDLE.
+        lastTripStates = random.chance(0.2) ? [.start, .active, .timeout, .idle] : [.start, .active, .end, .idle]
         state.tripStatus = .idle
-        state.battery = max(0, state.battery - Double(minutes) * 0.002)
+        drain(Double(minutes) * Drain.perDrivingMinute)
     }
 
     func thresholdFor(_ type: DrivingEventType) -> UInt16 {

@@ -137,7 +137,7 @@ extension SimulatedBluetoothd {
         guard let object = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any] else {
             throw BusError(.invalidArgs, "Update wants a JSON object")
         }
-        let known: Set = ["battery", "firmware", "moving", "sensorFault", "inRange", "rssi"]
+        let known: Set = ["battery", "firmware", "moving", "sensorFault", "inRange", "rssi", "faults"]
         if let unknown = object.keys.first(where: { !known.contains($0) }) {
             throw BusError(
                 .invalidArgs, "Update: unknown field '\(unknown)' (known: \(known.sorted().joined(separator: ", ")))")
@@ -149,7 +149,25 @@ extension SimulatedBluetoothd {
             }
             firmware = version
         }
+        var faults: [String: Double]?
+        if let value = object["faults"] {
+            guard let table = value as? [String: Any] else {
+                throw BusError(.invalidArgs, "Update: faults must be an object of kind → probability")
+            }
+            var parsed: [String: Double] = [:]
+            for (kind, probability) in table {
+                guard Fault(rawValue: kind) != nil else {
+                    throw BusError(.invalidArgs, "Update: unknown fault '\(kind)'")
+                }
+                guard let p = probability as? Double, (0...1).contains(p) else {
+                    throw BusError(.invalidArgs, "Update: the probability of \(kind) must be between 0 and 1")
+                }
+                parsed[kind] = p
+            }
+            faults = parsed
+        }
         try await update(address) { state in
+            if let faults { state.faults = faults }
             if let battery = object["battery"] as? Double { state.battery = max(0, min(100, battery)) }
             if let firmware { state.firmware = firmware }
             if let moving = object["moving"] as? Bool { state.moving = moving }

@@ -78,8 +78,11 @@ public actor SimulatedBluetoothd {
     }
 
     /// Draws whether `fault` strikes now, and counts it when it does.
-    private func fires(_ fault: Fault) -> Bool {
-        guard let probability = options.faults[fault], random.chance(probability) else { return false }
+    /// The beacon's own fault rate (set through `Update`) wins over the
+    /// command line's.
+    private func fires(_ fault: Fault, _ address: String) -> Bool {
+        let probability = beacons[address]?.state.faults[fault.rawValue] ?? options.faults[fault] ?? 0
+        guard random.chance(probability) else { return false }
         faultCounts[fault, default: 0] += 1
         return true
     }
@@ -442,12 +445,12 @@ public actor SimulatedBluetoothd {
             throw BusError(.bluez.doesNotExist, "Does Not Exist")
         }
         if device.connected { throw BusError(.bluez.alreadyConnected, "Already Connected") }
-        if fires(.adapterOff) {
+        if fires(.adapterOff, address) {
             await switchOffForAWhile(index)
             throw BusError(.bluez.notReady, "Resource Not Ready")
         }
-        if fires(.connectInProgress) { throw BusError(.bluez.inProgress, "In Progress") }
-        if fires(.vanish) { await vanish(address) }
+        if fires(.connectInProgress, address) { throw BusError(.bluez.inProgress, "In Progress") }
+        if fires(.vanish, address) { await vanish(address) }
         guard !adapters[index].connectPending else { throw BusError(.bluez.inProgress, "In Progress") }
         let connectedCount = adapters[index].devices.values.filter(\.connected).count
         guard connectedCount < options.connectionsPerAdapter else {
@@ -458,16 +461,17 @@ public actor SimulatedBluetoothd {
         try? await Task.sleep(for: options.latency.connect)
         adapters[index].connectPending = false
         guard adapters[index].powered, adapters[index].devices[address] != nil, beacons[address]?.state.inRange == true,
-            !fires(.connectAbort)
+            !fires(.connectAbort, address)
         else { throw BusError(.bluez.failed, "le-connection-abort-by-local") }
         adapters[index].devices[address]?.connected = true
         adapters[index].devices[address]?.generation += 1
+        beacons[address]?.drain(BeaconFirmware.Drain.connection)
         let generation = adapters[index].devices[address]!.generation
         await setDeviceProperties(index, address, ["Connected": true])
 
         // Connected, but service discovery never finishes: the client is
         // left waiting for ServicesResolved.
-        if fires(.servicesNeverResolved) { return }
+        if fires(.servicesNeverResolved, address) { return }
         try? await Task.sleep(for: options.latency.serviceResolution)
         guard adapters[index].devices[address]?.generation == generation else {
             throw BusError(.bluez.failed, "Software caused connection abort")
@@ -679,15 +683,15 @@ public actor SimulatedBluetoothd {
     )
         async throws
     {
-        if fires(.stalledReply) { try? await Task.sleep(for: options.stall) }
+        if fires(.stalledReply, address) { try? await Task.sleep(for: options.stall) }
         guard adapters[index].devices[address]?.generation == generation else {
             throw BusError(.bluez.failed, "Not connected")
         }
-        if includingDisconnect, fires(.disconnectMidOperation) {
+        if includingDisconnect, fires(.disconnectMidOperation, address) {
             await disconnect(index, address, reason: "link lost")
             throw BusError(.bluez.failed, "Not connected")
         }
-        if fires(.attError) { throw Self.busError(.unlikelyError) }
+        if fires(.attError, address) { throw Self.busError(.unlikelyError) }
     }
 
     private func writeValue(
@@ -698,7 +702,7 @@ public actor SimulatedBluetoothd {
         try requireConnection(index, address)
         let generation = adapters[index].devices[address]!.generation
         if withResponse { try? await Task.sleep(for: options.latency.attRequest) }
-        if fires(.disconnectMidOperation) {
+        if fires(.disconnectMidOperation, address) {
             // The link drops around the write: whether the beacon got it
             // first is a toss, as on a real radio; the client only knows it
             // got no answer.
@@ -718,6 +722,7 @@ public actor SimulatedBluetoothd {
         } catch {
             throw Self.busError(error)
         }
+        firmware.drain(BeaconFirmware.Drain.write)
         beacons[address] = firmware
         markChanged()
         // The write's response goes first; what it causes follows.
@@ -755,7 +760,7 @@ public actor SimulatedBluetoothd {
     /// a client subscribed.
     private func notify(_ index: Int, _ address: String, _ uuid: GattUUID, _ value: [UInt8]) async {
         guard let device = adapters[index].devices[address], device.notifying.contains(uuid),
-            let path = device.characteristics[uuid], !fires(.droppedNotification)
+            let path = device.characteristics[uuid], !fires(.droppedNotification, address)
         else { return }
         try? await bus.setProperties(["Value": .bytes(value)], interface: "org.bluez.GattCharacteristic1", at: path)
     }
@@ -828,7 +833,7 @@ public actor SimulatedBluetoothd {
         beacons[address] = firmware
         markChanged()
         // Subscribers see the trip pass through the state machine.
-        for status in [TripStatus.start, .active, .end, .idle] {
+        for status in firmware.lastTripStates {
             for index in adapters.indices {
                 await notify(index, address, SBeaconUUID.tripStatus, [status.rawValue])
             }

@@ -146,4 +146,24 @@ struct FaultTests {
             #expect(on)
         }
     }
+
+    @Test func aBeaconsOwnFaultsFromUpdate() async throws {
+        try await withSimulator(count: 2) { fixture throws in
+            try await fixture.discoverAll()
+            let (sick, healthy) = (fixture.fleet[0], fixture.fleet[1])
+            try await fixture.client.call(
+                SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Update",
+                [.string(sick.address), .string(#"{"faults": {"att-error": 1}}"#)])
+            try await fixture.connect(sick)
+            try await fixture.connect(healthy)
+            await #expect(throws: BusError.self) { try await fixture.read(SBeaconUUID.batteryLevel, of: sick) }
+            #expect(try await fixture.read(SBeaconUUID.batteryLevel, of: healthy).count == 1)
+            let bad = await #expect(throws: BusError.self) {
+                try await fixture.client.call(
+                    SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Update",
+                    [.string(sick.address), .string(#"{"faults": {"gremlins": 1}}"#)])
+            }
+            #expect(bad?.message == "Update: unknown fault 'gremlins'")
+        }
+    }
 }

@@ -167,4 +167,20 @@ struct FirmwareTests {
         #expect(a.contains { $0.moving })
         #expect(FleetGenerator.make(count: 200, seed: 43, now: Self.now) != a)
     }
+
+    @Test func tripsPassThroughTheStateMachineAndDrainTheBattery() {
+        var firmware = Self.beacon()
+        var random = SplitMix64(seed: 8)
+        var endings = Set<TripStatus>()
+        for _ in 0..<20 {
+            firmware.drive(minutes: 30, harshEvents: 0, now: Self.now, random: &random)
+            let states = firmware.lastTripStates
+            #expect(states.first == .start && states.dropFirst().first == .active && states.last == .idle)
+            endings.insert(states[2])
+        }
+        #expect(endings == [.end, .timeout])
+        #expect(firmware.state.tripStatus == .idle)
+        // 20 trips of 30 minutes: 1.2 % of battery.
+        #expect(abs(firmware.state.battery - (87.6 - 1.2)) < 0.0001)
+    }
 }
