@@ -237,6 +237,41 @@ struct BluetoothdTests {
         }
     }
 
+    @Test func aShakeIsARealTimeEventAndARebootDropsTheLink() async throws {
+        try await withSimulator { fixture throws in
+            try await fixture.discoverAll()
+            let state = fixture.fleet[0]
+            try await fixture.connect(state)
+            let path = try await fixture.characteristic(SBeaconUUID.realTimeEvent, of: state)
+            try await fixture.client.call(SimulatorFixture.bluez, path, "org.bluez.GattCharacteristic1", "StartNotify")
+            let values = try await fixture.client.signals(
+                matching: MatchRule(
+                    sender: SimulatorFixture.bluez, interface: .properties, member: "PropertiesChanged",
+                    path: path))
+            try await fixture.client.call(
+                SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Shake",
+                [.string(state.address), .byte(5)])
+            let event = await collect(values, count: 1).compactMap { try? PropertiesChanged($0) }.first?.changed[
+                "Value"]
+            #expect(
+                try RealTimeEvent(bytes: try #require(event?.bytes))
+                    == RealTimeEvent(type: .braking, axis: .longitudinal, flags: .harshBraking))
+
+            let config = DrivingBehaviourConfig(
+                cornering: 999, braking: 999, acceleration: 999, duration: 99, enable: [])
+            try await fixture.write(SBeaconUUID.drivingBehaviourConfig, config.bytes, of: state)
+            try await fixture.write(SBeaconUUID.deviceControl, DeviceCommand.reboot.bytes, of: state)
+            var report = try await fixture.report(state)
+            for _ in 0..<200 where report.connected {
+                try await Task.sleep(for: .milliseconds(10))
+                report = try await fixture.report(state)
+            }
+            #expect(report.connected == false)
+            #expect(report.uptime < 5)
+            #expect(report.config.braking == 999)
+        }
+    }
+
     @Test func aRestartDropsTheNameAndComesBack() async throws {
         try await withSimulator { fixture throws in
             let owner = try #require(try await fixture.client.nameOwner(of: SimulatorFixture.bluez))
