@@ -97,12 +97,5 @@ struct EchoFixture {
 
 /// Runs `body` with a fresh echo fixture, and always stops it.
 func withEchoFixture(_ body: (EchoFixture) async throws -> Void) async throws {
-    let fixture = try await EchoFixture.start()
-    do {
-        try await body(fixture)
-    } catch {
-        await fixture.stop()
-        throw error
-    }
-    await fixture.stop()
+    try await withResource({ try await EchoFixture.start() }, stop: { await $0.stop() }, body)
 }

@@ -103,12 +103,6 @@ func withSimulator(
     count: Int = 3, configure: (inout SimulatorOptions) -> Void = { _ in },
     _ body: (SimulatorFixture) async throws -> Void
 ) async throws {
-    let fixture = try await SimulatorFixture.start(count: count, configure: configure)
-    do {
-        try await body(fixture)
-    } catch {
-        await fixture.stop()
-        throw error
-    }
-    await fixture.stop()
+    try await withResource(
+        { try await SimulatorFixture.start(count: count, configure: configure) }, stop: { await $0.stop() }, body)
 }
