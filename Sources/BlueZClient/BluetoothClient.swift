@@ -1,0 +1,329 @@
+import DBusBinding
+
+/// A client of bluetoothd: the adapters, a live registry of every object
+/// bluetoothd exports (kept current by its signals, never by polling), and
+/// discovery. Devices are connected through `connect(_:)`.
+///
+/// When bluetoothd leaves the bus the registry is emptied and everything
+/// waiting on it fails with `bluetoothdGone`; when it comes back the
+/// registry is read again and devices are found by address as before.
+public actor BluetoothClient {
+    public static let bluez: BusName = "org.bluez"
+
+    public let bus: BusConnection
+    /// Path → interface → property → value, as bluetoothd exports them.
+    private var objects: [ObjectPath: [String: [String: BusValue]]] = [:]
+    private var waiters: [Int: Waiter] = [:]
+    private var nextWaiter = 0
+    private var listeners: [Task<Void, Never>] = []
+    /// Bumped whenever bluetoothd leaves or comes back.
+    public private(set) var bluetoothdGeneration = 0
+    private var connectLocks: [ObjectPath: AsyncLock] = [:]
+
+    private struct Waiter {
+        var isSatisfied: () -> Bool
+        var continuation: CheckedContinuation<Void, any Error>
+        var generation: Int
+    }
+
+    /// Timeouts of the calls this client makes.
+    public struct Timeouts: Sendable {
+        public var call: Duration = .seconds(10)
+        public var connect: Duration = .seconds(20)
+        public var servicesResolved: Duration = .seconds(10)
+        public var gatt: Duration = .seconds(10)
+        public init() {}
+    }
+    public let timeouts: Timeouts
+
+    public init(bus: BusConnection, timeouts: Timeouts = Timeouts()) {
+        self.bus = bus
+        self.timeouts = timeouts
+    }
+
+    /// Subscribes to bluetoothd's signals, then reads its objects.
+    /// - Throws: `BlueZError` when bluetoothd is not on the bus.
+    public func start() async throws {
+        let signals = try await bus.signals(matching: MatchRule(sender: Self.bluez))
+        let owners = try await bus.nameOwnerChanges(of: Self.bluez)
+        listeners.append(Task { [weak self] in
+            for await signal in signals { await self?.apply(signal) }
+        })
+        listeners.append(Task { [weak self] in
+            for await change in owners { await self?.ownerChanged(change) }
+        })
+        try await reload()
+    }
+
+    /// Stops listening.
+    public func stop() {
+        for listener in listeners { listener.cancel() }
+        listeners = []
+        failWaiters(BlueZError(.bluetoothdGone, step: "stop"))
+    }
+
+    private func reload() async throws {
+        do {
+            objects = try await bus.managedObjects(of: Self.bluez, timeout: timeouts.call)
+        } catch let error as BusError {
+            throw BlueZError(.bus(error), step: "read bluetoothd's objects")
+        }
+        checkWaiters()
+    }
+
+    // MARK: Keeping the registry current
+
+    private func apply(_ signal: BusSignal) {
+        switch (signal.interface, signal.member.rawValue) {
+        case (.objectManager, "InterfacesAdded"):
+            guard let added = try? InterfacesAdded(signal) else { return }
+            objects[added.path, default: [:]].merge(added.interfaces) { $1 }
+        case (.objectManager, "InterfacesRemoved"):
+            guard let removed = try? InterfacesRemoved(signal) else { return }
+            for name in removed.interfaces { objects[removed.path]?[name] = nil }
+            if objects[removed.path]?.keys.allSatisfy({ $0.hasPrefix("org.freedesktop.DBus.") }) ?? false {
+                objects[removed.path] = nil
+            }
+        case (.properties, "PropertiesChanged"):
+            guard let change = try? PropertiesChanged(signal), objects[change.path]?[change.interface] != nil else {
+                return
+            }
+            objects[change.path]?[change.interface]?.merge(change.changed) { $1 }
+            for name in change.invalidated { objects[change.path]?[change.interface]?[name] = nil }
+        default:
+            return
+        }
+        checkWaiters()
+    }
+
+    private func ownerChanged(_ change: NameOwnerChanged) async {
+        bluetoothdGeneration += 1
+        objects = [:]
+        failWaiters(BlueZError(.bluetoothdGone, step: "wait"))
+        if change.newOwner != nil { try? await reload() }
+    }
+
+    private func checkWaiters() {
+        for (id, waiter) in waiters where waiter.isSatisfied() {
+            waiters[id] = nil
+            waiter.continuation.resume()
+        }
+    }
+
+    private func failWaiters(_ error: BlueZError) {
+        let pending = waiters
+        waiters = [:]
+        for waiter in pending.values {
+            var error = error
+            error.step = "wait for bluetoothd"
+            waiter.continuation.resume(throwing: error)
+        }
+    }
+
+    /// Waits until `condition` holds in the registry.
+    /// - Throws: `timeout`, `bluetoothdGone`, or cancellation.
+    func waitUntil(_ condition: @escaping () -> Bool, timeout: Duration, step: String, device: String?) async throws {
+        if condition() { return }
+        nextWaiter += 1
+        let id = nextWaiter
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            await self?.expireWaiter(id, BlueZError(.timeout(timeout), device: device, step: step))
+        }
+        defer { timer.cancel() }
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                waiters[id] = Waiter(isSatisfied: condition, continuation: continuation, generation: bluetoothdGeneration)
+            }
+        } onCancel: {
+            Task { await self.expireWaiter(id, CancellationError()) }
+        }
+    }
+
+    private func expireWaiter(_ id: Int, _ error: any Error) {
+        waiters.removeValue(forKey: id)?.continuation.resume(throwing: error)
+    }
+
+    // MARK: Reading the registry
+
+    /// The interfaces and properties of one object, as bluetoothd last said.
+    public func object(_ path: ObjectPath) -> [String: [String: BusValue]]? { objects[path] }
+
+    /// Every object bluetoothd exports.
+    public func allObjects() -> [ObjectPath: [String: [String: BusValue]]] { objects }
+
+    public func adapters() -> [Adapter] {
+        objects.compactMap { path, interfaces in
+            interfaces["org.bluez.Adapter1"].map { Adapter(path: path, properties: $0) }
+        }.sorted { $0.path < $1.path }
+    }
+
+    /// The adapter called `name` (`hci0`), or the first powered one with the
+    /// central role.
+    public func adapter(named name: String?) throws -> Adapter {
+        let all = adapters()
+        if let name {
+            guard let adapter = all.first(where: { $0.name == name }) else {
+                throw BlueZError(.adapterNotFound(name), step: "choose the adapter")
+            }
+            return adapter
+        }
+        guard let adapter = all.first(where: { $0.powered && $0.roles.contains("central") }) ?? all.first else {
+            throw BlueZError(.adapterNotFound("(any)"), step: "choose the adapter")
+        }
+        return adapter
+    }
+
+    /// Every device bluetoothd knows, on every adapter.
+    public func devices() -> [Device] {
+        objects.compactMap { path, interfaces in
+            interfaces["org.bluez.Device1"].map { Device(path: path, properties: $0) }
+        }.sorted { $0.path < $1.path }
+    }
+
+    /// The device with `address`, on `adapter` if given.
+    public func device(address: String, adapter: ObjectPath? = nil) -> Device? {
+        let wanted = address.uppercased()
+        return devices().first { $0.address.uppercased() == wanted && (adapter == nil || $0.adapter == adapter) }
+    }
+
+    // MARK: Adapters and discovery
+
+    @discardableResult
+    private func call(
+        _ path: ObjectPath, _ interface: InterfaceName, _ member: MemberName, _ body: [BusValue] = [],
+        timeout: Duration? = nil, step: String, device: String? = nil, characteristic: String? = nil
+    ) async throws -> BusMessage {
+        do {
+            return try await bus.call(Self.bluez, path, interface, member, body, timeout: timeout ?? timeouts.call)
+        } catch let error as BusError {
+            throw BlueZError(
+                error.name == .noReply ? .timeout(timeout ?? timeouts.call) : .bus(error), device: device, step: step,
+                characteristic: characteristic)
+        }
+    }
+
+    /// Powers an adapter on or off.
+    public func setPowered(_ adapter: Adapter, _ on: Bool) async throws {
+        try await call(
+            adapter.path, .properties, "Set",
+            [.string("org.bluez.Adapter1"), .string("Powered"), .variant(.boolean(on))], step: "power \(adapter.name)")
+    }
+
+    /// Filters discovery to LE with duplicates reported (so RSSI stays
+    /// current) and an optional RSSI floor, then starts it. Discovery that
+    /// this client already started is not an error.
+    public func startDiscovery(on adapter: Adapter, rssiFloor: Int16? = nil) async throws {
+        var filter: [String: BusValue] = ["Transport": "le", "DuplicateData": true]
+        if let rssiFloor { filter["RSSI"] = .int16(rssiFloor) }
+        try await call(adapter.path, "org.bluez.Adapter1", "SetDiscoveryFilter", [.propertyMap(filter)],
+                       step: "set the discovery filter on \(adapter.name)")
+        do {
+            try await call(adapter.path, "org.bluez.Adapter1", "StartDiscovery", step: "start discovery on \(adapter.name)")
+        } catch let error as BlueZError where error.busErrorName == .bluez.inProgress {
+            return
+        }
+    }
+
+    public func stopDiscovery(on adapter: Adapter) async throws {
+        do {
+            try await call(adapter.path, "org.bluez.Adapter1", "StopDiscovery", step: "stop discovery on \(adapter.name)")
+        } catch let error as BlueZError
+            where error.busErrorName == .bluez.failed && error.description.contains("No discovery started")
+        {
+            return
+        }
+    }
+
+    /// Waits until a device with `address` is known (discovery must run).
+    public func waitForDevice(address: String, adapter: ObjectPath? = nil, timeout: Duration) async throws -> Device {
+        try await waitUntil({ self.device(address: address, adapter: adapter) != nil },
+                            timeout: timeout, step: "find", device: address)
+        guard let found = device(address: address, adapter: adapter) else {
+            throw BlueZError(.deviceNotFound, device: address, step: "find")
+        }
+        return found
+    }
+
+    // MARK: Internal helpers for DeviceSession
+
+    func connectLock(for adapter: ObjectPath) -> AsyncLock {
+        if let lock = connectLocks[adapter] { return lock }
+        let lock = AsyncLock()
+        connectLocks[adapter] = lock
+        return lock
+    }
+
+    func invoke(
+        _ path: ObjectPath, _ interface: InterfaceName, _ member: MemberName, _ body: [BusValue] = [],
+        timeout: Duration, step: String, device: String?, characteristic: String? = nil
+    ) async throws -> BusMessage {
+        try await call(path, interface, member, body, timeout: timeout, step: step, device: device,
+                       characteristic: characteristic)
+    }
+}
+
+/// An adapter as the registry shows it.
+public struct Adapter: Sendable, Equatable {
+    public var path: ObjectPath
+    public var name: String { String(path.components.last ?? "") }
+    public var address: String
+    public var powered: Bool
+    public var discovering: Bool
+    public var roles: [String]
+
+    init(path: ObjectPath, properties: [String: BusValue]) {
+        self.path = path
+        address = properties["Address"]?.string ?? ""
+        powered = properties["Powered"]?.bool ?? false
+        discovering = properties["Discovering"]?.bool ?? false
+        roles = properties["Roles"]?.stringArray ?? []
+    }
+}
+
+/// A device as the registry shows it.
+public struct Device: Sendable, Equatable {
+    public var path: ObjectPath
+    public var address: String
+    public var adapter: ObjectPath?
+    public var name: String?
+    public var rssi: Int16?
+    public var connected: Bool
+    public var servicesResolved: Bool
+    /// Company identifier → payload.
+    public var manufacturerData: [UInt16: [UInt8]]
+
+    init(path: ObjectPath, properties: [String: BusValue]) {
+        self.path = path
+        address = properties["Address"]?.string ?? ""
+        adapter = properties["Adapter"]?.objectPath
+        name = properties["Name"]?.string
+        rssi = properties["RSSI"]?.int16
+        connected = properties["Connected"]?.bool ?? false
+        servicesResolved = properties["ServicesResolved"]?.bool ?? false
+        manufacturerData = (properties["ManufacturerData"]?.uint16KeyedDictionary ?? [:]).compactMapValues(\.bytes)
+    }
+}
+
+/// A lock that suspends instead of blocking: one pending LE connect per
+/// adapter.
+actor AsyncLock {
+    private var locked = false
+    private var queue: [CheckedContinuation<Void, Never>] = []
+
+    func acquire() async {
+        if !locked {
+            locked = true
+            return
+        }
+        await withCheckedContinuation { queue.append($0) }
+    }
+
+    func release() {
+        if queue.isEmpty {
+            locked = false
+        } else {
+            queue.removeFirst().resume()
+        }
+    }
+}

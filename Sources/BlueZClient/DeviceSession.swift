@@ -1,0 +1,316 @@
+import DBusBinding
+
+/// How hard to try to connect.
+public struct ConnectPolicy: Sendable {
+    /// Attempts in all, the first included.
+    public var attempts = 4
+    /// The pause after the first failed attempt; it doubles after each.
+    public var backoff: Duration = .milliseconds(250)
+    /// Service UUIDs that must be present once services resolve.
+    public var requiredServices: [String] = []
+
+    public init(attempts: Int = 4, backoff: Duration = .milliseconds(250), requiredServices: [String] = []) {
+        self.attempts = attempts
+        self.backoff = backoff
+        self.requiredServices = requiredServices
+    }
+}
+
+extension BluetoothClient {
+    /// Connects to the device with `address`, runs `body` with the
+    /// connection, and disconnects whatever happens: success, error or
+    /// cancellation.
+    ///
+    /// Connects are serialised per adapter (one pending LE connect per
+    /// controller); an orphaned connection is reused; the transient failures
+    /// (`InProgress`, `le-connection-abort-by-local`, timeouts, services that
+    /// never resolve) are retried with doubling pauses, disconnecting first
+    /// when the link came up half-way.
+    public nonisolated func withConnection<Result: Sendable>(
+        to address: String, on adapter: Adapter? = nil, policy: ConnectPolicy = ConnectPolicy(),
+        _ body: (DeviceSession) async throws -> Result
+    ) async throws -> Result {
+        let session = try await connect(address, on: adapter, policy: policy)
+        do {
+            let result = try await body(session)
+            await session.disconnect()
+            return result
+        } catch {
+            await session.disconnect()
+            throw error
+        }
+    }
+
+    /// Connects (see `withConnection`); the caller must `disconnect()`.
+    public nonisolated func connect(_ address: String, on adapter: Adapter? = nil, policy: ConnectPolicy)
+        async throws -> DeviceSession
+    {
+        var pause = policy.backoff
+        var attempt = 1
+        while true {
+            do {
+                return try await connectOnce(address, adapter: adapter?.path, policy: policy)
+            } catch let error as BlueZError where error.isTransient && attempt < policy.attempts {
+                try Task.checkCancellation()
+                if let device = await device(address: address, adapter: adapter?.path), device.connected {
+                    _ = try? await self.invoke(
+                        device.path, "org.bluez.Device1", "Disconnect", timeout: timeouts.call, step: "disconnect",
+                        device: address)
+                }
+                try await Task.sleep(for: pause)
+                pause = pause * 2
+                attempt += 1
+            }
+        }
+    }
+
+    private func connectOnce(_ address: String, adapter: ObjectPath?, policy: ConnectPolicy) async throws
+        -> DeviceSession
+    {
+        guard let device = device(address: address, adapter: adapter), let adapterPath = device.adapter else {
+            throw BlueZError(.deviceNotFound, device: address, step: "connect")
+        }
+        if !(device.connected && device.servicesResolved) {
+            let lock = connectLock(for: adapterPath)
+            await lock.acquire()
+            do {
+                // Connected may be true already: an orphaned connection.
+                if !(self.device(address: address, adapter: adapterPath)?.connected ?? false) {
+                    _ = try await invoke(
+                        device.path, "org.bluez.Device1", "Connect", timeout: timeouts.connect, step: "connect",
+                        device: address)
+                }
+            } catch let error as BlueZError where error.busErrorName == .bluez.alreadyConnected {
+                // Fine: someone else connected it.
+            } catch {
+                await lock.release()
+                throw error
+            }
+            await lock.release()
+            do {
+                try await waitUntil(
+                    {
+                        guard let current = self.device(address: address, adapter: adapterPath) else { return true }
+                        return current.servicesResolved || !current.connected
+                    }, timeout: timeouts.servicesResolved, step: "wait for services", device: address)
+            } catch let error as BlueZError where error.reason == .timeout(timeouts.servicesResolved) {
+                throw BlueZError(.servicesNotResolved, device: address, step: "connect")
+            }
+            guard let current = self.device(address: address, adapter: adapterPath) else {
+                throw BlueZError(.deviceNotFound, device: address, step: "connect")
+            }
+            guard current.connected else { throw BlueZError(.disconnected, device: address, step: "connect") }
+        }
+        let services = Set(gattObjects(under: device.path, interface: "org.bluez.GattService1").map(\.uuid))
+        for uuid in policy.requiredServices where !services.contains(uuid) {
+            throw BlueZError(.missingAttribute("service \(uuid)"), device: address, step: "connect")
+        }
+        return DeviceSession(client: self, address: address, path: device.path)
+    }
+
+    /// The GATT objects of one interface under a device: path and UUID.
+    func gattObjects(under device: ObjectPath, interface: String) -> [(path: ObjectPath, uuid: String)] {
+        allObjects().compactMap { path, interfaces in
+            guard device.isAncestor(of: path), let uuid = interfaces[interface]?["UUID"]?.string else { return nil }
+            return (path, uuid.lowercased())
+        }
+    }
+}
+
+/// A connected device: GATT reads, writes and notifications by UUID. Every
+/// call has a timeout; errors name the device, the step and the
+/// characteristic.
+public struct DeviceSession: Sendable {
+    public let client: BluetoothClient
+    public let address: String
+    public let path: ObjectPath
+
+    private static let characteristicInterface: InterfaceName = "org.bluez.GattCharacteristic1"
+
+    /// The object path of the characteristic with `uuid`.
+    public func characteristic(_ uuid: String) async throws -> ObjectPath {
+        let wanted = uuid.lowercased()
+        guard
+            let found = await client.gattObjects(under: path, interface: "org.bluez.GattCharacteristic1")
+                .first(where: { $0.uuid == wanted })
+        else {
+            throw BlueZError(.missingAttribute("characteristic"), device: address, step: "find", characteristic: uuid)
+        }
+        return found.path
+    }
+
+    /// Whether the device is still connected, as the registry says.
+    public var isConnected: Bool {
+        get async { await client.device(address: address)?.connected ?? false }
+    }
+
+    /// ReadValue.
+    public func read(_ uuid: String, timeout: Duration? = nil) async throws -> [UInt8] {
+        let path = try await characteristic(uuid)
+        let reply = try await client.invoke(
+            path, Self.characteristicInterface, "ReadValue", [.propertyMap([:])],
+            timeout: timeout ?? client.timeouts.gatt, step: "read", device: address, characteristic: uuid)
+        guard let bytes = reply.body.first?.bytes, reply.signature == "ay" else {
+            throw BlueZError(
+                .bus(BusError(.invalidSignature, "ReadValue answered '\(reply.signature)', not 'ay'")),
+                device: address, step: "read", characteristic: uuid)
+        }
+        return bytes
+    }
+
+    /// WriteValue, with response unless `withResponse` is false.
+    public func write(_ uuid: String, _ value: [UInt8], withResponse: Bool = true, timeout: Duration? = nil)
+        async throws
+    {
+        let path = try await characteristic(uuid)
+        _ = try await client.invoke(
+            path, Self.characteristicInterface, "WriteValue",
+            [.bytes(value), .propertyMap(["type": .string(withResponse ? "request" : "command")])],
+            timeout: timeout ?? client.timeouts.gatt, step: "write", device: address, characteristic: uuid)
+    }
+
+    /// Subscribes to a characteristic's notifications: the signal
+    /// subscription is in place before StartNotify, so nothing sent after
+    /// this returns is missed.
+    public func notifications(_ uuid: String) async throws -> Notifications {
+        let path = try await characteristic(uuid)
+        let signals: AsyncStream<BusSignal>
+        do {
+            signals = try await client.bus.signals(
+                matching: MatchRule(
+                    sender: BluetoothClient.bluez, interface: .properties, member: "PropertiesChanged", path: path,
+                    arguments: [0: Self.characteristicInterface.rawValue]))
+        } catch let error as BusError {
+            throw BlueZError(.bus(error), device: address, step: "subscribe", characteristic: uuid)
+        }
+        let inbox = NotificationInbox(signals: signals)
+        await inbox.start()
+        do {
+            _ = try await client.invoke(
+                path, Self.characteristicInterface, "StartNotify", timeout: client.timeouts.gatt,
+                step: "start notifications", device: address, characteristic: uuid)
+        } catch {
+            await inbox.close()
+            throw error
+        }
+        return Notifications(session: self, uuid: uuid, path: path, inbox: inbox)
+    }
+
+    /// Disconnects; errors are ignored (the device may be gone already).
+    public func disconnect() async {
+        _ = try? await client.invoke(
+            path, "org.bluez.Device1", "Disconnect", timeout: client.timeouts.call, step: "disconnect",
+            device: address)
+    }
+
+    /// A characteristic's notifications: the values, in order.
+    public struct Notifications: Sendable {
+        let session: DeviceSession
+        let uuid: String
+        let path: ObjectPath
+        let inbox: NotificationInbox
+
+        /// The next value, or a `timeout` error naming `step`.
+        public func next(timeout: Duration, step: String) async throws -> [UInt8] {
+            let value: [UInt8]?
+            do {
+                value = try await inbox.next(timeout: timeout)
+            } catch var error as BlueZError {
+                error.device = session.address
+                error.step = step
+                error.characteristic = uuid
+                throw error
+            }
+            guard let value else {
+                throw BlueZError(.disconnected, device: session.address, step: step, characteristic: uuid)
+            }
+            return value
+        }
+
+        /// Values already received, without waiting.
+        public func drain() async -> [[UInt8]] { await inbox.drain() }
+
+        /// StopNotify (errors ignored: the link may be down), and the end of
+        /// the subscription.
+        public func stop() async {
+            _ = try? await session.client.invoke(
+                path, "org.bluez.GattCharacteristic1", "StopNotify", timeout: session.client.timeouts.gatt,
+                step: "stop notifications", device: session.address, characteristic: uuid)
+            await inbox.close()
+        }
+    }
+}
+
+/// Buffers a characteristic's notified values, so that waiting for one with
+/// a timeout never ends the subscription.
+actor NotificationInbox {
+    private let signals: AsyncStream<BusSignal>
+    private var buffer: [[UInt8]] = []
+    private var waiter: (id: Int, continuation: CheckedContinuation<[UInt8]?, any Error>)?
+    private var nextID = 0
+    private var finished = false
+    private var consumer: Task<Void, Never>?
+
+    init(signals: AsyncStream<BusSignal>) {
+        self.signals = signals
+    }
+
+    func start() {
+        let signals = self.signals
+        consumer = Task { [weak self] in
+            for await signal in signals {
+                guard let value = (try? PropertiesChanged(signal))?.changed["Value"]?.bytes else { continue }
+                await self?.deliver(value)
+            }
+            await self?.finish()
+        }
+    }
+
+    private func deliver(_ value: [UInt8]) {
+        if let waiter {
+            self.waiter = nil
+            waiter.continuation.resume(returning: value)
+        } else {
+            buffer.append(value)
+        }
+    }
+
+    private func finish() {
+        finished = true
+        if let waiter {
+            self.waiter = nil
+            waiter.continuation.resume(returning: nil)
+        }
+    }
+
+    func close() {
+        consumer?.cancel()
+        consumer = nil
+        finish()
+    }
+
+    func drain() -> [[UInt8]] {
+        defer { buffer = [] }
+        return buffer
+    }
+
+    /// The next value; nil when the subscription ended.
+    func next(timeout: Duration) async throws -> [UInt8]? {
+        if !buffer.isEmpty { return buffer.removeFirst() }
+        if finished { return nil }
+        nextID += 1
+        let id = nextID
+        let timer = Task { [weak self] in
+            try? await Task.sleep(for: timeout)
+            await self?.expire(id, timeout)
+        }
+        defer { timer.cancel() }
+        return try await withCheckedThrowingContinuation { waiter = (id, $0) }
+    }
+
+    private func expire(_ id: Int, _ timeout: Duration) {
+        guard let waiter, waiter.id == id else { return }
+        self.waiter = nil
+        waiter.continuation.resume(throwing: BlueZError(.timeout(timeout), step: "wait for a notification"))
+    }
+}
