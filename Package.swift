@@ -63,6 +63,11 @@ let package = Package(
         .testTarget(name: "DBusBindingTests", dependencies: ["DBusBinding", "TestSupport", "CDBus"]),
         .testTarget(name: "SBeaconProtocolTests", dependencies: ["SBeaconProtocol"]),
         .testTarget(
+            name: "WorkbenchTests",
+            dependencies: [
+                "Workbench", "BlueZClient", "BeaconSimulator", "SBeaconProtocol", "DBusBinding", "TestSupport",
+            ]),
+        .testTarget(
             name: "SimulatorTests",
             dependencies: ["BeaconSimulator", "SBeaconProtocol", "DBusBinding", "TestSupport"]),
     ]

@@ -46,12 +46,14 @@ public actor BluetoothClient {
     public func start() async throws {
         let signals = try await bus.signals(matching: MatchRule(sender: Self.bluez))
         let owners = try await bus.nameOwnerChanges(of: Self.bluez)
-        listeners.append(Task { [weak self] in
-            for await signal in signals { await self?.apply(signal) }
-        })
-        listeners.append(Task { [weak self] in
-            for await change in owners { await self?.ownerChanged(change) }
-        })
+        listeners.append(
+            Task { [weak self] in
+                for await signal in signals { await self?.apply(signal) }
+            })
+        listeners.append(
+            Task { [weak self] in
+                for await change in owners { await self?.ownerChanged(change) }
+            })
         try await reload()
     }
 
@@ -133,7 +135,8 @@ public actor BluetoothClient {
         defer { timer.cancel() }
         try await withTaskCancellationHandler {
             try await withCheckedThrowingContinuation { continuation in
-                waiters[id] = Waiter(isSatisfied: condition, continuation: continuation, generation: bluetoothdGeneration)
+                waiters[id] = Waiter(
+                    isSatisfied: condition, continuation: continuation, generation: bluetoothdGeneration)
             }
         } onCancel: {
             Task { await self.expireWaiter(id, CancellationError()) }
@@ -216,10 +219,12 @@ public actor BluetoothClient {
     public func startDiscovery(on adapter: Adapter, rssiFloor: Int16? = nil) async throws {
         var filter: [String: BusValue] = ["Transport": "le", "DuplicateData": true]
         if let rssiFloor { filter["RSSI"] = .int16(rssiFloor) }
-        try await call(adapter.path, "org.bluez.Adapter1", "SetDiscoveryFilter", [.propertyMap(filter)],
-                       step: "set the discovery filter on \(adapter.name)")
+        try await call(
+            adapter.path, "org.bluez.Adapter1", "SetDiscoveryFilter", [.propertyMap(filter)],
+            step: "set the discovery filter on \(adapter.name)")
         do {
-            try await call(adapter.path, "org.bluez.Adapter1", "StartDiscovery", step: "start discovery on \(adapter.name)")
+            try await call(
+                adapter.path, "org.bluez.Adapter1", "StartDiscovery", step: "start discovery on \(adapter.name)")
         } catch let error as BlueZError where error.busErrorName == .bluez.inProgress {
             return
         }
@@ -227,7 +232,8 @@ public actor BluetoothClient {
 
     public func stopDiscovery(on adapter: Adapter) async throws {
         do {
-            try await call(adapter.path, "org.bluez.Adapter1", "StopDiscovery", step: "stop discovery on \(adapter.name)")
+            try await call(
+                adapter.path, "org.bluez.Adapter1", "StopDiscovery", step: "stop discovery on \(adapter.name)")
         } catch let error as BlueZError
             where error.busErrorName == .bluez.failed && error.description.contains("No discovery started")
         {
@@ -237,8 +243,9 @@ public actor BluetoothClient {
 
     /// Waits until a device with `address` is known (discovery must run).
     public func waitForDevice(address: String, adapter: ObjectPath? = nil, timeout: Duration) async throws -> Device {
-        try await waitUntil({ self.device(address: address, adapter: adapter) != nil },
-                            timeout: timeout, step: "find", device: address)
+        try await waitUntil(
+            { self.device(address: address, adapter: adapter) != nil },
+            timeout: timeout, step: "find", device: address)
         guard let found = device(address: address, adapter: adapter) else {
             throw BlueZError(.deviceNotFound, device: address, step: "find")
         }
@@ -258,8 +265,9 @@ public actor BluetoothClient {
         _ path: ObjectPath, _ interface: InterfaceName, _ member: MemberName, _ body: [BusValue] = [],
         timeout: Duration, step: String, device: String?, characteristic: String? = nil
     ) async throws -> BusMessage {
-        try await call(path, interface, member, body, timeout: timeout, step: step, device: device,
-                       characteristic: characteristic)
+        try await call(
+            path, interface, member, body, timeout: timeout, step: step, device: device,
+            characteristic: characteristic)
     }
 }
 

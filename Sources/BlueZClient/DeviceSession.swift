@@ -42,7 +42,9 @@ extension BluetoothClient {
     }
 
     /// Connects (see `withConnection`); the caller must `disconnect()`.
-    public nonisolated func connect(_ address: String, on adapter: Adapter? = nil, policy: ConnectPolicy)
+    public nonisolated func connect(
+        _ address: String, on adapter: Adapter? = nil, policy: ConnectPolicy
+    )
         async throws -> DeviceSession
     {
         var pause = policy.backoff
@@ -64,7 +66,9 @@ extension BluetoothClient {
         }
     }
 
-    private func connectOnce(_ address: String, adapter: ObjectPath?, policy: ConnectPolicy) async throws
+    private func connectOnce(
+        _ address: String, adapter: ObjectPath?, policy: ConnectPolicy
+    ) async throws
         -> DeviceSession
     {
         guard let device = device(address: address, adapter: adapter), let adapterPath = device.adapter else {
@@ -139,6 +143,15 @@ public struct DeviceSession: Sendable {
         return found.path
     }
 
+    /// Checks that the device shows a service.
+    /// - Throws: `BlueZError` `missingAttribute` when it does not.
+    public func requireService(_ uuid: String) async throws {
+        let services = await client.gattObjects(under: path, interface: "org.bluez.GattService1")
+        guard services.contains(where: { $0.uuid == uuid.lowercased() }) else {
+            throw BlueZError(.missingAttribute("service \(uuid)"), device: address, step: "check the services")
+        }
+    }
+
     /// Whether the device is still connected, as the registry says.
     public var isConnected: Bool {
         get async { await client.device(address: address)?.connected ?? false }
@@ -159,7 +172,9 @@ public struct DeviceSession: Sendable {
     }
 
     /// WriteValue, with response unless `withResponse` is false.
-    public func write(_ uuid: String, _ value: [UInt8], withResponse: Bool = true, timeout: Duration? = nil)
+    public func write(
+        _ uuid: String, _ value: [UInt8], withResponse: Bool = true, timeout: Duration? = nil
+    )
         async throws
     {
         let path = try await characteristic(uuid)
