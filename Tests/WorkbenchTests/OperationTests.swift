@@ -26,7 +26,13 @@ struct OperationTests {
             #expect(info.calibration.calibrated == false)
             #expect(info.tripStatus == .idle)
             #expect(info.tripInformation == TripInformation(trips: 0, incidents: 0, events: 0))
-            #expect(try await bench.client.device(address: state.address)?.connected == false)
+            // Disconnected afterwards (the registry hears of it by signal).
+            var connected = true
+            for _ in 0..<200 where connected {
+                connected = await bench.client.device(address: state.address)?.connected ?? false
+                if connected { try await Task.sleep(for: .milliseconds(10)) }
+            }
+            #expect(!connected)
         }
     }
 

@@ -1,0 +1,101 @@
+import BeaconSimulator
+import BlueZClient
+import DBusBinding
+import Foundation
+import SBeaconProtocol
+import TestSupport
+import Testing
+import Workbench
+
+@Suite("Operations under the radio's faults and a bluetoothd restart")
+struct RobustnessTests {
+    /// Each fault kind at 30 % with a fixed seed, ten config writes: each
+    /// either succeeds and the beacon holds what was reported, or fails with
+    /// a typed error — and a reported write is always really there.
+    @Test(arguments: Fault.allCases.filter { $0 != .stalledReply })
+    func eachFaultKindGivesSuccessOrATypedError(_ fault: Fault) async throws {
+        try await withBench(
+            fleet: knownFleet(),
+            configure: {
+                $0.faults = [fault: 0.3]
+                $0.outage = .milliseconds(200)
+            }
+        ) { bench throws in
+            let state = bench.fleet[0]
+            let policy = ConnectPolicy(
+                attempts: 6, backoff: .milliseconds(20), requiredServices: SBeacon.requiredServices)
+            var successes = 0
+            for round in 0..<10 {
+                let config = DrivingBehaviourConfig(
+                    cornering: 300 + UInt16(round), braking: 400, acceleration: 300, duration: 400, enable: .detection)
+                do {
+                    let change = try await bench.withBeacon(state, policy: policy) { try await $0.writeConfig(config) }
+                    successes += 1
+                    #expect(change.after == config)
+                    #expect(
+                        try await bench.truth(state).config == config, "reported \(config) but the beacon holds another"
+                    )
+                } catch let error as BlueZError {
+                    #expect(!error.step.isEmpty)
+                } catch let error as OperationError {
+                    // A verification failure means the readback disagreed: reported, never hidden.
+                    if case .verificationFailed = error {
+                    } else if case .malformed = error {
+                    } else {
+                        Issue.record("unexpected \(error)")
+                    }
+                }
+            }
+            #expect(successes > 0, "no write got through \(fault) at 30 %")
+        }
+    }
+
+    @Test func retriesGetThroughTransientConnectFailures() async throws {
+        try await withBench(
+            fleet: knownFleet(), configure: { $0.faults = [.connectInProgress: 0.5, .connectAbort: 0.3] }
+        ) {
+            bench throws in
+            let policy = ConnectPolicy(
+                attempts: 10, backoff: .milliseconds(10), requiredServices: SBeacon.requiredServices)
+            for state in bench.fleet {
+                let info = try await bench.withBeacon(state, policy: policy) { try await $0.readInfo() }
+                #expect(info.serial == state.serial)
+            }
+            let counts = await bench.daemon.faultCounts
+            #expect((counts[.connectInProgress] ?? 0) + (counts[.connectAbort] ?? 0) > 0)
+        }
+    }
+
+    @Test func servicesThatNeverResolveAreRetriedAfterADisconnect() async throws {
+        // The fixture's client waits 3 s for ServicesResolved before it
+        // disconnects and tries again.
+        try await withBench(seed: 5, fleet: knownFleet(), configure: { $0.faults = [.servicesNeverResolved: 0.5] }) {
+            bench throws in
+            let policy = ConnectPolicy(
+                attempts: 8, backoff: .milliseconds(10), requiredServices: SBeacon.requiredServices)
+            let info = try await bench.withBeacon(bench.fleet[0], policy: policy) { try await $0.readInfo() }
+            #expect(info.model == "SB-1")
+        }
+    }
+
+    @Test func aBluetoothdRestartFailsTheOperationClearlyAndTheNextOneWorks() async throws {
+        try await withBench(fleet: knownFleet(), configure: { $0.latency.calibration = .seconds(2) }) { bench throws in
+            let state = bench.fleet[1]
+            async let restart: Void = {
+                try await Task.sleep(for: .milliseconds(500))
+                try await bench.daemon.restart()
+            }()
+            let error = await #expect(throws: (any Error).self) {
+                try await bench.withBeacon(state) { try await $0.calibrate(timeout: .seconds(5)) }
+            }
+            try await restart
+            #expect(error is BlueZError || error is OperationError, "\(String(describing: error))")
+            // bluetoothd is back: discover again, and the next operation works.
+            let adapter = try await bench.client.adapter(named: "hci0")
+            try await bench.client.startDiscovery(on: adapter)
+            _ = try await bench.client.waitForDevice(address: state.address, timeout: .seconds(10))
+            let info = try await bench.withBeacon(state) { try await $0.readInfo() }
+            #expect(info.serial == state.serial)
+        }
+    }
+}
