@@ -124,4 +124,49 @@ struct CodecTests {
         #expect(SBeaconUUID.drivingBehaviourConfig.rawValue == "53420201-6561-636f-6e00-000000000000")
         #expect(SBeaconUUID.batteryLevel.sig16 == 0x2A19)
     }
+
+    @Test func theSeedsExampleEventInG() throws {
+        // The framework's example: max 0.42 G, average X −0.15 G (left), Y 0.38 G, Z 0.05 G.
+        let bytes: [UInt8] = [
+            0x02, 12, 0x05, 0x3A, 0x05, 0x00, 0x00, 0xC2, 0x01, 0x7C, 0x01, 0xA4, 0x01, 0x6A, 0xFF, 0x7C, 0x01, 0x32,
+            0x00,
+        ]
+        guard case .event(let event) = try RecordNotification(bytes: bytes) else {
+            Issue.record("not an event")
+            return
+        }
+        #expect(event.index == 12)
+        #expect(event.type == .braking)
+        #expect(event.timestamp == 1338)
+        #expect(event.duration == 450)
+        #expect(event.averageMagnitude == 380)
+        #expect(event.maximumG == 0.42)
+        #expect(event.average.g.x == -0.15)
+        #expect(event.average.g.y == 0.38)
+        #expect(event.average.g.z == 0.05)
+    }
+
+    @Test func beaconTime() throws {
+        // Power-on at 2026-01-30 10:00:00 UTC; a trip starting 2700 s later.
+        let offset: Int64 = 1_769_767_200_000
+        #expect(BeaconTime.epochMilliseconds(beaconSeconds: 2700, offset: offset) == 1_769_769_900_000)
+        #expect(BeaconTime.offset(uptime: 3600, now: 1_769_770_800_000) == offset)
+        #expect(BeaconTime.needsSync(stored: 0, computed: offset))
+        #expect(!BeaconTime.needsSync(stored: offset + 2000, computed: offset))
+        #expect(BeaconTime.needsSync(stored: offset + 2001, computed: offset))
+        #expect(try BeaconTime.uptime(bytes: [0x10, 0x0E, 0, 0]) == 3600)
+        #expect(try BeaconTime.offset(bytes: BeaconTime.offsetBytes(-5)) == -5)
+        #expect(BeaconTime.offsetBytes(offset) == [0x00, 0x65, 0x58, 0x0E, 0x9C, 0x01, 0x00, 0x00])  // struct.pack("<q", …)
+        #expect(throws: ProtocolError.self) { try BeaconTime.uptime(bytes: [1, 2, 3]) }
+        #expect(throws: ProtocolError.self) { try BeaconTime.offset(bytes: [1]) }
+        #expect(try TripStatus(bytes: [4]) == .timeout)
+        #expect(throws: ProtocolError.self) { try TripStatus(bytes: [5]) }
+        #expect(throws: ProtocolError.self) { try TripStatus(bytes: []) }
+        #expect(try TripInformation(bytes: [3, 0, 1, 0, 7, 0]) == TripInformation(trips: 3, incidents: 1, events: 7))
+        #expect(throws: ProtocolError.self) { try TripInformation(bytes: [3, 0, 1, 0, 7]) }
+        #expect(throws: ProtocolError.self) { try CalibrationState(bytes: [2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]) }
+        #expect(throws: ProtocolError.self) { try CalibrationResult(bytes: [0x80, 0x03, 0, 0, 0, 0, 0, 0]) }
+        #expect(throws: ProtocolError.self) { try RecordResponse(bytes: [0x80, 0x01, 0x04, 0, 0]) }
+        #expect(throws: ProtocolError.self) { try BeaconIdentity(bytes: [1, 2, 3]) }
+    }
 }
