@@ -156,7 +156,8 @@ struct CodecTests {
         #expect(BeaconTime.needsSync(stored: offset + 2001, computed: offset))
         #expect(try BeaconTime.uptime(bytes: [0x10, 0x0E, 0, 0]) == 3600)
         #expect(try BeaconTime.offset(bytes: BeaconTime.offsetBytes(-5)) == -5)
-        #expect(BeaconTime.offsetBytes(offset) == [0x00, 0x65, 0x58, 0x0E, 0x9C, 0x01, 0x00, 0x00])  // struct.pack("<q", …)
+        // Python: struct.pack("<q", 1769767200000)
+        #expect(BeaconTime.offsetBytes(offset) == [0x00, 0x65, 0x58, 0x0E, 0x9C, 0x01, 0x00, 0x00])
         #expect(throws: ProtocolError.self) { try BeaconTime.uptime(bytes: [1, 2, 3]) }
         #expect(throws: ProtocolError.self) { try BeaconTime.offset(bytes: [1]) }
         #expect(try TripStatus(bytes: [4]) == .timeout)
