@@ -13,7 +13,11 @@ public actor SimulatedBluetoothd {
     private var beacons: [String: BeaconFirmware] = [:]
     private var beaconOrder: [String] = []
     private var adapters: [Adapter] = []
-    private var random: SplitMix64
+    /// Separate generators, so that how often discovery updates RSSI (a
+    /// matter of timing) never shifts which operation a fault strikes.
+    private var faultRandom: SplitMix64
+    private var driveRandom: SplitMix64
+    private var jitterRandom: SplitMix64
     /// How many times each fault has fired.
     public private(set) var faultCounts: [Fault: Int] = [:]
 
@@ -45,7 +49,9 @@ public actor SimulatedBluetoothd {
     public init(bus: BusConnection, options: SimulatorOptions, fleet: [BeaconState]) {
         self.bus = bus
         self.options = options
-        self.random = SplitMix64(seed: options.seed ^ 0x5EED)
+        self.faultRandom = SplitMix64(seed: options.seed ^ 0xFA17)
+        self.driveRandom = SplitMix64(seed: options.seed ^ 0xD21E)
+        self.jitterRandom = SplitMix64(seed: options.seed ^ 0x5EED)
         for state in fleet {
             beacons[state.address] = BeaconFirmware(state: state)
             beaconOrder.append(state.address)
@@ -82,7 +88,7 @@ public actor SimulatedBluetoothd {
     /// command line's.
     private func fires(_ fault: Fault, _ address: String) -> Bool {
         let probability = beacons[address]?.state.faults[fault.rawValue] ?? options.faults[fault] ?? 0
-        guard random.chance(probability) else { return false }
+        guard faultRandom.chance(probability) else { return false }
         faultCounts[fault, default: 0] += 1
         return true
     }
@@ -323,7 +329,7 @@ public actor SimulatedBluetoothd {
                 if let device = adapters[index].devices[address] {
                     adapters[index].devices[address]?.removal?.cancel()
                     adapters[index].devices[address]?.removal = nil
-                    let jitter = Int16(Int(random.next() % 7) - 3)
+                    let jitter = Int16(Int(jitterRandom.next() % 7) - 3)
                     try? await bus.setProperties(
                         ["RSSI": .int16(state.rssi + jitter)], interface: "org.bluez.Device1", at: device.path)
                 } else {
@@ -706,7 +712,7 @@ public actor SimulatedBluetoothd {
             // The link drops around the write: whether the beacon got it
             // first is a toss, as on a real radio; the client only knows it
             // got no answer.
-            if random.chance(0.5), var firmware = beacons[address],
+            if faultRandom.chance(0.5), var firmware = beacons[address],
                 let _ = try? firmware.write(uuid, value, now: Self.now())
             {
                 beacons[address] = firmware
@@ -829,7 +835,7 @@ public actor SimulatedBluetoothd {
         guard var firmware = beacons[address] else {
             throw BusError(.bluez.doesNotExist, "No simulated beacon \(address)")
         }
-        firmware.drive(minutes: minutes, harshEvents: harshEvents, now: Self.now(), random: &random)
+        firmware.drive(minutes: minutes, harshEvents: harshEvents, now: Self.now(), random: &driveRandom)
         beacons[address] = firmware
         markChanged()
         // Subscribers see the trip pass through the state machine.

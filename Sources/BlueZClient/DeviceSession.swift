@@ -31,12 +31,14 @@ extension BluetoothClient {
         _ body: (DeviceSession) async throws -> Result
     ) async throws -> Result {
         let session = try await connect(address, on: adapter, policy: policy)
+        // The disconnect runs as a task of its own: in a cancelled task the
+        // call itself would be cancelled before it is sent.
         do {
             let result = try await body(session)
-            await session.disconnect()
+            await Task { await session.disconnect() }.value
             return result
         } catch {
-            await session.disconnect()
+            await Task { await session.disconnect() }.value
             throw error
         }
     }
@@ -53,17 +55,29 @@ extension BluetoothClient {
             do {
                 return try await connectOnce(address, adapter: adapter?.path, policy: policy)
             } catch let error as BlueZError where error.isTransient && attempt < policy.attempts {
-                try Task.checkCancellation()
-                if let device = await device(address: address, adapter: adapter?.path), device.connected {
-                    _ = try? await self.invoke(
-                        device.path, "org.bluez.Device1", "Disconnect", timeout: timeouts.call, step: "disconnect",
-                        device: address)
-                }
+                await disconnectIfConnected(address, adapter: adapter?.path)
                 try await Task.sleep(for: pause)
                 pause = pause * 2
                 attempt += 1
+            } catch {
+                // Given up, or cancelled: leave no half-made connection behind.
+                await disconnectIfConnected(address, adapter: adapter?.path)
+                throw error
             }
         }
+    }
+
+    /// Disconnects a device, in a task of its own so that it is sent even
+    /// when the caller was cancelled. Sent whatever the registry says: the
+    /// Connected signal of a connect just made may not have arrived yet, and
+    /// Disconnect on a disconnected device does no harm.
+    private nonisolated func disconnectIfConnected(_ address: String, adapter: ObjectPath?) async {
+        await Task {
+            guard let device = await device(address: address, adapter: adapter) else { return }
+            _ = try? await self.invoke(
+                device.path, "org.bluez.Device1", "Disconnect", timeout: timeouts.call, step: "disconnect",
+                device: address)
+        }.value
     }
 
     private func connectOnce(
@@ -320,12 +334,26 @@ actor NotificationInbox {
             await self?.expire(id, timeout)
         }
         defer { timer.cancel() }
-        return try await withCheckedThrowingContinuation { waiter = (id, $0) }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { continuation in
+                if Task.isCancelled {
+                    continuation.resume(throwing: CancellationError())
+                } else {
+                    waiter = (id, continuation)
+                }
+            }
+        } onCancel: {
+            Task { await self.fail(id, CancellationError()) }
+        }
     }
 
     private func expire(_ id: Int, _ timeout: Duration) {
+        fail(id, BlueZError(.timeout(timeout), step: "wait for a notification"))
+    }
+
+    private func fail(_ id: Int, _ error: any Error) {
         guard let waiter, waiter.id == id else { return }
         self.waiter = nil
-        waiter.continuation.resume(throwing: BlueZError(.timeout(timeout), step: "wait for a notification"))
+        waiter.continuation.resume(throwing: error)
     }
 }

@@ -50,6 +50,103 @@ struct RobustnessTests {
         }
     }
 
+    /// Every operation in turn, each fault kind at 20 % with a fixed seed:
+    /// success with the beacon holding what was reported, or a typed error.
+    @Test(arguments: Fault.allCases.filter { $0 != .stalledReply })
+    func everyOperationUnderEachFaultKind(_ fault: Fault) async throws {
+        try await withBench(
+            fleet: knownFleet(),
+            configure: {
+                $0.faults = [fault: 0.2]
+                $0.outage = .milliseconds(200)
+            }
+        ) { bench throws in
+            let state = bench.fleet[1]
+            try await bench.daemon.drive(state.address, minutes: 20, harshEvents: 8)
+            let policy = ConnectPolicy(
+                attempts: 8, backoff: .milliseconds(20), requiredServices: SBeacon.requiredServices)
+            let config = DrivingBehaviourConfig(
+                cornering: 333, braking: 444, acceleration: 355, duration: 250, enable: .all)
+            let identity = BeaconIdentity(major: 300, minor: 3)
+            var failures: [String] = []
+            func attempt(_ name: String, _ body: @escaping (SBeacon) async throws -> Void) async {
+                do {
+                    try await bench.withBeacon(state, policy: policy, body)
+                } catch let error as BlueZError {
+                    failures.append("\(name): \(error)")
+                } catch let error as OperationError {
+                    failures.append("\(name): \(error)")
+                } catch {
+                    Issue.record("\(name): untyped error \(error)")
+                }
+            }
+            await attempt("info") { _ = try await $0.readInfo() }
+            await attempt("time") { beacon in
+                let change = try await beacon.syncTime(now: Int64(Date().timeIntervalSince1970 * 1000))
+                #expect(try await bench.truth(state).timeOffset == change.after)
+            }
+            await attempt("config") { beacon in
+                let change = try await beacon.writeConfig(config)
+                #expect(try await bench.truth(state).config == change.after)
+            }
+            await attempt("identity") { beacon in
+                let change = try await beacon.setIdentity(identity)
+                #expect(try await bench.truth(state).identity == change.after)
+            }
+            await attempt("calibrate") { beacon in
+                let calibration = try await beacon.calibrate(timeout: .seconds(3))
+                #expect(try await bench.truth(state).calibration == calibration)
+            }
+            await attempt("records") { beacon in
+                let trips = try await beacon.pullTrips(timeout: .seconds(5))
+                #expect(trips == (try await bench.truth(state).trips))
+                let incidents = try await beacon.pullIncidents(timeout: .seconds(5))
+                #expect(incidents == (try await bench.truth(state).incidents))
+            }
+            // Not everything may fail: the faults strike one time in five.
+            #expect(failures.count < 6, "\(failures)")
+        }
+    }
+
+    @Test func everyOperationWithRealisticLatency() async throws {
+        try await withBench(fleet: knownFleet(), configure: { $0.latency = .realistic }) { bench throws in
+            let state = bench.fleet[2]
+            try await bench.daemon.drive(state.address, minutes: 15, harshEvents: 3)
+            try await bench.withBeacon(state) { beacon in
+                _ = try await beacon.readInfo()
+                _ = try await beacon.syncTime(now: Int64(Date().timeIntervalSince1970 * 1000))
+                _ = try await beacon.writeConfig(.factoryDefault)
+                _ = try await beacon.setIdentity(BeaconIdentity(major: 9, minor: 9))
+                _ = try await beacon.calibrate()
+                #expect(try await beacon.pullTrips().count == 1)
+                #expect(try await beacon.pullEvents().count == 3)
+                try await beacon.clear(.clearEvents)
+            }
+            let truth = try await bench.truth(state)
+            #expect(truth.identity == BeaconIdentity(major: 9, minor: 9))
+            #expect(truth.calibration.calibrated)
+            #expect(truth.events.isEmpty && truth.trips.count == 1)
+        }
+    }
+
+    @Test func cancellingAnOperationStillDisconnects() async throws {
+        try await withBench(fleet: knownFleet(), configure: { $0.latency.calibration = .seconds(30) }) { bench throws in
+            let state = bench.fleet[0]
+            let task = Task { try await bench.withBeacon(state) { try await $0.calibrate(timeout: .seconds(60)) } }
+            while !(await bench.daemon.isConnected(state.address)) { try await Task.sleep(for: .milliseconds(10)) }
+            try await Task.sleep(for: .milliseconds(100))
+            task.cancel()
+            let result = await task.result
+            #expect(throws: CancellationError.self) { try result.get() }
+            var connected = true
+            for _ in 0..<200 where connected {
+                connected = await bench.daemon.isConnected(state.address)
+                if connected { try await Task.sleep(for: .milliseconds(10)) }
+            }
+            #expect(!connected)
+        }
+    }
+
     @Test func retriesGetThroughTransientConnectFailures() async throws {
         try await withBench(
             fleet: knownFleet(), configure: { $0.faults = [.connectInProgress: 0.5, .connectAbort: 0.3] }
@@ -57,7 +154,7 @@ struct RobustnessTests {
             bench throws in
             let policy = ConnectPolicy(
                 attempts: 10, backoff: .milliseconds(10), requiredServices: SBeacon.requiredServices)
-            for state in bench.fleet {
+            for state in bench.fleet + bench.fleet {
                 let info = try await bench.withBeacon(state, policy: policy) { try await $0.readInfo() }
                 #expect(info.serial == state.serial)
             }
