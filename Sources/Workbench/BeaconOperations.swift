@@ -275,12 +275,24 @@ public struct SBeacon: Sendable {
             await data.stop()
             throw error
         }
-        defer {
-            Task {
-                await data.stop()
-                await control.stop()
-            }
+        // Notifications are stopped before returning, never later: a late
+        // StopNotify would cut off the next transfer's.
+        do {
+            let records = try await transfer(opcode, kind: kind, timeout: timeout, data: data, control: control)
+            await data.stop()
+            await control.stop()
+            return records
+        } catch {
+            await data.stop()
+            await control.stop()
+            throw error
         }
+    }
+
+    private func transfer(
+        _ opcode: RecordOpcode, kind: String, timeout: Duration, data: DeviceSession.Notifications,
+        control: DeviceSession.Notifications
+    ) async throws -> [RecordNotification] {
         try await session.write(SBeaconUUID.recordControlPoint.rawValue, [opcode.rawValue])
         let responseBytes = try await control.next(timeout: timeout, step: "wait for the end of the \(kind) transfer")
         let response = try decode("\(kind) transfer") { try RecordResponse(bytes: responseBytes) }
