@@ -184,27 +184,30 @@ public struct SBeacon: Sendable {
     /// Writes the driving-behaviour config unless the beacon holds it
     /// already, and reads it back.
     public func writeConfig(_ config: DrivingBehaviourConfig) async throws -> Change<DrivingBehaviourConfig> {
-        let before = try await readConfig()
-        guard before != config else { return Change(before: before, after: before, written: false) }
-        try await session.write(SBeaconUUID.drivingBehaviourConfig.rawValue, config.bytes)
-        let after = try await readConfig()
-        guard after == config else {
-            throw OperationError.verificationFailed(
-                address: address, what: "driving-behaviour config", wrote: "\(config)", readBack: "\(after)")
-        }
-        return Change(before: before, after: after, written: true)
+        try await writeVerified(
+            config, bytes: config.bytes, to: SBeaconUUID.drivingBehaviourConfig, what: "driving-behaviour config",
+            read: readConfig, describe: \.description)
     }
 
     /// Sets major and minor unless already set, and reads them back.
     public func setIdentity(_ identity: BeaconIdentity) async throws -> Change<BeaconIdentity> {
-        let before = try await readIdentity()
-        guard before != identity else { return Change(before: before, after: before, written: false) }
-        try await session.write(SBeaconUUID.identity.rawValue, identity.bytes)
-        let after = try await readIdentity()
-        guard after == identity else {
+        try await writeVerified(
+            identity, bytes: identity.bytes, to: SBeaconUUID.identity, what: "identity", read: readIdentity,
+            describe: { "\($0.major).\($0.minor)" })
+    }
+
+    /// Reads; writes only when the value differs; reads back and compares.
+    private func writeVerified<Value: Equatable & Sendable>(
+        _ value: Value, bytes: [UInt8], to uuid: GattUUID, what: String, read: () async throws -> Value,
+        describe: (Value) -> String
+    ) async throws -> Change<Value> {
+        let before = try await read()
+        guard before != value else { return Change(before: before, after: before, written: false) }
+        try await session.write(uuid.rawValue, bytes)
+        let after = try await read()
+        guard after == value else {
             throw OperationError.verificationFailed(
-                address: address, what: "identity", wrote: "\(identity.major).\(identity.minor)",
-                readBack: "\(after.major).\(after.minor)")
+                address: address, what: what, wrote: describe(value), readBack: describe(after))
         }
         return Change(before: before, after: after, written: true)
     }

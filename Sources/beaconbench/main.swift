@@ -15,7 +15,8 @@ case "--help", "-h", nil:
         usage: beaconbench [--version] [--help]
 
         beaconbench configures and provisions SBeacon vehicle beacons over BlueZ.
-        This build has the D-Bus layer only; the REPL, batches and fleet runner
+        This build has the D-Bus layer, the BlueZ client, the beacon operations and
+        the simulator (beaconbench-sim); the REPL, batches and fleet runner
         arrive with the console.
         """)
 default:
