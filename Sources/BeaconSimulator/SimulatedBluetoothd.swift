@@ -472,20 +472,27 @@ public actor SimulatedBluetoothd {
         adapters[index].devices[address]?.connected = true
         adapters[index].devices[address]?.generation += 1
         beacons[address]?.drain(BeaconFirmware.Drain.connection)
-        let generation = adapters[index].devices[address]!.generation
+        guard let generation = adapters[index].devices[address]?.generation else {
+            throw BusError(.bluez.failed, "le-connection-abort-by-local")
+        }
         await setDeviceProperties(index, address, ["Connected": true])
 
         // Connected, but service discovery never finishes: the client is
         // left waiting for ServicesResolved.
         if fires(.servicesNeverResolved, address) { return }
         try? await Task.sleep(for: options.latency.serviceResolution)
-        guard adapters[index].devices[address]?.generation == generation else {
-            throw BusError(.bluez.failed, "Software caused connection abort")
-        }
+        guard adapters[index].devices[address]?.generation == generation,
+            let devicePath = adapters[index].devices[address]?.path
+        else { throw BusError(.bluez.failed, "Software caused connection abort") }
         // The GATT tree is exported before ServicesResolved turns true.
-        let (nodes, characteristics) = GattLayout.nodes(under: adapters[index].devices[address]!.path)
+        let (nodes, characteristics) = GattLayout.nodes(under: devicePath)
         for node in nodes {
             await exportGattNode(index, address, node)
+        }
+        // The link (or bluetoothd) may have gone while the tree was exported.
+        guard adapters[index].devices[address]?.generation == generation else {
+            for node in nodes.reversed() { try? await bus.unexport(at: node.path) }
+            throw BusError(.bluez.failed, "Software caused connection abort")
         }
         adapters[index].devices[address]?.gattPaths = nodes.map(\.path)
         adapters[index].devices[address]?.characteristics = characteristics
@@ -500,7 +507,7 @@ public actor SimulatedBluetoothd {
         try? await bus.export(
             BusInterface(
                 name: "org.bluez.Battery1", properties: [.init("Percentage", .byte), .init("Source", .string)]),
-            at: adapters[index].devices[address]!.path,
+            at: devicePath,
             properties: [
                 "Percentage": .byte(beacons[address]?.state.batteryPercent ?? 0), "Source": "org.bluez.Battery1",
             ])
@@ -529,7 +536,7 @@ public actor SimulatedBluetoothd {
     // MARK: GATT
 
     private func exportGattNode(_ index: Int, _ address: String, _ node: GattLayout.Node) async {
-        let devicePath = adapters[index].devices[address]!.path
+        guard let devicePath = adapters[index].devices[address]?.path else { return }
         switch node.kind {
         case .service(let service):
             try? await bus.export(
@@ -663,7 +670,7 @@ public actor SimulatedBluetoothd {
 
     private func readValue(_ index: Int, _ address: String, _ uuid: GattUUID, offset: UInt16) async throws -> [UInt8] {
         try requireConnection(index, address)
-        let generation = adapters[index].devices[address]!.generation
+        let generation = adapters[index].devices[address]?.generation ?? -1
         try? await Task.sleep(for: options.latency.attRequest)
         try await operationFaults(index, address, generation)
         do throws(ATTError) {
@@ -706,7 +713,7 @@ public actor SimulatedBluetoothd {
         async throws
     {
         try requireConnection(index, address)
-        let generation = adapters[index].devices[address]!.generation
+        let generation = adapters[index].devices[address]?.generation ?? -1
         if withResponse { try? await Task.sleep(for: options.latency.attRequest) }
         if fires(.disconnectMidOperation, address) {
             // The link drops around the write: whether the beacon got it
@@ -804,15 +811,16 @@ public actor SimulatedBluetoothd {
             try? await bus.unexport(at: adapters[index].path)
         }
         try? await bus.unexport(at: "/org/bluez")
-        let count = adapters.count
-        adapters = []
+        // Fresh adapters in place (never fewer: work still in flight may
+        // hold an adapter's index), with no devices and nothing connected.
+        for index in adapters.indices {
+            adapters[index] = Adapter(index: index, path: adapters[index].path, address: adapters[index].address)
+        }
         try? await Task.sleep(for: downtime)
         try await bus.export(agentManager, at: "/org/bluez")
-        for index in 0..<count {
-            let path = try ObjectPath("/org/bluez/hci\(index)")
-            adapters.append(
-                Adapter(index: index, path: path, address: String(format: "00:1A:7D:DA:71:%02X", 0x10 + index)))
-            try await bus.export(adapterInterface(index), at: path, properties: adapterProperties(index))
+        for index in adapters.indices {
+            try await bus.export(
+                adapterInterface(index), at: adapters[index].path, properties: adapterProperties(index))
         }
         guard try await bus.requestName(Self.busName) == .primaryOwner else {
             throw BusError(.failed, "could not take the name org.bluez back")

@@ -100,6 +100,7 @@ struct StockClientTests {
         // bluetoothctl prints the value as a hex dump under "Value:".
         let lines = text.split(separator: "\n")
         let valueAt = try #require(lines.firstIndex { $0.contains("Value:") })
+        try #require(valueAt + 1 < lines.count, "no hex dump after Value:")
         #expect(lines[valueAt + 1].contains("  \(hex) "), "\(lines[valueAt...].prefix(2))")
         #expect(text.contains("Successful disconnected"))
     }
