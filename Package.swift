@@ -56,12 +56,13 @@ let package = Package(
         // MARK: Thin executables.
         .executableTarget(name: "beaconbench", dependencies: ["Console", "DBusBinding"]),
         .executableTarget(name: "beaconbench-sim", dependencies: ["BeaconSimulator"]),
-        .executableTarget(name: "beaconbench-bench", dependencies: ["DBusBinding", "TestSupport"]),
+        .executableTarget(name: "beaconbench-bench", dependencies: ["DBusBinding", "TestSupport", "Inventory"]),
 
         // MARK: Tests and what they share.
         .target(name: "TestSupport", dependencies: ["DBusBinding"]),
         .testTarget(name: "DBusBindingTests", dependencies: ["DBusBinding", "TestSupport", "CDBus"]),
         .testTarget(name: "SBeaconProtocolTests", dependencies: ["SBeaconProtocol"]),
+        .testTarget(name: "InventoryTests", dependencies: ["Inventory", "SBeaconProtocol", "TestSupport"]),
         .testTarget(
             name: "WorkbenchTests",
             dependencies: [

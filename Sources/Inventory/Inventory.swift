@@ -1,4 +1,258 @@
-// Inventory: the SQLite record of every device, run and step outcome, over
-// CSQLite with bound parameters only. Sits beside Workbench.
-//
-// Filled by the issue "Inventory and profiles".
+import Foundation
+import SBeaconProtocol
+
+/// The bench's memory: devices, runs, each step's outcome, readings and
+/// pulled records, in one SQLite file. One actor owns the connection.
+///
+/// Durability: every step outcome is its own committed transaction, so a
+/// kill -9 at any moment loses at most the step in flight; at open, runs
+/// left `running` by a process that no longer exists are marked
+/// `interrupted`, with their steps that were in flight.
+public actor Inventory {
+    let database: Database
+    public nonisolated let path: String
+
+    /// Opens (creating and migrating) the inventory at `path`.
+    public init(path: String) throws {
+        self.path = path
+        database = try Database(path: path)
+        try Schema.migrate(database)
+        try database.run(
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('bench_id', ?)", [.text(UUID().uuidString.lowercased())])
+        try Self.markInterrupted(database)
+    }
+
+    /// Marks runs whose process is gone as interrupted, with their running steps.
+    static func markInterrupted(_ database: Database) throws {
+        let host = ProcessInfo.processInfo.hostName
+        let open = try database.rows("SELECT id, host, pid FROM runs WHERE status = 'running'")
+        let now = timestamp(Date())
+        for row in open {
+            guard let id = row[0].integer else { continue }
+            let sameHost = row[1].text == host
+            if sameHost, let pid = row[2].integer, pid > 0, kill(pid_t(pid), 0) == 0 || errno == EPERM {
+                continue  // still running here
+            }
+            try database.inTransaction {
+                try database.run(
+                    "UPDATE outcomes SET status = 'interrupted', ended_at = ?, error = 'the run was interrupted' WHERE run_id = ? AND status = 'running'",
+                    [.text(now), .integer(id)])
+                try database.run(
+                    "UPDATE runs SET status = 'interrupted', ended_at = ? WHERE id = ?", [.text(now), .integer(id)])
+            }
+        }
+    }
+
+    /// The bench's identity, generated once per inventory.
+    public func benchID() throws -> String {
+        try database.rows("SELECT value FROM meta WHERE key = 'bench_id'").first?.first?.text ?? ""
+    }
+
+    public func schemaVersion() throws -> Int { try database.userVersion }
+
+    // MARK: Runs and steps
+
+    public struct RunInfo: Sendable {
+        public var command: String
+        public var sha256: String?
+        public var options: String?
+        public var adapter: String?
+        public var operatorName: String
+        public init(
+            command: String, sha256: String? = nil, options: String? = nil, adapter: String? = nil,
+            operatorName: String = ProcessInfo.processInfo.environment["USER"] ?? "unknown"
+        ) {
+            self.command = command
+            self.sha256 = sha256
+            self.options = options
+            self.adapter = adapter
+            self.operatorName = operatorName
+        }
+    }
+
+    /// Starts a run (committed at once) and returns its id.
+    public func beginRun(_ info: RunInfo) throws -> Int64 {
+        try database.run(
+            """
+            INSERT INTO runs(started_at, command, sha256, operator, host, pid, adapter, options, status)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running')
+            """,
+            [
+                .text(Self.timestamp(Date())), .text(info.command), SQLiteValue(info.sha256), .text(info.operatorName),
+                .text(ProcessInfo.processInfo.hostName), .integer(Int64(getpid())), SQLiteValue(info.adapter),
+                SQLiteValue(info.options),
+            ])
+        return database.lastInsertRowID
+    }
+
+    public enum RunStatus: String, Sendable { case finished, failed, interrupted }
+
+    public func endRun(_ id: Int64, _ status: RunStatus) throws {
+        try database.run(
+            "UPDATE runs SET status = ?, ended_at = ? WHERE id = ?",
+            [.text(status.rawValue), .text(Self.timestamp(Date())), .integer(id)])
+    }
+
+    public enum StepStatus: String, Sendable, CaseIterable {
+        case ok, changed, unchanged, skipped, failed, interrupted
+    }
+
+    /// Records that a step has started (committed), so a crash leaves it
+    /// marked interrupted at the next open.
+    public func beginStep(run: Int64, device: String?, step: String) throws -> Int64 {
+        try database.run(
+            "INSERT INTO outcomes(run_id, device, step, status, started_at) VALUES (?, ?, ?, 'running', ?)",
+            [.integer(run), SQLiteValue(device), .text(step), .text(Self.timestamp(Date()))])
+        return database.lastInsertRowID
+    }
+
+    /// Records a step's outcome, committed before this returns.
+    public func finishStep(
+        _ id: Int64, _ status: StepStatus, detail: String? = nil, error: String? = nil, before: String? = nil,
+        after: String? = nil, durationMilliseconds: Int64? = nil
+    ) throws {
+        try database.run(
+            """
+            UPDATE outcomes SET status = ?, detail = ?, error = ?, before = ?, after = ?, ended_at = ?, duration_ms = ?
+            WHERE id = ?
+            """,
+            [
+                .text(status.rawValue), SQLiteValue(detail), SQLiteValue(error), SQLiteValue(before),
+                SQLiteValue(after), .text(Self.timestamp(Date())), SQLiteValue(durationMilliseconds), .integer(id),
+            ])
+    }
+
+    /// Records many finished outcomes in one transaction (imports,
+    /// benchmarks); a step run live uses begin/finish instead.
+    public func recordOutcomes(
+        run: Int64, _ outcomes: [(device: String?, step: String, status: StepStatus, detail: String?)]
+    )
+        throws
+    {
+        let now = Self.timestamp(Date())
+        try database.inTransaction {
+            let statement = try database.prepare(
+                "INSERT INTO outcomes(run_id, device, step, status, detail, started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            )
+            for outcome in outcomes {
+                try statement.bind([
+                    .integer(run), SQLiteValue(outcome.device), .text(outcome.step), .text(outcome.status.rawValue),
+                    SQLiteValue(outcome.detail), .text(now), .text(now),
+                ])
+                while try statement.step() {}
+            }
+        }
+    }
+
+    // MARK: Devices
+
+    /// Creates or refreshes a device from what was seen or read; fields
+    /// left nil keep their stored value.
+    public func recordDevice(_ device: DeviceRecord) throws {
+        let now = Self.timestamp(device.seenAt)
+        try database.run(
+            """
+            INSERT INTO devices(address, mac_ending, first_seen, last_seen) VALUES (?, ?, ?, ?)
+            ON CONFLICT(address) DO UPDATE SET last_seen = excluded.last_seen
+            """,
+            [.text(device.address), .text(device.macEnding), .text(now), .text(now)])
+        let updates: [(String, SQLiteValue?)] = [
+            ("major", device.identity.map { SQLiteValue($0.major) }),
+            ("minor", device.identity.map { SQLiteValue($0.minor) }),
+            ("model", device.model.map(SQLiteValue.text)), ("serial", device.serial.map(SQLiteValue.text)),
+            ("hardware_revision", device.hardwareRevision.map(SQLiteValue.text)),
+            ("firmware", device.firmware.map { .text($0.description) }),
+            ("battery", device.battery.map { SQLiteValue($0) }),
+            ("battery_at", device.battery.map { _ in .text(now) }),
+            ("calibrated", device.calibration.map { SQLiteValue($0.calibrated) }),
+            ("calibrated_at", device.calibratedAt.map { .text(Self.timestamp($0)) }),
+            ("calibration_x", device.calibration.map { SQLiteValue($0.vector.x) }),
+            ("calibration_y", device.calibration.map { SQLiteValue($0.vector.y) }),
+            ("calibration_z", device.calibration.map { SQLiteValue($0.vector.z) }),
+            ("time_offset_ms", device.timeOffset.map { .integer($0) }),
+            ("profile", device.profile.map(SQLiteValue.text)),
+            ("config_cornering", device.config.map { SQLiteValue($0.cornering) }),
+            ("config_braking", device.config.map { SQLiteValue($0.braking) }),
+            ("config_acceleration", device.config.map { SQLiteValue($0.acceleration) }),
+            ("config_duration", device.config.map { SQLiteValue($0.duration) }),
+            ("config_enable", device.config.map { SQLiteValue($0.enable.rawValue) }),
+            ("config_read_at", device.config.map { _ in .text(now) }),
+        ]
+        let present = updates.compactMap { column, value in value.map { (column, $0) } }
+        guard !present.isEmpty else { return }
+        // Column names come from the list above, never from outside.
+        let assignments = present.map { "\($0.0) = ?" }.joined(separator: ", ")
+        try database.run(
+            "UPDATE devices SET \(assignments) WHERE address = ?", present.map(\.1) + [.text(device.address)])
+    }
+
+    /// A reading for trends (battery, RSSI, firmware).
+    public func recordReading(address: String, at: Date, battery: UInt8?, rssi: Int16?, firmware: String?) throws {
+        try database.run(
+            "INSERT INTO readings(device, at, battery, rssi, firmware) VALUES (?, ?, ?, ?, ?)",
+            [.text(address), .text(Self.timestamp(at)), SQLiteValue(battery), SQLiteValue(rssi), SQLiteValue(firmware)])
+    }
+
+    /// Stores pulled trips with their real times; those stored before are
+    /// skipped. Returns how many were new.
+    public func storeTrips(_ trips: [TripRecord], device: String, timeOffset: Int64, pulledAt: Date) throws -> Int {
+        try database.inTransaction {
+            var added = 0
+            for trip in trips {
+                added += try database.run(
+                    "INSERT OR IGNORE INTO trips(device, start_ms, end_ms, beacon_index, pulled_at) VALUES (?, ?, ?, ?, ?)",
+                    [
+                        .text(device),
+                        .integer(BeaconTime.epochMilliseconds(beaconSeconds: trip.start, offset: timeOffset)),
+                        .integer(BeaconTime.epochMilliseconds(beaconSeconds: trip.end, offset: timeOffset)),
+                        SQLiteValue(trip.index), .text(Self.timestamp(pulledAt)),
+                    ])
+            }
+            return added
+        }
+    }
+
+    // MARK: Reading it back
+
+    /// Runs a read-only query with bound parameters (for reports and tests).
+    public func query(_ sql: String, _ parameters: [SQLiteValue] = []) throws -> [[SQLiteValue]] {
+        try database.rows(sql, parameters)
+    }
+
+    /// ISO 8601 in UTC with milliseconds: `2026-11-30T09:41:07.123Z`.
+    static func timestamp(_ date: Date) -> String {
+        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        var seconds = time_t(milliseconds / 1000)
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        let fraction = Int(milliseconds % 1000)
+        let millis = fraction < 10 ? "00\(fraction)" : fraction < 100 ? "0\(fraction)" : "\(fraction)"
+        return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T"
+            + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)).\(millis)Z"
+    }
+}
+
+/// What is known of a device at one moment; nil fields are unknown.
+public struct DeviceRecord: Sendable {
+    public var address: String
+    public var macEnding: String
+    public var seenAt: Date
+    public var identity: BeaconIdentity?
+    public var model: String?
+    public var serial: String?
+    public var hardwareRevision: String?
+    public var firmware: FirmwareVersion?
+    public var battery: UInt8?
+    public var calibration: CalibrationState?
+    public var calibratedAt: Date?
+    public var timeOffset: Int64?
+    public var profile: String?
+    public var config: DrivingBehaviourConfig?
+
+    public init(address: String, seenAt: Date = Date()) {
+        self.address = address.uppercased()
+        self.macEnding = (try? MACEnding(address: address))?.description ?? ""
+        self.seenAt = seenAt
+    }
+}

@@ -112,6 +112,9 @@ func printTable(_ results: [Measurement]) {
 
 var arguments = Array(CommandLine.arguments.dropFirst())
 let scenario = arguments.isEmpty ? "dbus" : arguments.removeFirst()
+if scenario == "inventory-writer", let path = arguments.first {
+    try await inventoryWriter(path: path)
+}
 var seconds = 3.0
 var jsonPath: String?
 while !arguments.isEmpty {

@@ -1,0 +1,141 @@
+/// The inventory's schema, as ordered, append-only migrations. Each runs
+/// in one IMMEDIATE transaction that also sets `PRAGMA user_version` to its
+/// number, so a file is always at exactly one version. Times are ISO 8601
+/// UTC text (readable in `sqlite3`); beacon record times are epoch
+/// milliseconds. docs/inventory.md describes every table.
+enum Schema {
+    static let migrations: [(name: String, sql: String)] = [
+        (
+            "initial schema",
+            """
+            CREATE TABLE meta (
+                key   TEXT PRIMARY KEY,
+                value TEXT NOT NULL
+            );
+            CREATE TABLE devices (
+                address             TEXT PRIMARY KEY,
+                mac_ending          TEXT NOT NULL,
+                major               INTEGER,
+                minor               INTEGER,
+                model               TEXT,
+                serial              TEXT,
+                hardware_revision   TEXT,
+                firmware            TEXT,
+                first_seen          TEXT NOT NULL,
+                last_seen           TEXT NOT NULL,
+                battery             INTEGER,
+                battery_at          TEXT,
+                calibrated          INTEGER,
+                calibrated_at       TEXT,
+                calibration_x       INTEGER,
+                calibration_y       INTEGER,
+                calibration_z       INTEGER,
+                time_offset_ms      INTEGER,
+                profile             TEXT,
+                config_cornering    INTEGER,
+                config_braking      INTEGER,
+                config_acceleration INTEGER,
+                config_duration     INTEGER,
+                config_enable       INTEGER,
+                config_read_at      TEXT
+            );
+            CREATE TABLE runs (
+                id          INTEGER PRIMARY KEY,
+                started_at  TEXT NOT NULL,
+                ended_at    TEXT,
+                command     TEXT NOT NULL,
+                sha256      TEXT,
+                operator    TEXT,
+                host        TEXT,
+                pid         INTEGER,
+                adapter     TEXT,
+                options     TEXT,
+                status      TEXT NOT NULL
+                            CHECK (status IN ('running', 'finished', 'failed', 'interrupted'))
+            );
+            CREATE TABLE outcomes (
+                id          INTEGER PRIMARY KEY,
+                run_id      INTEGER NOT NULL REFERENCES runs(id),
+                device      TEXT REFERENCES devices(address),
+                step        TEXT NOT NULL,
+                status      TEXT NOT NULL CHECK (status IN
+                            ('running', 'ok', 'changed', 'unchanged', 'skipped', 'failed', 'interrupted')),
+                detail      TEXT,
+                error       TEXT,
+                before      TEXT,
+                after       TEXT,
+                started_at  TEXT NOT NULL,
+                ended_at    TEXT,
+                duration_ms INTEGER
+            );
+            CREATE INDEX outcomes_by_device ON outcomes(device, id);
+            CREATE INDEX outcomes_by_run ON outcomes(run_id, id);
+            CREATE TABLE readings (
+                id       INTEGER PRIMARY KEY,
+                device   TEXT NOT NULL REFERENCES devices(address),
+                at       TEXT NOT NULL,
+                battery  INTEGER,
+                rssi     INTEGER,
+                firmware TEXT
+            );
+            CREATE INDEX readings_by_device ON readings(device, at);
+            CREATE TABLE trips (
+                device       TEXT NOT NULL REFERENCES devices(address),
+                start_ms     INTEGER NOT NULL,
+                end_ms       INTEGER NOT NULL,
+                beacon_index INTEGER NOT NULL,
+                pulled_at    TEXT NOT NULL,
+                PRIMARY KEY (device, start_ms, end_ms)
+            );
+            CREATE TABLE events (
+                device       TEXT NOT NULL REFERENCES devices(address),
+                at_ms        INTEGER NOT NULL,
+                type         TEXT NOT NULL,
+                duration_ms  INTEGER NOT NULL,
+                average_mg   INTEGER NOT NULL,
+                maximum_mg   INTEGER NOT NULL,
+                x_mg         INTEGER NOT NULL,
+                y_mg         INTEGER NOT NULL,
+                z_mg         INTEGER NOT NULL,
+                beacon_index INTEGER NOT NULL,
+                pulled_at    TEXT NOT NULL,
+                PRIMARY KEY (device, at_ms, type, beacon_index)
+            );
+            CREATE TABLE incidents (
+                device        TEXT NOT NULL REFERENCES devices(address),
+                incident_id   INTEGER NOT NULL,
+                at_ms         INTEGER NOT NULL,
+                max_resultant INTEGER NOT NULL,
+                avg_resultant INTEGER NOT NULL,
+                x_mg          INTEGER NOT NULL,
+                y_mg          INTEGER NOT NULL,
+                z_mg          INTEGER NOT NULL,
+                samples       TEXT NOT NULL,
+                pulled_at     TEXT NOT NULL,
+                PRIMARY KEY (device, incident_id, at_ms)
+            );
+            """
+        )
+    ]
+
+    /// Applies the migrations the file has not had yet.
+    /// - Throws: when the file is newer than this program knows.
+    static func migrate(_ database: Database) throws {
+        let current = try database.userVersion
+        guard current <= migrations.count else {
+            throw SQLiteError(
+                code: 0,
+                message:
+                    "\(database.path) has schema version \(current); this beaconbench knows up to \(migrations.count)",
+                sql: nil)
+        }
+        for (index, migration) in migrations.enumerated().dropFirst(current) {
+            try database.inTransaction {
+                try database.execute(migration.sql)
+                // A version number is not a value from outside: it is this
+                // array's index, so it can be written into the pragma.
+                try database.execute("PRAGMA user_version = \(index + 1)")
+            }
+        }
+    }
+}

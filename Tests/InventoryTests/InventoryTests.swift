@@ -1,0 +1,129 @@
+import Foundation
+import SBeaconProtocol
+import TestSupport
+import Testing
+
+@testable import Inventory
+
+@Suite("The SQLite inventory: schema, durability, bound parameters")
+struct InventoryTests {
+    static func temporaryPath() throws -> String {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("inventory-\(UUID().uuidString)")
+            .path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        return directory + "/inventory.db"
+    }
+
+    @Test func migratesFromEmptyAndReopensIdempotently() async throws {
+        let path = try Self.temporaryPath()
+        let first = try Inventory(path: path)
+        #expect(try await first.schemaVersion() == Schema.migrations.count)
+        let bench = try await first.benchID()
+        #expect(bench.count == 36)
+        let second = try Inventory(path: path)
+        #expect(try await second.schemaVersion() == Schema.migrations.count)
+        #expect(try await second.benchID() == bench)
+        let tables = try await second.query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .compactMap { $0.first?.text }
+        #expect(tables == ["devices", "events", "incidents", "meta", "outcomes", "readings", "runs", "trips"])
+        #expect(try await second.query("PRAGMA journal_mode").first?.first?.text == "wal")
+        #expect(try await second.query("PRAGMA foreign_keys").first?.first?.integer == 1)
+    }
+
+    @Test func theFileAndItsWALAreOwnerOnly() async throws {
+        let path = try Self.temporaryPath()
+        let inventory = try Inventory(path: path)
+        let run = try await inventory.beginRun(.init(command: "test"))
+        _ = try await inventory.beginStep(run: run, device: nil, step: "write something")
+        for file in [path, path + "-wal", path + "-shm"] {
+            let mode = try FileManager.default.attributesOfItem(atPath: file)[.posixPermissions] as? Int
+            #expect(mode == 0o600, "\(file)")
+        }
+    }
+
+    @Test func valuesAreBoundNeverSpliced() async throws {
+        let inventory = try Inventory(path: try Self.temporaryPath())
+        let hostile = [
+            "O'Brien's \"beacon\"", "x'); DROP TABLE devices; --", "semi;colon;", "nul\u{0}inside",
+            String(repeating: "é€😀", count: 3_500), "",
+        ]
+        var device = DeviceRecord(address: "C1:00:00:00:00:01")
+        device.serial = hostile[1]
+        device.model = hostile[3]
+        try await inventory.recordDevice(device)
+        let run = try await inventory.beginRun(.init(command: hostile[0], operatorName: hostile[2]))
+        for (index, text) in hostile.enumerated() {
+            let step = try await inventory.beginStep(run: run, device: "C1:00:00:00:00:01", step: "step \(index)")
+            try await inventory.finishStep(step, .changed, detail: text, error: text, before: text, after: text)
+        }
+        let details = try await inventory.query("SELECT detail, error, before, after FROM outcomes ORDER BY id")
+        #expect(details.count == hostile.count)
+        for (row, text) in zip(details, hostile) {
+            #expect(row.allSatisfy { $0.text == text })
+        }
+        let stored = try await inventory.query(
+            "SELECT serial, model FROM devices WHERE address = ?", [.text("C1:00:00:00:00:01")])
+        #expect(stored.first?[0].text == hostile[1])
+        #expect(stored.first?[1].text == hostile[3])
+        let runRow = try await inventory.query("SELECT command, operator FROM runs")
+        #expect(runRow.first?[0].text == hostile[0])
+        #expect(runRow.first?[1].text == hostile[2])
+        #expect(hostile[4].utf8.count > 10_000)
+    }
+
+    @Test func devicesKeepWhatIsNotUpdatedAndRecordsAreStoredOnce() async throws {
+        let inventory = try Inventory(path: try Self.temporaryPath())
+        var seen = DeviceRecord(address: "c1:00:00:00:00:02")
+        seen.battery = 80
+        seen.firmware = FirmwareVersion(major: 1, minor: 0, patch: 7)
+        try await inventory.recordDevice(seen)
+        var read = DeviceRecord(address: "C1:00:00:00:00:02")
+        read.config = DrivingBehaviourConfig(
+            cornering: 350, braking: 350, acceleration: 450, duration: 400, enable: .all)
+        try await inventory.recordDevice(read)
+        let row = try await inventory.query(
+            "SELECT mac_ending, battery, firmware, config_acceleration, config_enable FROM devices")
+        #expect(row.first == [.text("00000002"), .integer(80), .text("1.0.7"), .integer(450), .integer(7)])
+
+        let trips = [TripRecord(index: 0, start: 100, end: 2800), TripRecord(index: 1, start: 3000, end: 3600)]
+        let offset: Int64 = 1_769_767_200_000
+        #expect(
+            try await inventory.storeTrips(trips, device: "C1:00:00:00:00:02", timeOffset: offset, pulledAt: Date())
+                == 2)
+        #expect(
+            try await inventory.storeTrips(trips, device: "C1:00:00:00:00:02", timeOffset: offset, pulledAt: Date())
+                == 0)
+        let first = try await inventory.query("SELECT start_ms, end_ms FROM trips ORDER BY start_ms").first
+        #expect(first == [.integer(offset + 100_000), .integer(offset + 2_800_000)])
+    }
+
+    @Test func aKilledWriterLosesNothingCommittedAndIsMarkedInterrupted() async throws {
+        let writer = builtProduct("beaconbench-bench")
+        var random = SystemRandomNumberGenerator()
+        for round in 0..<20 {
+            let path = try Self.temporaryPath()
+            let output = path + ".out"
+            let process = try ChildProcess(writer, ["inventory-writer", path], standardOutput: output)
+            try await Task.sleep(for: .milliseconds(Int.random(in: 30...250, using: &random)))
+            kill(process.pid, SIGKILL)
+            _ = process.terminateReportingStatus(grace: .seconds(1))
+            let lines = (try? String(contentsOfFile: output, encoding: .utf8))?.split(separator: "\n") ?? []
+            let committed = lines.compactMap { $0.hasPrefix("committed ") ? Int($0.dropFirst(10)) : nil }.last ?? 0
+
+            let inventory = try Inventory(path: path)
+            #expect(try await inventory.query("PRAGMA integrity_check").first?.first?.text == "ok", "round \(round)")
+            let finished =
+                try await inventory.query("SELECT count(*) FROM outcomes WHERE status = 'ok'")
+                .first?.first?.integer ?? -1
+            #expect(finished >= Int64(committed), "round \(round): \(committed) reported committed, \(finished) stored")
+            #expect(
+                try await inventory.query("SELECT count(*) FROM runs WHERE status = 'running'").first?.first?.integer
+                    == 0)
+            #expect(
+                try await inventory.query("SELECT count(*) FROM outcomes WHERE status = 'running'").first?.first?
+                    .integer == 0)
+            let runs = try await inventory.query("SELECT status FROM runs").compactMap { $0.first?.text }
+            #expect(runs.allSatisfy { $0 == "interrupted" }, "round \(round): \(runs)")
+        }
+    }
+}
