@@ -19,3 +19,57 @@ func inventoryWriter(path: String) async throws -> Never {
         fflush(nil)
     }
 }
+
+/// `beaconbench-bench inventory`: outcome logging rate (batched in
+/// transactions of 1,000, and one transaction per outcome as live steps do)
+/// and the time to open an existing inventory.
+func inventoryBenchmark() async throws -> [Measurement] {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bench-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let path = directory + "/inventory.db"
+    let inventory = try Inventory(path: path)
+    let run = try await inventory.beginRun(.init(command: "benchmark"))
+    var results: [Measurement] = []
+
+    let batches = 200
+    let batch = (0..<1000).map { index in
+        (
+            device: String?.none, step: "write config", status: Inventory.StepStatus.changed,
+            detail: String?.some("row \(index)")
+        )
+    }
+    var started = ContinuousClock.now
+    for _ in 0..<batches { try await inventory.recordOutcomes(run: run, batch) }
+    var elapsed = seconds(ContinuousClock.now - started)
+    results.append(
+        Measurement(
+            scenario: "inventory: outcomes logged, 1,000 per transaction", calls: batches * 1000, seconds: elapsed,
+            callsPerSecond: Double(batches * 1000) / elapsed))
+
+    let single = 5_000
+    started = ContinuousClock.now
+    for index in 0..<single {
+        let step = try await inventory.beginStep(run: run, device: nil, step: "step \(index)")
+        try await inventory.finishStep(step, .ok)
+    }
+    elapsed = seconds(ContinuousClock.now - started)
+    results.append(
+        Measurement(
+            scenario: "inventory: live steps (begin + finish, 2 commits each)", calls: single, seconds: elapsed,
+            callsPerSecond: Double(single) / elapsed))
+
+    let opens = 50
+    started = ContinuousClock.now
+    for _ in 0..<opens { _ = try Inventory(path: path) }
+    elapsed = seconds(ContinuousClock.now - started)
+    results.append(
+        Measurement(
+            scenario: "inventory: open an existing file (ms each)", calls: opens, seconds: elapsed,
+            callsPerSecond: elapsed * 1000 / Double(opens)))
+    return results
+}
+
+func seconds(_ duration: Duration) -> Double {
+    Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+}

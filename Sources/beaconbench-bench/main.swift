@@ -2,7 +2,8 @@
 // `scripts/bench` (release build). Each scenario starts its own private
 // dbus-daemon; nothing touches the machine's buses.
 //
-//   beaconbench-bench dbus [--seconds S] [--json FILE]
+//   beaconbench-bench dbus|inventory [--seconds S] [--json FILE]
+//   beaconbench-bench inventory-writer PATH   (the crash-safety test's writer)
 import DBusBinding
 import Foundation
 import TestSupport
@@ -105,7 +106,9 @@ func printTable(_ results: [Measurement]) {
     for result in results {
         let row =
             result.scenario.padding(toLength: width, withPad: " ", startingAt: 0)
-            + String(format: " %8d %9.2f %10.0f", result.calls, result.seconds, result.callsPerSecond)
+            + String(
+                format: result.callsPerSecond < 100 ? " %8d %9.2f %10.2f" : " %8d %9.2f %10.0f", result.calls,
+                result.seconds, result.callsPerSecond)
         print(row)
     }
 }
@@ -115,23 +118,27 @@ let scenario = arguments.isEmpty ? "dbus" : arguments.removeFirst()
 if scenario == "inventory-writer", let path = arguments.first {
     try await inventoryWriter(path: path)
 }
-var seconds = 3.0
+var durationSeconds = 3.0
 var jsonPath: String?
 while !arguments.isEmpty {
     let option = arguments.removeFirst()
     switch option {
-    case "--seconds": seconds = Double(arguments.removeFirst()) ?? seconds
+    case "--seconds": durationSeconds = Double(arguments.removeFirst()) ?? durationSeconds
     case "--json": jsonPath = arguments.removeFirst()
     default:
-        FileHandle.standardError.write(Data("usage: beaconbench-bench dbus [--seconds S] [--json FILE]\n".utf8))
+        FileHandle.standardError.write(
+            Data("usage: beaconbench-bench dbus|inventory [--seconds S] [--json FILE]\n".utf8))
         exit(1)
     }
 }
-guard scenario == "dbus" else {
-    FileHandle.standardError.write(Data("error: unknown scenario '\(scenario)' (known: dbus)\n".utf8))
+let results: [Measurement]
+switch scenario {
+case "dbus": results = try await dbusBenchmark(seconds: durationSeconds)
+case "inventory": results = try await inventoryBenchmark()
+default:
+    FileHandle.standardError.write(Data("error: unknown scenario '\(scenario)' (known: dbus, inventory)\n".utf8))
     exit(1)
 }
-let results = try await dbusBenchmark(seconds: seconds)
 printTable(results)
 if let jsonPath {
     let encoder = JSONEncoder()
