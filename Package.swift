@@ -63,6 +63,7 @@ let package = Package(
         .testTarget(name: "DBusBindingTests", dependencies: ["DBusBinding", "TestSupport", "CDBus"]),
         .testTarget(name: "SBeaconProtocolTests", dependencies: ["SBeaconProtocol"]),
         .testTarget(name: "InventoryTests", dependencies: ["Inventory", "SBeaconProtocol", "TestSupport"]),
+        .testTarget(name: "ProfilesTests", dependencies: ["Profiles", "SBeaconProtocol"]),
         .testTarget(
             name: "WorkbenchTests",
             dependencies: [

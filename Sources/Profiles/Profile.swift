@@ -1,0 +1,253 @@
+import Foundation
+import SBeaconProtocol
+
+/// A named threshold profile: what a car's, a van's or a truck's beacon
+/// must hold, and what it must meet. One JSON file per profile in
+/// `profiles/`; the name is the file name. docs/profiles.md has the format.
+public struct Profile: Sendable, Equatable {
+    public var name: String
+    public var description: String
+    public var config: DrivingBehaviourConfig
+    public var requirements: Requirements
+    /// The fleet's iBeacon identity, when the profile assigns one.
+    public var identity: IdentityRule?
+
+    public struct Requirements: Sendable, Equatable {
+        public var minimumBatteryPercent: UInt8
+        public var minimumFirmware: FirmwareVersion
+        public var calibrationRequired: Bool
+        public var maximumCalibrationAgeDays: Int?
+    }
+
+    public struct IdentityRule: Sendable, Equatable {
+        public enum MinorRule: String, Sendable, CaseIterable {
+            /// The next free minor under this major, in provisioning order.
+            case sequential
+            /// Keep the minor the beacon has.
+            case keep
+        }
+        public var major: UInt16
+        public var minor: MinorRule
+    }
+}
+
+/// Why a profile file was refused: the file, the key path and what is wrong
+/// (with the allowed range or values).
+public struct ProfileError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var file: String
+    public var keyPath: String
+    public var message: String
+
+    public var description: String {
+        keyPath.isEmpty ? "\(file): \(message)" : "\(file): \(keyPath): \(message)"
+    }
+}
+
+public enum ProfileLoader {
+    /// Loads one profile file, checking every key.
+    /// - Throws: `ProfileError` naming the file, the key path and the rule.
+    public static func load(_ path: String) throws -> Profile {
+        let url = URL(fileURLWithPath: path)
+        let name = url.deletingPathExtension().lastPathComponent
+        guard url.pathExtension == "json" else {
+            throw ProfileError(file: path, keyPath: "", message: "a profile is a .json file")
+        }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ProfileError(file: path, keyPath: "", message: "cannot be read")
+        }
+        let object: Any
+        do {
+            object = try JSONSerialization.jsonObject(with: data, options: [])
+        } catch {
+            throw ProfileError(
+                file: path, keyPath: "", message: "is not valid JSON (\(Self.jsonErrorText(error, data)))")
+        }
+        var reader = Reader(file: path)
+        return try reader.profile(named: name, from: object)
+    }
+
+    /// Loads every `*.json` in the directories; a later directory's profile
+    /// replaces an earlier one of the same name (project profiles over the
+    /// shipped ones). Every file is checked before any is returned.
+    public static func loadAll(from directories: [String]) throws -> [String: Profile] {
+        var profiles: [String: Profile] = [:]
+        for directory in directories {
+            guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { continue }
+            for file in names.sorted() where file.hasSuffix(".json") {
+                let profile = try load(directory + "/" + file)
+                profiles[profile.name] = profile
+            }
+        }
+        return profiles
+    }
+
+    static func jsonErrorText(_ error: any Error, _ data: Data) -> String {
+        if let failure = JSONSyntax.firstError(in: Array(data)) {
+            return "line \(failure.line), column \(failure.column): \(failure.reason)"
+        }
+        let nsError = error as NSError
+        if let index = nsError.userInfo["NSJSONSerializationErrorIndex"] as? Int {
+            let prefix = data.prefix(index)
+            let line = prefix.filter { $0 == UInt8(ascii: "\n") }.count + 1
+            let column = index - (prefix.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0) + 1
+            return "line \(line), column \(column)"
+        }
+        return (nsError.userInfo["NSDebugDescription"] as? String) ?? nsError.localizedDescription
+    }
+
+    /// Walks the JSON with the key path at hand, for messages.
+    struct Reader {
+        let file: String
+
+        /// Foundation's JSON booleans are their own NSNumber class.
+        static func isBoolean(_ value: Any) -> Bool { String(describing: type(of: value)).contains("Boolean") }
+
+        func fail(_ path: String, _ message: String) -> ProfileError {
+            ProfileError(file: file, keyPath: path, message: message)
+        }
+
+        func object(_ value: Any, _ path: String, allowed: [String]) throws -> [String: Any] {
+            guard let object = value as? [String: Any] else { throw fail(path, "must be an object") }
+            for key in object.keys.sorted() where !allowed.contains(key) {
+                throw fail(
+                    path.isEmpty ? key : "\(path).\(key)",
+                    "unknown key (allowed here: \(allowed.joined(separator: ", ")))")
+            }
+            return object
+        }
+
+        func number(
+            _ object: [String: Any], _ key: String, _ path: String, in range: ClosedRange<Int>, unit: String
+        )
+            throws -> Int?
+        {
+            guard let value = object[key] else { return nil }
+            let keyPath = path.isEmpty ? key : "\(path).\(key)"
+            // JSON booleans arrive as NSNumber too: they are refused here.
+            guard let number = value as? NSNumber, !Self.isBoolean(value) else {
+                throw fail(keyPath, "must be a whole number in \(range.lowerBound)–\(range.upperBound)\(unit)")
+            }
+            let whole = number.doubleValue
+            guard whole.rounded() == whole else {
+                throw fail(keyPath, "\(number) is not a whole number (\(range.lowerBound)–\(range.upperBound)\(unit))")
+            }
+            guard whole >= Double(range.lowerBound), whole <= Double(range.upperBound) else {
+                throw fail(keyPath, "\(number) is outside \(range.lowerBound)–\(range.upperBound)\(unit)")
+            }
+            return Int(whole)
+        }
+
+        func required<T>(_ value: T?, _ path: String, _ what: String) throws -> T {
+            guard let value else { throw fail(path, "is missing (\(what))") }
+            return value
+        }
+
+        func string(_ object: [String: Any], _ key: String, _ path: String) throws -> String? {
+            guard let value = object[key] else { return nil }
+            guard let text = value as? String else {
+                throw fail(path.isEmpty ? key : "\(path).\(key)", "must be a string")
+            }
+            return text
+        }
+
+        func bool(_ object: [String: Any], _ key: String, _ path: String) throws -> Bool? {
+            guard let value = object[key] else { return nil }
+            guard Self.isBoolean(value), let number = value as? NSNumber else {
+                throw fail(path.isEmpty ? key : "\(path).\(key)", "must be true or false")
+            }
+            return number.boolValue
+        }
+
+        mutating func profile(named name: String, from value: Any) throws -> Profile {
+            let top = try object(
+                value, "", allowed: ["description", "driving_behaviour", "requirements", "identity"])
+            let description = try required(
+                try string(top, "description", ""), "description", "a sentence saying what the profile is for")
+
+            let drivingValue = try required(top["driving_behaviour"], "driving_behaviour", "the thresholds")
+            let driving = try object(
+                drivingValue, "driving_behaviour",
+                allowed: ["cornering_mg", "braking_mg", "acceleration_mg", "duration_ms", "enabled"])
+            func threshold(_ key: String) throws -> UInt16 {
+                UInt16(
+                    try required(
+                        try number(driving, key, "driving_behaviour", in: 50...5000, unit: " mG"),
+                        "driving_behaviour.\(key)", "50–5000 mG"))
+            }
+            let cornering = try threshold("cornering_mg")
+            let braking = try threshold("braking_mg")
+            let acceleration = try threshold("acceleration_mg")
+            let duration = UInt16(
+                try required(
+                    try number(driving, "duration_ms", "driving_behaviour", in: 1...10000, unit: " ms"),
+                    "driving_behaviour.duration_ms", "1–10000 ms"))
+            let enabledValue = try required(driving["enabled"], "driving_behaviour.enabled", "a list of DB, HP, LP")
+            guard let enabledList = enabledValue as? [Any] else {
+                throw fail("driving_behaviour.enabled", "must be a list of DB, HP, LP")
+            }
+            var enable: DrivingBehaviourConfig.EnableFlags = []
+            for (index, item) in enabledList.enumerated() {
+                let flag: DrivingBehaviourConfig.EnableFlags? =
+                    switch item as? String {
+                    case "DB": .detection
+                    case "HP": .highPassFilter
+                    case "LP": .lowPassFilter
+                    default: nil
+                    }
+                guard let flag else {
+                    throw fail("driving_behaviour.enabled[\(index)]", "\(item) is not one of DB, HP, LP")
+                }
+                guard !enable.contains(flag) else {
+                    throw fail("driving_behaviour.enabled[\(index)]", "\(item) is listed twice")
+                }
+                enable.insert(flag)
+            }
+
+            let requirementsValue = try required(top["requirements"], "requirements", "battery, firmware, calibration")
+            let requirementsObject = try object(
+                requirementsValue, "requirements",
+                allowed: [
+                    "minimum_battery_percent", "minimum_firmware", "calibration_required",
+                    "maximum_calibration_age_days",
+                ])
+            let battery = try required(
+                try number(requirementsObject, "minimum_battery_percent", "requirements", in: 0...100, unit: " %"),
+                "requirements.minimum_battery_percent", "0–100 %")
+            let firmwareText = try required(
+                try string(requirementsObject, "minimum_firmware", "requirements"), "requirements.minimum_firmware",
+                "a version like 1.0.8")
+            guard let firmware = try? FirmwareVersion(firmwareText) else {
+                throw fail("requirements.minimum_firmware", "'\(firmwareText)' is not MAJOR.MINOR.PATCH")
+            }
+            let calibrationRequired = try required(
+                try bool(requirementsObject, "calibration_required", "requirements"),
+                "requirements.calibration_required",
+                "true or false")
+            let age = try number(
+                requirementsObject, "maximum_calibration_age_days", "requirements", in: 1...3650, unit: " days")
+
+            var identity: Profile.IdentityRule?
+            if let identityValue = top["identity"] {
+                let identityObject = try object(identityValue, "identity", allowed: ["major", "minor"])
+                let major = try required(
+                    try number(identityObject, "major", "identity", in: 0...65535, unit: ""), "identity.major",
+                    "0–65535")
+                let minorText = try string(identityObject, "minor", "identity") ?? "sequential"
+                guard let minor = Profile.IdentityRule.MinorRule(rawValue: minorText) else {
+                    throw fail("identity.minor", "'\(minorText)' is not one of sequential, keep")
+                }
+                identity = Profile.IdentityRule(major: UInt16(major), minor: minor)
+            }
+
+            return Profile(
+                name: name, description: description,
+                config: DrivingBehaviourConfig(
+                    cornering: cornering, braking: braking, acceleration: acceleration, duration: duration,
+                    enable: enable),
+                requirements: Profile.Requirements(
+                    minimumBatteryPercent: UInt8(battery), minimumFirmware: firmware,
+                    calibrationRequired: calibrationRequired, maximumCalibrationAgeDays: age),
+                identity: identity)
+        }
+    }
+}
