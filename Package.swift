@@ -44,7 +44,7 @@ let package = Package(
         .target(name: "DBusBinding", dependencies: ["CDBus"]),
         .target(name: "BlueZClient", dependencies: ["DBusBinding"]),
         .target(name: "SBeaconProtocol"),
-        .target(name: "Inventory", dependencies: ["CSQLite", "SBeaconProtocol"]),
+        .target(name: "Inventory", dependencies: ["CSQLite", "SBeaconProtocol", "Profiles"]),
         .target(name: "Profiles", dependencies: ["SBeaconProtocol"]),
         .target(
             name: "Workbench",
@@ -62,7 +62,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["DBusBinding"]),
         .testTarget(name: "DBusBindingTests", dependencies: ["DBusBinding", "TestSupport", "CDBus"]),
         .testTarget(name: "SBeaconProtocolTests", dependencies: ["SBeaconProtocol"]),
-        .testTarget(name: "InventoryTests", dependencies: ["Inventory", "SBeaconProtocol", "TestSupport"]),
+        .testTarget(name: "InventoryTests", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "TestSupport"]),
         .testTarget(name: "ProfilesTests", dependencies: ["Profiles", "SBeaconProtocol"]),
         .testTarget(
             name: "WorkbenchTests",

@@ -12,11 +12,32 @@ public struct Profile: Sendable, Equatable {
     /// The fleet's iBeacon identity, when the profile assigns one.
     public var identity: IdentityRule?
 
+    public init(
+        name: String, description: String, config: DrivingBehaviourConfig, requirements: Requirements,
+        identity: IdentityRule?
+    ) {
+        self.name = name
+        self.description = description
+        self.config = config
+        self.requirements = requirements
+        self.identity = identity
+    }
+
     public struct Requirements: Sendable, Equatable {
         public var minimumBatteryPercent: UInt8
         public var minimumFirmware: FirmwareVersion
         public var calibrationRequired: Bool
         public var maximumCalibrationAgeDays: Int?
+
+        public init(
+            minimumBatteryPercent: UInt8, minimumFirmware: FirmwareVersion, calibrationRequired: Bool,
+            maximumCalibrationAgeDays: Int?
+        ) {
+            self.minimumBatteryPercent = minimumBatteryPercent
+            self.minimumFirmware = minimumFirmware
+            self.calibrationRequired = calibrationRequired
+            self.maximumCalibrationAgeDays = maximumCalibrationAgeDays
+        }
     }
 
     public struct IdentityRule: Sendable, Equatable {
@@ -28,6 +49,11 @@ public struct Profile: Sendable, Equatable {
         }
         public var major: UInt16
         public var minor: MinorRule
+
+        public init(major: UInt16, minor: MinorRule) {
+            self.major = major
+            self.minor = minor
+        }
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Profiles
 import SBeaconProtocol
 import TestSupport
 import Testing
@@ -126,4 +127,37 @@ struct InventoryTests {
             #expect(runs.allSatisfy { $0 == "interrupted" }, "round \(round): \(runs)")
         }
     }
+}
+
+@Suite("Audits from the inventory, and exports")
+struct InventoryAuditTests {
+    @Test func theInventoryFeedsTheAuditAndExportsDevices() async throws {
+        let inventory = try Inventory(path: try InventoryTests.temporaryPath())
+        var good = DeviceRecord(address: "C1:00:00:00:00:01")
+        good.battery = 90
+        good.firmware = FirmwareVersion(major: 1, minor: 0, patch: 8)
+        good.calibration = CalibrationState(calibrated: true, calibratedAt: 60, vector: Vector(x: 0, y: 0, z: 1000))
+        good.calibratedAt = Date()
+        good.config = DrivingBehaviourConfig(
+            cornering: 350, braking: 350, acceleration: 450, duration: 300, enable: [.detection, .lowPassFilter])
+        good.profile = "car"
+        try await inventory.recordDevice(good)
+        var stale = DeviceRecord(address: "C1:00:00:00:00:02")
+        stale.battery = 10
+        stale.profile = "car"
+        try await inventory.recordDevice(stale)
+        let profiles = try ProfileLoader.loadAll(from: [ProfileTestsPaths.shipped])
+        let reports = try await inventory.auditSubjects().map { Auditor.audit($0, profiles: profiles) }
+        #expect(reports.map(\.address) == ["C1:00:00:00:00:01", "C1:00:00:00:00:02"])
+        #expect(reports[0].findings == [])
+        #expect(reports[1].findings == [.batteryLow(percent: 10, minimum: 30), .neverReadBack])
+        let csv = try await inventory.exportDevicesCSV()
+        #expect(csv.hasPrefix("address,mac_ending,major,minor,"))
+        #expect(csv.split(separator: "\n").count == 3)
+    }
+}
+
+enum ProfileTestsPaths {
+    static let shipped = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("profiles").path
 }

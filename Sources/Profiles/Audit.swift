@@ -1,0 +1,209 @@
+import Foundation
+import SBeaconProtocol
+
+/// What is known of one beacon for an audit, from whichever source: the
+/// inventory (offline), a live read, or adverts alone. Unknown fields are
+/// nil and are not judged, except where the rule is about knowing them.
+public struct AuditSubject: Sendable, Equatable {
+    public var address: String
+    /// The profile assigned in the inventory, if any.
+    public var assignedProfile: String?
+    public var battery: UInt8?
+    public var firmware: FirmwareVersion?
+    public var calibrated: Bool?
+    public var calibratedAt: Date?
+    public var calibrationVector: Vector?
+    /// The config as read back (inventory, live).
+    public var config: DrivingBehaviourConfig?
+    /// Only the CRC of the config (adverts).
+    public var configCRC: UInt16?
+    /// When the config was last read back; nil = never.
+    public var configReadAt: Date?
+    public var lastSeen: Date?
+
+    public init(address: String) { self.address = address }
+}
+
+/// One thing wrong with a beacon against its profile.
+public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible {
+    case noProfile
+    case unknownProfile(String)
+    case batteryLow(percent: Int, minimum: Int)
+    case firmwareOld(version: String, minimum: String)
+    case notCalibrated
+    case calibrationTooOld(days: Int, maximum: Int)
+    case calibrationImplausible(magnitude: Int)
+    case configDiffers(field: String, holds: String, profile: String)
+    case configCRCDiffers(holds: UInt16, profile: UInt16)
+    case neverReadBack
+    case notSeen(days: Int)
+
+    /// A short, stable code for tables, CSV and scripts.
+    public var code: String {
+        switch self {
+        case .noProfile: "no-profile"
+        case .unknownProfile: "unknown-profile"
+        case .batteryLow: "battery-low"
+        case .firmwareOld: "firmware-old"
+        case .notCalibrated: "not-calibrated"
+        case .calibrationTooOld: "calibration-old"
+        case .calibrationImplausible: "calibration-implausible"
+        case .configDiffers: "config-differs"
+        case .configCRCDiffers: "config-crc-differs"
+        case .neverReadBack: "never-read-back"
+        case .notSeen: "not-seen"
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .noProfile: "no profile assigned"
+        case .unknownProfile(let name): "profile '\(name)' does not exist"
+        case .batteryLow(let percent, let minimum): "battery \(percent) % is below \(minimum) %"
+        case .firmwareOld(let version, let minimum): "firmware \(version) is older than \(minimum)"
+        case .notCalibrated: "not calibrated"
+        case .calibrationTooOld(let days, let maximum): "calibrated \(days) days ago (at most \(maximum))"
+        case .calibrationImplausible(let magnitude): "calibration vector |g| = \(magnitude) mG is outside 1000 ± 150 mG"
+        case .configDiffers(let field, let holds, let profile): "\(field) is \(holds), the profile says \(profile)"
+        case .configCRCDiffers(let holds, let profile):
+            "advertised config CRC \(String(format: "%04x", holds)) is not the profile's \(String(format: "%04x", profile))"
+        case .neverReadBack: "its config was never read back"
+        case .notSeen(let days): "not seen for \(days) days"
+        }
+    }
+}
+
+/// The findings for one beacon.
+public struct AuditReport: Sendable, Equatable, Codable {
+    public var address: String
+    public var profile: String?
+    public var findings: [AuditFinding]
+    public var isClean: Bool { findings.isEmpty }
+}
+
+public enum Auditor {
+    /// How far a calibration vector's magnitude may be from 1 g.
+    public static let plausibleGravity = 850.0...1150.0
+
+    /// Audits one beacon against `profile` (by name) or its assigned one.
+    public static func audit(
+        _ subject: AuditSubject, profiles: [String: Profile], profile named: String? = nil, now: Date = Date(),
+        notSeenAfterDays: Int? = nil
+    ) -> AuditReport {
+        let name = named ?? subject.assignedProfile
+        var findings: [AuditFinding] = []
+        if let notSeenAfterDays, let lastSeen = subject.lastSeen {
+            let days = Int(now.timeIntervalSince(lastSeen) / 86_400)
+            if days >= notSeenAfterDays { findings.append(.notSeen(days: days)) }
+        }
+        guard let name else {
+            return AuditReport(address: subject.address, profile: nil, findings: findings + [.noProfile])
+        }
+        guard let profile = profiles[name] else {
+            return AuditReport(address: subject.address, profile: name, findings: findings + [.unknownProfile(name)])
+        }
+        let requirements = profile.requirements
+        if let battery = subject.battery, battery < requirements.minimumBatteryPercent {
+            findings.append(.batteryLow(percent: Int(battery), minimum: Int(requirements.minimumBatteryPercent)))
+        }
+        if let firmware = subject.firmware, firmware < requirements.minimumFirmware {
+            findings.append(
+                .firmwareOld(version: firmware.description, minimum: requirements.minimumFirmware.description))
+        }
+        if requirements.calibrationRequired, subject.calibrated == false {
+            findings.append(.notCalibrated)
+        }
+        if subject.calibrated == true {
+            if let maximum = requirements.maximumCalibrationAgeDays, let at = subject.calibratedAt {
+                let days = Int(now.timeIntervalSince(at) / 86_400)
+                if days > maximum { findings.append(.calibrationTooOld(days: days, maximum: maximum)) }
+            }
+            if let vector = subject.calibrationVector, !plausibleGravity.contains(vector.magnitude) {
+                findings.append(.calibrationImplausible(magnitude: Int(vector.magnitude.rounded())))
+            }
+        }
+        if let config = subject.config {
+            let want = profile.config
+            let fields: [(String, UInt16, UInt16, String)] = [
+                ("cornering", config.cornering, want.cornering, " mG"),
+                ("braking", config.braking, want.braking, " mG"),
+                ("acceleration", config.acceleration, want.acceleration, " mG"),
+                ("duration", config.duration, want.duration, " ms"),
+            ]
+            for (field, holds, wanted, unit) in fields where holds != wanted {
+                findings.append(.configDiffers(field: field, holds: "\(holds)\(unit)", profile: "\(wanted)\(unit)"))
+            }
+            if config.enable != want.enable {
+                findings.append(
+                    .configDiffers(field: "enabled", holds: flags(config.enable), profile: flags(want.enable)))
+            }
+        } else if let crc = subject.configCRC {
+            if crc != profile.config.crc { findings.append(.configCRCDiffers(holds: crc, profile: profile.config.crc)) }
+        }
+        if subject.config == nil, subject.configCRC == nil, subject.configReadAt == nil {
+            findings.append(.neverReadBack)
+        }
+        return AuditReport(address: subject.address, profile: name, findings: findings)
+    }
+
+    static func flags(_ enable: DrivingBehaviourConfig.EnableFlags) -> String {
+        var names: [String] = []
+        if enable.contains(.detection) { names.append("DB") }
+        if enable.contains(.highPassFilter) { names.append("HP") }
+        if enable.contains(.lowPassFilter) { names.append("LP") }
+        return names.isEmpty ? "none" : names.joined(separator: "+")
+    }
+
+    /// An audit subject from adverts alone: battery, status bits, firmware
+    /// and the config CRC of the bench summary.
+    public static func subject(address: String, summary: BenchSummary, seenAt: Date) -> AuditSubject {
+        var subject = AuditSubject(address: address)
+        subject.battery = summary.battery
+        subject.firmware = summary.firmware
+        subject.calibrated = summary.status.contains(.calibrated)
+        subject.configCRC = summary.configCRC
+        subject.lastSeen = seenAt
+        return subject
+    }
+}
+
+/// Audit findings as CSV (one row per finding, clean devices as one row
+/// with code `ok`) and JSON.
+public enum AuditExport {
+    public static func csv(_ reports: [AuditReport]) -> String {
+        var lines = ["address,profile,code,finding"]
+        for report in reports {
+            let rows = report.findings.isEmpty ? [("ok", "")] : report.findings.map { ($0.code, $0.description) }
+            for (code, text) in rows {
+                lines.append([report.address, report.profile ?? "", code, text].map(csvField).joined(separator: ","))
+            }
+        }
+        return lines.joined(separator: "\n") + "\n"
+    }
+
+    /// RFC 4180 quoting.
+    public static func csvField(_ text: String) -> String {
+        guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
+        return "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+
+    public static func json(_ reports: [AuditReport]) throws -> String {
+        struct Row: Encodable {
+            var address: String
+            var profile: String?
+            var findings: [Finding]
+            struct Finding: Encodable {
+                var code: String
+                var text: String
+            }
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let rows = reports.map { report in
+            Row(
+                address: report.address, profile: report.profile,
+                findings: report.findings.map { Row.Finding(code: $0.code, text: $0.description) })
+        }
+        return String(decoding: try encoder.encode(rows), as: UTF8.self)
+    }
+}
