@@ -56,7 +56,9 @@ let package = Package(
         // MARK: Thin executables.
         .executableTarget(name: "beaconbench", dependencies: ["Console", "DBusBinding"]),
         .executableTarget(name: "beaconbench-sim", dependencies: ["BeaconSimulator"]),
-        .executableTarget(name: "beaconbench-bench", dependencies: ["DBusBinding", "TestSupport", "Inventory"]),
+        .executableTarget(
+            name: "beaconbench-bench",
+            dependencies: ["DBusBinding", "TestSupport", "Inventory", "Profiles", "SBeaconProtocol"]),
 
         // MARK: Tests and what they share.
         .target(name: "TestSupport", dependencies: ["DBusBinding"]),

@@ -212,6 +212,70 @@ public actor Inventory {
         }
     }
 
+    /// Stores pulled driving-behaviour events with their real times; those
+    /// stored before are skipped. Returns how many were new.
+    public func storeEvents(_ events: [DrivingEvent], device: String, timeOffset: Int64, pulledAt: Date) throws -> Int {
+        try database.inTransaction {
+            var added = 0
+            for event in events {
+                added += try database.run(
+                    """
+                    INSERT OR IGNORE INTO events(device, at_ms, type, duration_ms, average_mg, maximum_mg,
+                                                 x_mg, y_mg, z_mg, beacon_index, pulled_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [
+                        .text(device),
+                        .integer(BeaconTime.epochMilliseconds(beaconSeconds: event.timestamp, offset: timeOffset)),
+                        .text(Self.name(of: event.type)), SQLiteValue(event.duration),
+                        SQLiteValue(event.averageMagnitude), SQLiteValue(event.maximumMagnitude),
+                        SQLiteValue(event.average.x), SQLiteValue(event.average.y), SQLiteValue(event.average.z),
+                        SQLiteValue(event.index), .text(Self.timestamp(pulledAt)),
+                    ])
+            }
+            return added
+        }
+    }
+
+    /// Stores pulled incidents (samples as a JSON array of [x, y, z] mG);
+    /// those stored before are skipped. Returns how many were new.
+    public func storeIncidents(
+        _ incidents: [Incident], device: String, timeOffset: Int64, pulledAt: Date
+    ) throws
+        -> Int
+    {
+        try database.inTransaction {
+            var added = 0
+            for incident in incidents {
+                let samples = "[" + incident.samples.map { "[\($0.x),\($0.y),\($0.z)]" }.joined(separator: ",") + "]"
+                added += try database.run(
+                    """
+                    INSERT OR IGNORE INTO incidents(device, incident_id, at_ms, max_resultant, avg_resultant,
+                                                    x_mg, y_mg, z_mg, samples, pulled_at)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    """,
+                    [
+                        .text(device), SQLiteValue(incident.id),
+                        .integer(BeaconTime.epochMilliseconds(beaconSeconds: incident.timestamp, offset: timeOffset)),
+                        SQLiteValue(incident.maximumResultant), SQLiteValue(incident.averageResultant),
+                        SQLiteValue(incident.average.x), SQLiteValue(incident.average.y),
+                        SQLiteValue(incident.average.z),
+                        .text(samples), .text(Self.timestamp(pulledAt)),
+                    ])
+            }
+            return added
+        }
+    }
+
+    static func name(of type: DrivingEventType) -> String {
+        switch type {
+        case .acceleration: "acceleration"
+        case .braking: "braking"
+        case .cornering: "cornering"
+        case .accident: "accident"
+        }
+    }
+
     // MARK: Reading it back
 
     /// Runs a read-only query with bound parameters (for reports and tests).

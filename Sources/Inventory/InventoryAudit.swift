@@ -68,17 +68,65 @@ extension Inventory {
         return ([header.joined(separator: ",")] + lines).joined(separator: "\n") + "\n"
     }
 
-    /// Parses the inventory's own timestamps.
+    /// Devices as a JSON array of objects, one key per column (null where unknown).
+    public func exportDevicesJSON() throws -> String {
+        let statement = try database.prepare("SELECT * FROM devices ORDER BY address")
+        var objects: [String] = []
+        while try statement.step() {
+            let names = statement.columnNames()
+            let fields = zip(names, statement.row()).map { name, value -> String in
+                let rendered: String =
+                    switch value {
+                    case .null: "null"
+                    case .integer(let v): "\(v)"
+                    case .real(let v): "\(v)"
+                    case .text(let v): Self.jsonString(v)
+                    case .blob(let v): Self.jsonString(v.map { String(format: "%02x", $0) }.joined())
+                    }
+                return "\(Self.jsonString(name)): \(rendered)"
+            }
+            objects.append("  {" + fields.joined(separator: ", ") + "}")
+        }
+        return "[\n" + objects.joined(separator: ",\n") + (objects.isEmpty ? "]\n" : "\n]\n")
+    }
+
+    static func jsonString(_ text: String) -> String {
+        let data = (try? JSONSerialization.data(withJSONObject: [text], options: [.fragmentsAllowed])) ?? Data()
+        let array = String(decoding: data, as: UTF8.self)
+        return String(array.dropFirst().dropLast())
+    }
+
+    /// Parses the inventory's own timestamps (`2026-11-30T09:41:07.123Z`),
+    /// with arithmetic rather than a calendar: audits parse tens of
+    /// thousands of them.
     static func parseTimestamp(_ text: String) -> Date? {
-        // 2026-11-30T09:41:07.123Z
-        let parts = text.split(whereSeparator: { "-T:.Z".contains($0) }).compactMap { Int($0) }
-        guard parts.count >= 6 else { return nil }
-        var components = DateComponents()
-        components.timeZone = TimeZone(identifier: "UTC")
-        (components.year, components.month, components.day) = (parts[0], parts[1], parts[2])
-        (components.hour, components.minute, components.second) = (parts[3], parts[4], parts[5])
-        components.nanosecond = parts.count > 6 ? parts[6] * 1_000_000 : 0
-        return Calendar(identifier: .gregorian).date(from: components)
+        var numbers: [Int] = []
+        numbers.reserveCapacity(7)
+        var current = 0
+        var digits = 0
+        for byte in text.utf8 {
+            if byte >= 0x30 && byte <= 0x39 {
+                current = current * 10 + Int(byte - 0x30)
+                digits += 1
+            } else if digits > 0 {
+                numbers.append(current)
+                current = 0
+                digits = 0
+            }
+        }
+        if digits > 0 { numbers.append(current) }
+        guard numbers.count >= 6, (1...12).contains(numbers[1]), (1...31).contains(numbers[2]) else { return nil }
+        // Days from 1970-01-01 of a civil date (H. Hinnant's algorithm).
+        let (year, month, day) = (numbers[0], numbers[1], numbers[2])
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        let days = era * 146_097 + dayOfEra - 719_468
+        let seconds = days * 86_400 + numbers[3] * 3_600 + numbers[4] * 60 + numbers[5]
+        let milliseconds = numbers.count > 6 ? numbers[6] : 0
+        return Date(timeIntervalSince1970: Double(seconds) + Double(milliseconds) / 1000)
     }
 }
 

@@ -1,5 +1,7 @@
 import Foundation
 import Inventory
+import Profiles
+import SBeaconProtocol
 
 /// `beaconbench-bench inventory-writer PATH`: begins a run and records step
 /// outcomes one committed transaction at a time, printing `committed N`
@@ -58,6 +60,41 @@ func inventoryBenchmark() async throws -> [Measurement] {
         Measurement(
             scenario: "inventory: live steps (begin + finish, 2 commits each)", calls: single, seconds: elapsed,
             callsPerSecond: Double(single) / elapsed))
+
+    // An audit of 10,000 devices over 1,000,000 outcome rows.
+    let deviceCount = 10_000
+    for number in 0..<deviceCount {
+        var device = DeviceRecord(
+            address: String(format: "C1:%02X:%02X:00:00:%02X", number >> 8 & 0xFF, number & 0xFF, number % 7))
+        device.battery = UInt8(number % 100)
+        device.firmware = FirmwareVersion(major: 1, minor: 0, patch: UInt8(6 + number % 3))
+        device.calibration = CalibrationState(
+            calibrated: number % 5 != 0, calibratedAt: 60, vector: Vector(x: 10, y: 5, z: 990))
+        device.calibratedAt = Date()
+        device.config = DrivingBehaviourConfig(
+            cornering: 350, braking: 350, acceleration: 450, duration: 300, enable: .all)
+        device.profile = ["car", "van", "truck"][number % 3]
+        try await inventory.recordDevice(device)
+    }
+    let outcomesNeeded = 1_000_000 - (batches * 1000 + single)
+    for _ in 0..<(outcomesNeeded / 1000) { try await inventory.recordOutcomes(run: run, batch) }
+    let profiles = try ProfileLoader.loadAll(from: [
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("profiles").path
+    ])
+    let audits = 5
+    started = ContinuousClock.now
+    var findings = 0
+    for _ in 0..<audits {
+        let reports = try await inventory.auditSubjects().map { Auditor.audit($0, profiles: profiles) }
+        findings = reports.reduce(0) { $0 + $1.findings.count }
+    }
+    elapsed = seconds(ContinuousClock.now - started)
+    results.append(
+        Measurement(
+            scenario: "inventory: audit 10,000 devices, 1,000,000 outcomes (ms each)", calls: audits,
+            seconds: elapsed, callsPerSecond: elapsed * 1000 / Double(audits)))
+    precondition(findings > 0, "the audit found nothing to report: the benchmark's fleet is wrong")
 
     let opens = 50
     started = ContinuousClock.now

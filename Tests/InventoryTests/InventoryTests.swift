@@ -96,6 +96,33 @@ struct InventoryTests {
                 == 0)
         let first = try await inventory.query("SELECT start_ms, end_ms FROM trips ORDER BY start_ms").first
         #expect(first == [.integer(offset + 100_000), .integer(offset + 2_800_000)])
+
+        let events = [
+            DrivingEvent(
+                index: 3, type: .braking, timestamp: 1500, duration: 450, averageMagnitude: 380,
+                maximumMagnitude: 420, average: Vector(x: -150, y: 380, z: 50))
+        ]
+        #expect(
+            try await inventory.storeEvents(events, device: "C1:00:00:00:00:02", timeOffset: offset, pulledAt: Date())
+                == 1)
+        #expect(
+            try await inventory.storeEvents(events, device: "C1:00:00:00:00:02", timeOffset: offset, pulledAt: Date())
+                == 0)
+        #expect(
+            try await inventory.query("SELECT type, maximum_mg, x_mg, at_ms FROM events").first
+                == [.text("braking"), .integer(420), .integer(-150), .integer(offset + 1_500_000)])
+        let incidents = [
+            Incident(
+                id: 7, timestamp: 99, maximumResultant: 3100, averageResultant: 1200, average: Vector(x: 1, y: 2, z: 3),
+                samples: [Vector(x: 1, y: -1, z: 900), Vector(x: 2, y: 2, z: 2)])
+        ]
+        #expect(
+            try await inventory.storeIncidents(
+                incidents, device: "C1:00:00:00:00:02", timeOffset: offset, pulledAt: Date()) == 1)
+        #expect(
+            try await inventory.storeIncidents(
+                incidents, device: "C1:00:00:00:00:02", timeOffset: offset, pulledAt: Date()) == 0)
+        #expect(try await inventory.query("SELECT samples FROM incidents").first == [.text("[[1,-1,900],[2,2,2]]")])
     }
 
     @Test func aKilledWriterLosesNothingCommittedAndIsMarkedInterrupted() async throws {
@@ -154,6 +181,26 @@ struct InventoryAuditTests {
         let csv = try await inventory.exportDevicesCSV()
         #expect(csv.hasPrefix("address,mac_ending,major,minor,"))
         #expect(csv.split(separator: "\n").count == 3)
+        let json = try await inventory.exportDevicesJSON()
+        let decoded = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]]
+        #expect(decoded?.count == 2)
+        #expect(decoded?.first?["address"] as? String == "C1:00:00:00:00:01")
+        #expect(decoded?.first?["config_braking"] as? Int == 350)
+    }
+}
+
+@Suite("Inventory timestamps")
+struct TimestampTests {
+    @Test func writtenAndParsedBack() {
+        for seconds in [0.0, 1_769_767_200.123, 1_800_000_000.999, 951_782_400.5] {  // incl. 2000-02-29
+            let date = Date(timeIntervalSince1970: seconds)
+            let text = Inventory.timestamp(date)
+            let parsed = Inventory.parseTimestamp(text)
+            #expect(
+                abs((parsed?.timeIntervalSince1970 ?? -1) - (seconds * 1000).rounded(.down) / 1000) < 0.0005, "\(text)")
+        }
+        #expect(Inventory.timestamp(Date(timeIntervalSince1970: 1_769_767_200.123)) == "2026-01-30T10:00:00.123Z")
+        #expect(Inventory.parseTimestamp("garbage") == nil)
     }
 }
 

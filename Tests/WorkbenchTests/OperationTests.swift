@@ -2,6 +2,7 @@ import BeaconSimulator
 import BlueZClient
 import DBusBinding
 import Foundation
+import Profiles
 import SBeaconProtocol
 import TestSupport
 import Testing
@@ -26,6 +27,19 @@ struct OperationTests {
             #expect(info.calibration.calibrated == false)
             #expect(info.tripStatus == .idle)
             #expect(info.tripInformation == TripInformation(trips: 0, incidents: 0, events: 0))
+            // A live audit of what was read: factory defaults fail the car profile.
+            let profiles = try ProfileLoader.loadAll(from: [
+                URL(fileURLWithPath: #filePath).deletingLastPathComponent()
+                    .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("profiles").path
+            ])
+            let report = Auditor.audit(
+                AuditSubject(address: state.address, info: info), profiles: profiles, profile: "car")
+            #expect(
+                report.findings.map(\.code) == [
+                    "firmware-old", "not-calibrated", "config-differs", "config-differs", "config-differs",
+                    "config-differs",
+                    "config-differs",
+                ])
             // Disconnected afterwards (the registry hears of it by signal).
             var connected = true
             for _ in 0..<200 where connected {
