@@ -19,6 +19,10 @@ public actor BluetoothClient {
     /// Bumped whenever bluetoothd leaves or comes back.
     public private(set) var bluetoothdGeneration = 0
     private var connectLocks: [ObjectPath: AsyncLock] = [:]
+    /// Indexes over `objects`, so that finding a device by address or a
+    /// characteristic under a device does not scan every object.
+    private var devicePathsByAddress: [String: Set<ObjectPath>] = [:]
+    private var attributesByDevice: [ObjectPath: Set<ObjectPath>] = [:]
 
     private struct Waiter {
         var isSatisfied: () -> Bool
@@ -67,6 +71,7 @@ public actor BluetoothClient {
     private func reload() async throws {
         do {
             objects = try await bus.managedObjects(of: Self.bluez, timeout: timeouts.call)
+            rebuildIndexes()
         } catch let error as BusError {
             throw BlueZError(.bus(error), step: "read bluetoothd's objects")
         }
@@ -80,18 +85,25 @@ public actor BluetoothClient {
         case (.objectManager, "InterfacesAdded"):
             guard let added = try? InterfacesAdded(signal) else { return }
             objects[added.path, default: [:]].merge(added.interfaces) { $1 }
+            index(added.path)
         case (.objectManager, "InterfacesRemoved"):
             guard let removed = try? InterfacesRemoved(signal) else { return }
             for name in removed.interfaces { objects[removed.path]?[name] = nil }
             if objects[removed.path]?.keys.allSatisfy({ $0.hasPrefix("org.freedesktop.DBus.") }) ?? false {
                 objects[removed.path] = nil
             }
+            unindex(removed.path)
+            index(removed.path)
         case (.properties, "PropertiesChanged"):
             guard let change = try? PropertiesChanged(signal), objects[change.path]?[change.interface] != nil else {
                 return
             }
             objects[change.path]?[change.interface]?.merge(change.changed) { $1 }
             for name in change.invalidated { objects[change.path]?[change.interface]?[name] = nil }
+            if change.interface == "org.bluez.Device1", change.changed["Address"] != nil {
+                unindex(change.path)
+                index(change.path)
+            }
         default:
             return
         }
@@ -101,8 +113,52 @@ public actor BluetoothClient {
     private func ownerChanged(_ change: NameOwnerChanged) async {
         bluetoothdGeneration += 1
         objects = [:]
+        rebuildIndexes()
         failWaiters(BlueZError(.bluetoothdGone, step: "wait"))
         if change.newOwner != nil { try? await reload() }
+    }
+
+    // MARK: Indexes
+
+    /// The device a GATT object belongs to: `/org/bluez/hciN/dev_…`.
+    static func deviceAncestor(of path: ObjectPath) -> ObjectPath? {
+        let components = path.components
+        guard components.count > 4, components[3].hasPrefix("dev_") else { return nil }
+        return try? ObjectPath("/" + components.prefix(4).joined(separator: "/"))
+    }
+
+    private func index(_ path: ObjectPath) {
+        guard let interfaces = objects[path] else { return }
+        if let address = interfaces["org.bluez.Device1"]?["Address"]?.string {
+            devicePathsByAddress[address.uppercased(), default: []].insert(path)
+        }
+        if let device = Self.deviceAncestor(of: path),
+            interfaces.keys.contains(where: { $0.hasPrefix("org.bluez.Gatt") })
+        {
+            attributesByDevice[device, default: []].insert(path)
+        }
+    }
+
+    private func unindex(_ path: ObjectPath) {
+        for (address, paths) in devicePathsByAddress where paths.contains(path) {
+            devicePathsByAddress[address]?.remove(path)
+            if devicePathsByAddress[address]?.isEmpty == true { devicePathsByAddress[address] = nil }
+        }
+        if let device = Self.deviceAncestor(of: path) { attributesByDevice[device]?.remove(path) }
+    }
+
+    private func rebuildIndexes() {
+        devicePathsByAddress = [:]
+        attributesByDevice = [:]
+        for path in objects.keys { index(path) }
+    }
+
+    /// The GATT objects of one interface under a device: path and UUID.
+    func gattObjects(under device: ObjectPath, interface: String) -> [(path: ObjectPath, uuid: String)] {
+        (attributesByDevice[device] ?? []).compactMap { path in
+            guard let uuid = objects[path]?[interface]?["UUID"]?.string else { return nil }
+            return (path, uuid.lowercased())
+        }
     }
 
     private func checkWaiters() {
@@ -177,6 +233,14 @@ public actor BluetoothClient {
         return adapter
     }
 
+    /// Waits until the adapter is there (after bluetoothd restarted, the
+    /// registry fills again only when its objects have been read).
+    public func waitForAdapter(named name: String?, timeout: Duration) async throws -> Adapter {
+        try await waitUntil(
+            { (try? self.adapter(named: name)) != nil }, timeout: timeout, step: "wait for the adapter", device: nil)
+        return try adapter(named: name)
+    }
+
     /// Every device bluetoothd knows, on every adapter.
     public func devices() -> [Device] {
         objects.compactMap { path, interfaces in
@@ -186,8 +250,12 @@ public actor BluetoothClient {
 
     /// The device with `address`, on `adapter` if given.
     public func device(address: String, adapter: ObjectPath? = nil) -> Device? {
-        let wanted = address.uppercased()
-        return devices().first { $0.address.uppercased() == wanted && (adapter == nil || $0.adapter == adapter) }
+        let paths = (devicePathsByAddress[address.uppercased()] ?? []).sorted()
+        return paths.lazy.compactMap { path -> Device? in
+            guard let properties = self.objects[path]?["org.bluez.Device1"] else { return nil }
+            let device = Device(path: path, properties: properties)
+            return adapter == nil || device.adapter == adapter ? device : nil
+        }.first
     }
 
     // MARK: Adapters and discovery

@@ -126,13 +126,6 @@ extension BluetoothClient {
         return DeviceSession(client: self, address: address, path: device.path)
     }
 
-    /// The GATT objects of one interface under a device: path and UUID.
-    func gattObjects(under device: ObjectPath, interface: String) -> [(path: ObjectPath, uuid: String)] {
-        allObjects().compactMap { path, interfaces in
-            guard device.isAncestor(of: path), let uuid = interfaces[interface]?["UUID"]?.string else { return nil }
-            return (path, uuid.lowercased())
-        }
-    }
 }
 
 /// A connected device: GATT reads, writes and notifications by UUID. Every

@@ -188,7 +188,7 @@ struct RobustnessTests {
             try await restart
             #expect(error is BlueZError || error is OperationError, "\(String(describing: error))")
             // bluetoothd is back: discover again, and the next operation works.
-            let adapter = try await bench.client.adapter(named: "hci0")
+            let adapter = try await bench.client.waitForAdapter(named: "hci0", timeout: .seconds(10))
             try await bench.client.startDiscovery(on: adapter)
             _ = try await bench.client.waitForDevice(address: state.address, timeout: .seconds(10))
             let info = try await bench.withBeacon(state) { try await $0.readInfo() }
