@@ -50,7 +50,7 @@ let package = Package(
             name: "Workbench",
             dependencies: ["BlueZClient", "SBeaconProtocol", "Inventory", "Profiles"]
         ),
-        .target(name: "Console", dependencies: ["Workbench", "CReadline"]),
+        .target(name: "Console", dependencies: ["Workbench", "Profiles", "SBeaconProtocol", "CReadline"]),
         .target(name: "BeaconSimulator", dependencies: ["DBusBinding", "SBeaconProtocol"]),
 
         // MARK: Thin executables.
@@ -66,6 +66,7 @@ let package = Package(
         .testTarget(name: "SBeaconProtocolTests", dependencies: ["SBeaconProtocol"]),
         .testTarget(name: "InventoryTests", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "TestSupport"]),
         .testTarget(name: "ProfilesTests", dependencies: ["Profiles", "SBeaconProtocol"]),
+        .testTarget(name: "ConsoleTests", dependencies: ["Console", "Profiles", "SBeaconProtocol"]),
         .testTarget(
             name: "WorkbenchTests",
             dependencies: [

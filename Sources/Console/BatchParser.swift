@@ -1,0 +1,415 @@
+import SBeaconProtocol
+
+/// An error in a batch (or a REPL line): where, and what; printed as
+/// `FILE:LINE:COL: error: message` so that editors jump to it.
+public struct BatchError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var file: String
+    public var line: Int
+    public var column: Int
+    public var message: String
+
+    public var description: String { "\(file):\(line):\(column): error: \(message)" }
+}
+
+/// A command with the place it was written.
+public struct LocatedCommand: Sendable, Equatable {
+    public var command: Command
+    public var line: Int
+    public var column: Int
+}
+
+/// The batch language (docs/batch-language.md): one command per line, `#`
+/// comments, `\` at the end of a line continues it, `${name}` variables
+/// from `--set` or `set name value`, double quotes around values with
+/// spaces. The whole text is checked before anything runs.
+public struct BatchParser {
+    public var file: String
+    /// `--set` values: they win over `set` lines.
+    public var overrides: [String: String]
+    /// The profiles that exist, to check `apply`, `verify`, `audit` and
+    /// `select profile=` names.
+    public var profiles: Set<String>
+
+    public init(file: String, overrides: [String: String] = [:], profiles: Set<String>) {
+        self.file = file
+        self.overrides = overrides
+        self.profiles = profiles
+    }
+
+    /// A character of a logical line, with where it was written.
+    struct Placed {
+        var character: Character
+        var line: Int
+        var column: Int
+    }
+
+    struct Token {
+        var text: String
+        var line: Int
+        var column: Int
+    }
+
+    /// Parses and checks a whole text.
+    /// - Throws: the first `BatchError`, with its line and column.
+    public func parse(_ text: String) throws(BatchError) -> [LocatedCommand] {
+        var variables: [String: String] = [:]
+        var commands: [LocatedCommand] = []
+        for logical in logicalLines(text) {
+            let expanded = try expand(logical, variables: variables)
+            let tokens = try tokenize(expanded)
+            guard let first = tokens.first else { continue }
+            let command = try parseCommand(first, Array(tokens.dropFirst()))
+            if case .set(let name, let value) = command { variables[name] = value }
+            commands.append(LocatedCommand(command: command, line: first.line, column: first.column))
+        }
+        return commands
+    }
+
+    func fail(_ line: Int, _ column: Int, _ message: String) -> BatchError {
+        BatchError(file: file, line: line, column: column, message: message)
+    }
+
+    func fail(_ token: Token, _ message: String) -> BatchError { fail(token.line, token.column, message) }
+
+    /// Physical lines joined where one ends in `\`.
+    func logicalLines(_ text: String) -> [[Placed]] {
+        var lines: [[Placed]] = []
+        var current: [Placed] = []
+        var lineNumber = 1
+        let physical = text.split(separator: "\n", omittingEmptySubsequences: false)
+        for raw in physical {
+            var characters = raw.enumerated().map { Placed(character: $1, line: lineNumber, column: $0 + 1) }
+            if characters.last?.character == "\r" { characters.removeLast() }
+            if characters.last?.character == "\\" {
+                characters.removeLast()
+                current += characters + [Placed(character: " ", line: lineNumber, column: characters.count + 1)]
+            } else {
+                current += characters
+                lines.append(current)
+                current = []
+            }
+            lineNumber += 1
+        }
+        if !current.isEmpty { lines.append(current) }
+        return lines
+    }
+
+    /// Replaces `${name}` (outside comments) with its value; the value's
+    /// characters keep the position of the `$`.
+    func expand(_ line: [Placed], variables: [String: String]) throws(BatchError) -> [Placed] {
+        var out: [Placed] = []
+        var index = 0
+        var quoted = false
+        while index < line.count {
+            let placed = line[index]
+            if placed.character == "\"" { quoted.toggle() }
+            if placed.character == "#", !quoted { return out }
+            guard placed.character == "$", index + 1 < line.count, line[index + 1].character == "{" else {
+                out.append(placed)
+                index += 1
+                continue
+            }
+            guard let close = line[(index + 2)...].firstIndex(where: { $0.character == "}" }) else {
+                throw fail(placed.line, placed.column, "'${' without a closing '}'")
+            }
+            let name = String(line[(index + 2)..<close].map(\.character))
+            guard !name.isEmpty, name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" || $0 == "-" }) else {
+                throw fail(placed.line, placed.column, "'\(name)' is not a variable name")
+            }
+            guard let value = overrides[name] ?? variables[name] else {
+                throw fail(
+                    placed.line, placed.column, "variable '\(name)' is not set (use --set \(name)=… or 'set \(name) …')"
+                )
+            }
+            out += value.map { Placed(character: $0, line: placed.line, column: placed.column) }
+            index = close + 1
+        }
+        return out
+    }
+
+    /// Splits on blanks; double quotes group, `\"` inside them is a quote.
+    func tokenize(_ line: [Placed]) throws(BatchError) -> [Token] {
+        var tokens: [Token] = []
+        var index = 0
+        while index < line.count {
+            let start = line[index]
+            if start.character == " " || start.character == "\t" {
+                index += 1
+                continue
+            }
+            var text = ""
+            var quoted = false
+            while index < line.count {
+                let placed = line[index]
+                if !quoted, placed.character == " " || placed.character == "\t" { break }
+                if placed.character == "\"" {
+                    quoted.toggle()
+                } else if quoted, placed.character == "\\", index + 1 < line.count, line[index + 1].character == "\"" {
+                    text.append("\"")
+                    index += 1
+                } else {
+                    text.append(placed.character)
+                }
+                index += 1
+            }
+            if quoted { throw fail(start.line, start.column, "a quote is not closed") }
+            tokens.append(Token(text: text, line: start.line, column: start.column))
+        }
+        return tokens
+    }
+
+    // MARK: Commands
+
+    func parseCommand(_ name: Token, _ arguments: [Token]) throws(BatchError) -> Command {
+        func none() throws(BatchError) {
+            if let extra = arguments.first {
+                throw fail(extra, "'\(name.text)' takes no argument, got '\(extra.text)'")
+            }
+        }
+        func atMost(_ count: Int) throws(BatchError) {
+            if arguments.count > count {
+                throw fail(arguments[count], "unexpected '\(arguments[count].text)' (usage: \(usage(name.text)))")
+            }
+        }
+        func clearFlag() throws(BatchError) -> Bool {
+            try atMost(1)
+            guard let flag = arguments.first else { return false }
+            guard flag.text == "--clear" else { throw fail(flag, "unknown option '\(flag.text)' (only --clear)") }
+            return true
+        }
+        switch name.text {
+        case "scan":
+            var seconds = 10.0
+            var floor: Int16?
+            var index = 0
+            while index < arguments.count {
+                let argument = arguments[index]
+                if argument.text == "--rssi" {
+                    guard index + 1 < arguments.count else { throw fail(argument, "--rssi needs a value in -127–0") }
+                    let value = arguments[index + 1]
+                    guard let number = Int16(value.text), (-127...0).contains(number) else {
+                        throw fail(value, "--rssi wants dBm in -127–0, got '\(value.text)'")
+                    }
+                    floor = number
+                    index += 2
+                } else if argument.text.hasPrefix("--") {
+                    throw fail(argument, "unknown option '\(argument.text)' (scan takes --rssi N)")
+                } else {
+                    seconds = try duration(argument, range: 0.1...3600)
+                    index += 1
+                }
+            }
+            return .scan(seconds: seconds, rssiFloor: floor)
+        case "devices":
+            try atMost(1)
+            return .devices(filter: arguments.first?.text)
+        case "select":
+            guard !arguments.isEmpty else { throw fail(name, "select needs a selector (usage: \(usage("select")))") }
+            var selectors: [Command.Selector] = []
+            for argument in arguments { selectors.append(try selector(argument)) }
+            return .select(selectors)
+        case "info": try none(); return .info
+        case "sync-time": try none(); return .syncTime
+        case "calibrate": try none(); return .calibrate
+        case "reboot": try none(); return .reboot
+        case "quit", "exit": try none(); return .quit
+        case "require":
+            guard arguments.count == 1 else {
+                throw fail(
+                    arguments.dropFirst().first ?? name, "require takes one condition: battery>=N or firmware>=X.Y.Z")
+            }
+            return .require(try requirement(arguments[0]))
+        case "identity":
+            var major: UInt16?
+            var minor: Command.MinorChoice = .auto
+            for argument in arguments {
+                let parts = argument.text.split(separator: "=", maxSplits: 1).map(String.init)
+                guard parts.count == 2 else { throw fail(argument, "expected major=N or minor=auto|N") }
+                switch parts[0] {
+                case "major":
+                    guard let value = UInt16(parts[1]) else {
+                        throw fail(argument, "major must be 0–65535, got '\(parts[1])'")
+                    }
+                    major = value
+                case "minor":
+                    if parts[1] == "auto" {
+                        minor = .auto
+                    } else if let value = UInt16(parts[1]) {
+                        minor = .fixed(value)
+                    } else {
+                        throw fail(argument, "minor must be auto or 0–65535, got '\(parts[1])'")
+                    }
+                default: throw fail(argument, "unknown key '\(parts[0])' (identity takes major= and minor=)")
+                }
+            }
+            guard let major else { throw fail(name, "identity needs major=N") }
+            return .identity(major: major, minor: minor)
+        case "apply", "verify":
+            guard arguments.count == 1 else {
+                throw fail(arguments.dropFirst().first ?? name, "\(name.text) takes one profile name")
+            }
+            let profile = try profileName(arguments[0])
+            return name.text == "apply" ? .apply(profile: profile) : .verify(profile: profile)
+        case "audit":
+            var profile: String?
+            var source = Command.AuditSource.inventory
+            for argument in arguments {
+                switch argument.text {
+                case "--live": source = .live
+                case "--passive": source = .passive
+                case let text where text.hasPrefix("--"):
+                    throw fail(argument, "unknown option '\(text)' (audit takes --live or --passive)")
+                default:
+                    guard profile == nil else { throw fail(argument, "audit takes one profile name") }
+                    profile = try profileName(argument)
+                }
+            }
+            return .audit(profile: profile, source: source)
+        case "trips": return .trips(clear: try clearFlag())
+        case "events": return .events(clear: try clearFlag())
+        case "incidents": return .incidents(clear: try clearFlag())
+        case "watch":
+            try atMost(1)
+            return .watch(
+                seconds: try arguments.first.map { token throws(BatchError) in try duration(token, range: 0.1...86_400)
+                } ?? 30)
+        case "factory-reset":
+            guard arguments.map(\.text) == ["--yes"] else {
+                throw fail(arguments.first ?? name, "factory-reset erases a beacon: write 'factory-reset --yes'")
+            }
+            return .factoryReset
+        case "inventory":
+            switch arguments.map(\.text) {
+            case ["list"]: return .inventory(.list)
+            case ["export", "--csv"]: return .inventory(.exportCSV)
+            case ["export", "--json"]: return .inventory(.exportJSON)
+            case let words where words.count == 2 && words[0] == "show": return .inventory(.show(words[1]))
+            default: throw fail(arguments.first ?? name, "usage: \(usage("inventory"))")
+            }
+        case "log":
+            try atMost(1)
+            return .log(device: arguments.first?.text)
+        case "profiles":
+            switch arguments.map(\.text) {
+            case ["list"], []: return .profiles(.list)
+            case ["check"]: return .profiles(.check)
+            case let words where words.count == 2 && words[0] == "show":
+                return .profiles(.show(try profileName(arguments[1])))
+            default: throw fail(arguments.first ?? name, "usage: \(usage("profiles"))")
+            }
+        case "help":
+            try atMost(1)
+            if let topic = arguments.first, CommandSpec.named(topic.text) == nil {
+                throw fail(topic, "no command '\(topic.text)'")
+            }
+            return .help(command: arguments.first?.text)
+        case "set":
+            guard arguments.count == 2 else { throw fail(arguments.first ?? name, "usage: set NAME VALUE") }
+            guard arguments[0].text.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" || $0 == "-" }) else {
+                throw fail(arguments[0], "'\(arguments[0].text)' is not a variable name")
+            }
+            return .set(name: arguments[0].text, value: overrides[arguments[0].text] ?? arguments[1].text)
+        default:
+            let suggestion = CommandSpec.all.map(\.name).min { distance($0, name.text) < distance($1, name.text) }
+            throw fail(name, "unknown command '\(name.text)'" + (suggestion.map { " (did you mean '\($0)'?)" } ?? ""))
+        }
+    }
+
+    func usage(_ name: String) -> String { CommandSpec.named(name)?.usage ?? name }
+
+    func profileName(_ token: Token) throws(BatchError) -> String {
+        guard profiles.contains(token.text) else {
+            throw fail(token, "no profile '\(token.text)' (known: \(profiles.sorted().joined(separator: ", ")))")
+        }
+        return token.text
+    }
+
+    /// `10s`, `500ms`, `2m`, or a number of seconds.
+    func duration(_ token: Token, range: ClosedRange<Double>) throws(BatchError) -> Double {
+        let text = token.text
+        let (number, scale): (Substring, Double) =
+            text.hasSuffix("ms")
+            ? (text.dropLast(2), 0.001)
+            : text.hasSuffix("s")
+                ? (text.dropLast(), 1)
+                : text.hasSuffix("m") ? (text.dropLast(), 60) : (Substring(text), 1)
+        guard let value = Double(number), value.isFinite, range.contains(value * scale) else {
+            throw fail(
+                token,
+                "'\(text)' is not a duration in \(Int(range.lowerBound * 1000)) ms–\(Int(range.upperBound)) s (write 10s, 500ms or 2m)"
+            )
+        }
+        return value * scale
+    }
+
+    func requirement(_ token: Token) throws(BatchError) -> Command.Requirement {
+        let text = token.text
+        if text.hasPrefix("battery>=") {
+            guard let value = UInt8(text.dropFirst(9)), value <= 100 else {
+                throw fail(token, "battery>= wants a percentage 0–100, got '\(text.dropFirst(9))'")
+            }
+            return .battery(atLeast: value)
+        }
+        if text.hasPrefix("firmware>=") {
+            guard let version = try? FirmwareVersion(String(text.dropFirst(10))) else {
+                throw fail(token, "firmware>= wants a version like 1.0.8, got '\(text.dropFirst(10))'")
+            }
+            return .firmware(atLeast: version)
+        }
+        throw fail(token, "unknown requirement '\(text)' (battery>=N or firmware>=X.Y.Z)")
+    }
+
+    func selector(_ token: Token) throws(BatchError) -> Command.Selector {
+        let text = token.text
+        switch text {
+        case "all": return .all
+        case "new": return .new
+        case "unprovisioned": return .unprovisioned
+        case "in-range": return .inRange
+        default: break
+        }
+        if text.hasPrefix("profile=") {
+            return .profile(
+                try profileName(Token(text: String(text.dropFirst(8)), line: token.line, column: token.column + 8)))
+        }
+        if text.hasPrefix("battery<") {
+            guard let value = UInt8(text.dropFirst(8)), value <= 100 else {
+                throw fail(token, "battery< wants a percentage 0–100, got '\(text.dropFirst(8))'")
+            }
+            return .batteryBelow(value)
+        }
+        if text.hasPrefix("firmware<") {
+            guard let version = try? FirmwareVersion(String(text.dropFirst(9))) else {
+                throw fail(token, "firmware< wants a version like 1.0.8, got '\(text.dropFirst(9))'")
+            }
+            return .firmwareBelow(version)
+        }
+        if text.hasPrefix("minor=") {
+            let bounds = text.dropFirst(6).split(separator: "-", omittingEmptySubsequences: false).map { UInt16($0) }
+            guard bounds.count == 2, let low = bounds[0], let high = bounds[1], low <= high else {
+                throw fail(token, "minor= wants a range A-B with A ≤ B in 0–65535, got '\(text.dropFirst(6))'")
+            }
+            return .minorRange(low, high)
+        }
+        if let _ = try? MACEnding(address: text) { return .address(text.uppercased()) }
+        if text.count == 8, text.allSatisfy(\.isHexDigit) { return .macEnding(text.lowercased()) }
+        throw fail(
+            token,
+            "unknown selector '\(text)' (all, new, unprovisioned, in-range, profile=NAME, battery<N, firmware<X, minor=A-B, an address or a MAC ending)"
+        )
+    }
+
+    /// Edit distance, for "did you mean".
+    func distance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        var previous = Array(0...b.count)
+        for (i, x) in a.enumerated() {
+            var current = [i + 1]
+            for (j, y) in b.enumerated() {
+                current.append(min(previous[j + 1] + 1, current[j] + 1, previous[j] + (x == y ? 0 : 1)))
+            }
+            previous = current
+        }
+        return previous[b.count]
+    }
+}

@@ -1,0 +1,147 @@
+import SBeaconProtocol
+
+/// A command, checked: what the REPL, a batch line and a one-shot
+/// invocation all turn into. Values are typed and in range.
+public enum Command: Sendable, Equatable {
+    case scan(seconds: Double, rssiFloor: Int16?)
+    case devices(filter: String?)
+    case select([Selector])
+    case info
+    case require(Requirement)
+    case syncTime
+    case calibrate
+    case identity(major: UInt16, minor: MinorChoice)
+    case apply(profile: String)
+    case verify(profile: String)
+    case audit(profile: String?, source: AuditSource)
+    case trips(clear: Bool)
+    case events(clear: Bool)
+    case incidents(clear: Bool)
+    case watch(seconds: Double)
+    case reboot
+    case factoryReset
+    case inventory(InventoryAction)
+    case log(device: String?)
+    case profiles(ProfilesAction)
+    case help(command: String?)
+    case set(name: String, value: String)
+    case quit
+
+    public enum MinorChoice: Sendable, Equatable { case auto, fixed(UInt16) }
+    public enum AuditSource: String, Sendable, Equatable { case inventory, live, passive }
+    public enum InventoryAction: Sendable, Equatable {
+        case list, show(String), exportCSV, exportJSON
+    }
+    public enum ProfilesAction: Sendable, Equatable { case list, show(String), check }
+
+    public enum Requirement: Sendable, Equatable {
+        case battery(atLeast: UInt8)
+        case firmware(atLeast: FirmwareVersion)
+    }
+
+    /// One way to choose devices; several combine (all must hold).
+    public enum Selector: Sendable, Equatable {
+        case all, new, unprovisioned, inRange
+        case profile(String)
+        case batteryBelow(UInt8)
+        case firmwareBelow(FirmwareVersion)
+        case minorRange(UInt16, UInt16)
+        case address(String)
+        case macEnding(String)
+    }
+
+    /// Whether the command acts on each selected device (a device step of
+    /// a batch, run by the fleet runner per device).
+    public var isDeviceStep: Bool {
+        switch self {
+        case .info, .require, .syncTime, .calibrate, .identity, .apply, .verify, .trips, .events, .incidents, .reboot,
+            .factoryReset:
+            true
+        case .audit(_, let source): source == .live
+        default: false
+        }
+    }
+
+    /// Whether it may write to a beacon (refused by `--dry-run`, which
+    /// reports the diff instead).
+    public var writesToBeacons: Bool {
+        switch self {
+        case .syncTime, .calibrate, .identity, .apply, .reboot, .factoryReset: true
+        case .trips(let clear), .events(let clear), .incidents(let clear): clear
+        default: false
+        }
+    }
+}
+
+/// The command table: names, usage, examples; completion and `help` read it.
+public struct CommandSpec: Sendable {
+    public var name: String
+    public var usage: String
+    public var summary: String
+    public var example: String
+
+    public static let all: [CommandSpec] = [
+        .init(
+            name: "scan", usage: "scan [DURATION] [--rssi N]", summary: "discover beacons for a while (default 10s)",
+            example: "scan 15s --rssi -80"),
+        .init(name: "devices", usage: "devices [FILTER]", summary: "list the beacons seen", example: "devices c7d9"),
+        .init(
+            name: "select", usage: "select SELECTOR…",
+            summary:
+                "choose devices: all, new, unprovisioned, in-range, profile=NAME, battery<N, firmware<X, minor=A-B, addresses, MAC endings",
+            example: "select new battery<30"),
+        .init(name: "info", usage: "info", summary: "read everything a beacon tells about itself", example: "info"),
+        .init(
+            name: "require", usage: "require battery>=N | firmware>=X.Y.Z",
+            summary: "skip the rest of a device's steps unless it meets this", example: "require battery>=30"),
+        .init(
+            name: "sync-time", usage: "sync-time", summary: "write the power-on offset when unset or 2 s off",
+            example: "sync-time"),
+        .init(name: "calibrate", usage: "calibrate", summary: "calibrate at rest (about 1.5 s)", example: "calibrate"),
+        .init(
+            name: "identity", usage: "identity major=N minor=auto|N", summary: "set the iBeacon major and minor",
+            example: "identity major=200 minor=auto"),
+        .init(
+            name: "apply", usage: "apply PROFILE", summary: "write a profile's thresholds, verified by read-back",
+            example: "apply van"),
+        .init(
+            name: "verify", usage: "verify PROFILE", summary: "check a beacon holds a profile (read only)",
+            example: "verify van"),
+        .init(
+            name: "audit", usage: "audit [PROFILE] [--live|--passive]",
+            summary: "judge devices against profiles: from the inventory, live, or adverts alone",
+            example: "audit --passive"),
+        .init(
+            name: "trips", usage: "trips [--clear]", summary: "pull trip records (clear after storing them)",
+            example: "trips --clear"),
+        .init(name: "events", usage: "events [--clear]", summary: "pull driving-behaviour events", example: "events"),
+        .init(
+            name: "incidents", usage: "incidents [--clear]", summary: "pull incidents with their samples",
+            example: "incidents"),
+        .init(
+            name: "watch", usage: "watch [DURATION]", summary: "show real-time events and trip status (shake test)",
+            example: "watch 30s"),
+        .init(name: "reboot", usage: "reboot", summary: "reboot the beacon", example: "reboot"),
+        .init(
+            name: "factory-reset", usage: "factory-reset --yes", summary: "restore factory defaults (needs --yes)",
+            example: "factory-reset --yes"),
+        .init(
+            name: "inventory", usage: "inventory list | show DEVICE | export --csv|--json",
+            summary: "what the inventory knows", example: "inventory export --csv"),
+        .init(
+            name: "log", usage: "log [DEVICE]", summary: "the step outcomes recorded, newest first",
+            example: "log a3b5c7d9"),
+        .init(
+            name: "profiles", usage: "profiles list | show NAME | check", summary: "the profiles and their checks",
+            example: "profiles show truck"),
+        .init(
+            name: "set", usage: "set NAME VALUE", summary: "set a variable for ${NAME} in later lines",
+            example: "set profile van"),
+        .init(
+            name: "help", usage: "help [COMMAND]", summary: "this list, or one command with an example",
+            example: "help select"),
+        .init(name: "quit", usage: "quit", summary: "leave the REPL (Ctrl-D too)", example: "quit"),
+    ]
+
+    public static func named(_ name: String) -> CommandSpec? { all.first { $0.name == name } }
+}
