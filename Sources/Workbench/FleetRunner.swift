@@ -1,0 +1,346 @@
+import BlueZClient
+import Foundation
+import Inventory
+import Profiles
+import SBeaconProtocol
+
+/// One device step of a batch, checked and resolved (profiles looked up).
+public enum DeviceStep: Sendable, Equatable {
+    case info
+    case requireBattery(atLeast: UInt8)
+    case requireFirmware(atLeast: FirmwareVersion)
+    case syncTime
+    case calibrate
+    case identity(major: UInt16, minor: UInt16?)  // nil: the next free minor under the major
+    case apply(Profile)
+    case verify(Profile)
+    case pullTrips(clear: Bool)
+    case pullEvents(clear: Bool)
+    case pullIncidents(clear: Bool)
+    case auditLive(Profile?)
+    case reboot
+    case factoryReset
+
+    /// The name recorded in the inventory's `outcomes.step`.
+    public var name: String {
+        switch self {
+        case .info: "info"
+        case .requireBattery(let minimum): "require battery>=\(minimum)"
+        case .requireFirmware(let minimum): "require firmware>=\(minimum)"
+        case .syncTime: "sync-time"
+        case .calibrate: "calibrate"
+        case .identity: "identity"
+        case .apply(let profile): "apply \(profile.name)"
+        case .verify(let profile): "verify \(profile.name)"
+        case .pullTrips: "trips"
+        case .pullEvents: "events"
+        case .pullIncidents: "incidents"
+        case .auditLive: "audit --live"
+        case .reboot: "reboot"
+        case .factoryReset: "factory-reset"
+        }
+    }
+}
+
+/// What happened to one device in a fleet run.
+public struct DeviceRecap: Sendable, Equatable, Codable {
+    public var address: String
+    public var ok = 0
+    public var changed = 0
+    public var unchanged = 0
+    public var skipped = 0
+    public var failed = 0
+    /// Why the device dropped out, or why its steps were skipped.
+    public var reason: String?
+
+    public init(address: String) { self.address = address }
+}
+
+/// Runs device steps over many beacons at once: each device's steps in
+/// order, several devices concurrently (connects are serialised per adapter
+/// by the client, so one device's calibration overlaps others' work). A
+/// device whose step fails drops out with its reason and the others go on;
+/// a failing `require` skips the device's remaining steps. Every outcome is
+/// committed to the inventory as it happens.
+public actor FleetRunner {
+    let client: BluetoothClient
+    let inventory: Inventory
+    let run: Int64
+    let concurrency: Int
+    let dryRun: Bool
+    let policy: ConnectPolicy
+    /// Minors handed out in this run, per major (auto identities).
+    private var nextMinor: [UInt16: UInt16] = [:]
+
+    public init(
+        client: BluetoothClient, inventory: Inventory, run: Int64, concurrency: Int, dryRun: Bool = false,
+        policy: ConnectPolicy = ConnectPolicy(requiredServices: SBeacon.requiredServices)
+    ) {
+        self.client = client
+        self.inventory = inventory
+        self.run = run
+        self.concurrency = max(1, concurrency)
+        self.dryRun = dryRun
+        self.policy = policy
+    }
+
+    /// Runs `steps` on every device of `addresses`; returns a recap per
+    /// device, in the order given.
+    public func run(_ steps: [DeviceStep], on addresses: [String]) async -> [DeviceRecap] {
+        var recaps: [String: DeviceRecap] = [:]
+        await withTaskGroup(of: DeviceRecap.self) { group in
+            var pending = addresses[...]
+            var running = 0
+            while running < concurrency, let address = pending.popFirst() {
+                group.addTask { await self.runDevice(address, steps) }
+                running += 1
+            }
+            for await recap in group {
+                recaps[recap.address] = recap
+                if let address = pending.popFirst() {
+                    group.addTask { await self.runDevice(address, steps) }
+                }
+            }
+        }
+        return addresses.map { recaps[$0] ?? DeviceRecap(address: $0) }
+    }
+
+    private nonisolated func runDevice(_ address: String, _ steps: [DeviceStep]) async -> DeviceRecap {
+        var recap = DeviceRecap(address: address)
+        // The device is in the inventory before any of its outcomes.
+        do {
+            try await inventory.recordDevice(DeviceRecord(address: address))
+        } catch {
+            recap.failed += 1
+            recap.reason = "inventory: \(error)"
+            return recap
+        }
+        let connectStep = try? await inventory.beginStep(run: run, device: address.uppercased(), step: "connect")
+        do {
+            try await client.withConnection(to: address, policy: policy) { session in
+                if let connectStep { try? await inventory.finishStep(connectStep, .ok) }
+                let beacon = try await SBeacon(session)
+                var skipping: String?
+                for step in steps {
+                    let id = try await inventory.beginStep(run: run, device: address.uppercased(), step: step.name)
+                    if let skipping {
+                        try await inventory.finishStep(id, .skipped, detail: skipping)
+                        recap.skipped += 1
+                        continue
+                    }
+                    let started = ContinuousClock.now
+                    do {
+                        let (status, detail) = try await perform(step, on: beacon)
+                        try await inventory.finishStep(
+                            id, status, detail: detail, durationMilliseconds: Self.milliseconds(since: started))
+                        switch status {
+                        case .ok: recap.ok += 1
+                        case .changed: recap.changed += 1
+                        case .unchanged: recap.unchanged += 1
+                        case .skipped:
+                            recap.skipped += 1
+                            if case .requireBattery = step { skipping = detail; recap.reason = detail }
+                            if case .requireFirmware = step { skipping = detail; recap.reason = detail }
+                        default: break
+                        }
+                    } catch {
+                        try await inventory.finishStep(
+                            id, .failed, error: "\(error)", durationMilliseconds: Self.milliseconds(since: started))
+                        throw error
+                    }
+                }
+            }
+        } catch {
+            if let connectStep { try? await inventory.finishStep(connectStep, .failed, error: "\(error)") }
+            recap.failed += 1
+            recap.reason = "\(error)"
+        }
+        return recap
+    }
+
+    static func milliseconds(since start: ContinuousClock.Instant) -> Int64 {
+        let elapsed = ContinuousClock.now - start
+        return elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
+    }
+
+    /// Performs one step; returns its inventory status and a detail line.
+    private nonisolated func perform(
+        _ step: DeviceStep, on beacon: SBeacon
+    ) async throws
+        -> (Inventory.StepStatus, String?)
+    {
+        let address = beacon.address
+        switch step {
+        case .info:
+            let info = try await beacon.readInfo()
+            try await inventory.recordDevice(Self.record(address, info))
+            try await inventory.recordReading(
+                address: address, at: Date(), battery: info.battery, rssi: await client.device(address: address)?.rssi,
+                firmware: info.firmware.description)
+            return (.ok, "\(info.model) \(info.serial), firmware \(info.firmware), battery \(info.battery) %")
+        case .requireBattery(let minimum):
+            let battery = try await beacon.readBattery()
+            return battery >= minimum
+                ? (.ok, "battery \(battery) %") : (.skipped, "battery \(battery) % is below \(minimum) %")
+        case .requireFirmware(let minimum):
+            let text = String(
+                decoding: try await beacon.session.read(SBeaconUUID.firmwareRevision.rawValue), as: UTF8.self)
+            let version = (try? FirmwareVersion(text)) ?? FirmwareVersion(major: 0, minor: 0, patch: 0)
+            return version >= minimum
+                ? (.ok, "firmware \(version)") : (.skipped, "firmware \(text) is older than \(minimum)")
+        case .syncTime:
+            if dryRun {
+                let stored = try await beacon.readTimeOffset()
+                let computed = BeaconTime.offset(uptime: try await beacon.readUptime(), now: Self.now())
+                return BeaconTime.needsSync(stored: stored, computed: computed)
+                    ? (.skipped, "dry run: time offset: \(stored) → \(computed)") : (.unchanged, nil)
+            }
+            let change = try await beacon.syncTime(now: Self.now())
+            var record = DeviceRecord(address: address)
+            record.timeOffset = change.after
+            try await inventory.recordDevice(record)
+            return change.written ? (.changed, "time offset \(change.before) → \(change.after)") : (.unchanged, nil)
+        case .calibrate:
+            // Idempotent: a beacon that holds a plausible calibration keeps it.
+            let current = try await beacon.readCalibration()
+            if current.calibrated, Auditor.plausibleGravity.contains(current.vector.magnitude) {
+                return (.unchanged, "already calibrated")
+            }
+            if dryRun { return (.skipped, "dry run: would calibrate") }
+            let state = try await beacon.calibrate()
+            var record = DeviceRecord(address: address)
+            record.calibration = state
+            record.calibratedAt = Date()
+            try await inventory.recordDevice(record)
+            return (.changed, "calibrated: \(state.vector.x), \(state.vector.y), \(state.vector.z) mG")
+        case .identity(let major, let minor):
+            let current = try await beacon.readIdentity()
+            let chosenMinor: UInt16
+            if let minor {
+                chosenMinor = minor
+            } else if current.major == major {
+                chosenMinor = current.minor
+            } else {
+                chosenMinor = try await allocateMinor(major)
+            }
+            let wanted = BeaconIdentity(major: major, minor: chosenMinor)
+            if dryRun {
+                return current == wanted
+                    ? (.unchanged, nil)
+                    : (
+                        .skipped,
+                        "dry run: identity: \(current.major).\(current.minor) → \(wanted.major).\(wanted.minor)"
+                    )
+            }
+            let change = try await beacon.setIdentity(wanted)
+            var record = DeviceRecord(address: address)
+            record.identity = change.after
+            try await inventory.recordDevice(record)
+            return change.written
+                ? (
+                    .changed,
+                    "identity \(change.before.major).\(change.before.minor) → \(change.after.major).\(change.after.minor)"
+                )
+                : (.unchanged, nil)
+        case .apply(let profile):
+            if dryRun {
+                let current = try await beacon.readConfig()
+                return current == profile.config
+                    ? (.unchanged, nil) : (.skipped, "dry run: config: \(current) → \(profile.config)")
+            }
+            let change = try await beacon.writeConfig(profile.config)
+            var record = DeviceRecord(address: address)
+            record.config = change.after
+            record.profile = profile.name
+            try await inventory.recordDevice(record)
+            return change.written ? (.changed, "config \(change.before) → \(change.after)") : (.unchanged, nil)
+        case .verify(let profile):
+            let config = try await beacon.readConfig()
+            guard config == profile.config else {
+                throw OperationError.verificationFailed(
+                    address: address, what: "profile \(profile.name)", wrote: "\(profile.config)", readBack: "\(config)"
+                )
+            }
+            return (.ok, "holds \(profile.name)")
+        case .pullTrips(let clear):
+            let offset = try await beacon.readTimeOffset()
+            let trips = try await beacon.pullTrips()
+            let added = try await inventory.storeTrips(trips, device: address, timeOffset: offset, pulledAt: Date())
+            if clear, !trips.isEmpty, !dryRun { try await beacon.clear(.clearTrips) }
+            return (.ok, "\(trips.count) trips, \(added) new")
+        case .pullEvents(let clear):
+            let offset = try await beacon.readTimeOffset()
+            let events = try await beacon.pullEvents()
+            let added = try await inventory.storeEvents(events, device: address, timeOffset: offset, pulledAt: Date())
+            if clear, !events.isEmpty, !dryRun { try await beacon.clear(.clearEvents) }
+            return (.ok, "\(events.count) events, \(added) new")
+        case .pullIncidents(let clear):
+            let offset = try await beacon.readTimeOffset()
+            let incidents = try await beacon.pullIncidents()
+            let added = try await inventory.storeIncidents(
+                incidents, device: address, timeOffset: offset, pulledAt: Date())
+            if clear, !incidents.isEmpty, !dryRun { try await beacon.clear(.clearIncidents) }
+            return (.ok, "\(incidents.count) incidents, \(added) new")
+        case .auditLive(let profile):
+            let info = try await beacon.readInfo()
+            try await inventory.recordDevice(Self.record(address, info))
+            let profiles = profile.map { [$0.name: $0] } ?? [:]
+            let report = Auditor.audit(
+                AuditSubject(address: address, info: info), profiles: profiles, profile: profile?.name)
+            return (.ok, report.findings.isEmpty ? "clean" : report.findings.map(\.description).joined(separator: "; "))
+        case .reboot:
+            if dryRun { return (.skipped, "dry run: would reboot") }
+            try await beacon.reboot()
+            return (.changed, "rebooted")
+        case .factoryReset:
+            if dryRun { return (.skipped, "dry run: would reset") }
+            try await beacon.factoryReset(confirmed: true)
+            return (.changed, "factory reset")
+        }
+    }
+
+    /// The next minor under `major` above every one in use: in the
+    /// inventory, in the adverts of the beacons in range, and handed out in
+    /// this run.
+    private func allocateMinor(_ major: UInt16) async throws -> UInt16 {
+        if nextMinor[major] == nil {
+            let stored =
+                try await inventory.query(
+                    "SELECT max(minor) FROM devices WHERE major = ?", [.integer(Int64(major))]
+                ).first?.first?.integer ?? 0
+            let advertised =
+                await client.devices().compactMap { device -> Int64? in
+                    guard let bytes = device.manufacturerData[SBeaconUUID.appleCompanyID],
+                        let advert = try? IBeaconAdvert(bytes: bytes), advert.identity.major == major
+                    else { return nil }
+                    return Int64(advert.identity.minor)
+                }.max() ?? 0
+            nextMinor[major] = UInt16(clamping: max(stored, advertised) + 1)
+        }
+        let minor = nextMinor[major]!
+        nextMinor[major] = minor &+ 1
+        return minor
+    }
+
+    static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    static func record(_ address: String, _ info: BeaconInfo) -> DeviceRecord {
+        var record = DeviceRecord(address: address)
+        record.identity = info.identity
+        record.model = info.model
+        record.serial = info.serial
+        record.hardwareRevision = info.hardwareRevision
+        record.firmware = info.firmware
+        record.battery = info.battery
+        record.calibration = info.calibration
+        if info.calibration.calibrated, info.timeOffset != 0 {
+            record.calibratedAt = Date(
+                timeIntervalSince1970: Double(
+                    BeaconTime.epochMilliseconds(beaconSeconds: info.calibration.calibratedAt, offset: info.timeOffset))
+                    / 1000)
+        }
+        record.timeOffset = info.timeOffset
+        record.config = info.config
+        return record
+    }
+}

@@ -1,0 +1,104 @@
+import BeaconSimulator
+import BlueZClient
+import Foundation
+import Inventory
+import Profiles
+import SBeaconProtocol
+import TestSupport
+import Testing
+import Workbench
+
+@Suite("The fleet runner over a simulated fleet")
+struct FleetRunnerTests {
+    static let profiles = try! ProfileLoader.loadAll(from: [
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("profiles").path
+    ])
+
+    static var provision: [DeviceStep] {
+        let car = profiles["car"]!
+        return [
+            .requireBattery(atLeast: 30), .requireFirmware(atLeast: FirmwareVersion(major: 1, minor: 0, patch: 8)),
+            .syncTime, .calibrate, .identity(major: 100, minor: nil), .apply(car), .verify(car),
+        ]
+    }
+
+    static func inventory() throws -> Inventory {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        return try Inventory(path: directory + "/inventory.db")
+    }
+
+    @Test func provisionsAFleetThenFindsNothingToDo() async throws {
+        try await withBench(count: 12, seed: 3) { bench throws in
+            let inventory = try Self.inventory()
+            let addresses = bench.fleet.map(\.address)
+            let run = try await inventory.beginRun(.init(command: "provision"))
+            let recaps = await FleetRunner(client: bench.client, inventory: inventory, run: run, concurrency: 5)
+                .run(Self.provision, on: addresses)
+            let car = Self.profiles["car"]!
+            var provisioned: [String] = []
+            for (state, recap) in zip(bench.fleet, recaps) {
+                let truth = try await bench.truth(state)
+                if state.battery < 30 || state.firmware < FirmwareVersion(major: 1, minor: 0, patch: 8) {
+                    #expect(recap.changed == 0 && recap.failed == 0 && recap.skipped >= 5, "\(recap)")
+                    #expect(truth.config == state.config, "a skipped device was written")
+                } else if state.moving && !state.calibration.calibrated {
+                    #expect(recap.failed == 1, "\(recap)")
+                    #expect(recap.reason?.contains("motion detected") == true)
+                } else {
+                    #expect(recap.failed == 0, "\(recap)")
+                    #expect(truth.config == car.config)
+                    #expect(truth.identity.major == 100)
+                    #expect(truth.calibration.calibrated)
+                    provisioned.append(state.address)
+                    let stored = try await inventory.query(
+                        "SELECT config_braking, major, minor FROM devices WHERE address = ?", [.text(state.address)])
+                    #expect(
+                        stored.first == [
+                            .integer(Int64(car.config.braking)), .integer(100), .integer(Int64(truth.identity.minor)),
+                        ])
+                }
+            }
+            #expect(!provisioned.isEmpty, "\(recaps.map { $0.reason ?? "" })")
+            // Minors are unique under the major.
+            let minors = await bench.daemon.fleet().filter { $0.identity.major == 100 }.map(\.identity.minor)
+            #expect(Set(minors).count == minors.count)
+            // Every outcome is in the inventory, none left running.
+            #expect(
+                try await inventory.query("SELECT count(*) FROM outcomes WHERE status = 'running'").first?.first?
+                    .integer == 0)
+
+            // A second run: nothing changes on the provisioned devices.
+            let before = await bench.daemon.fleet()
+            let again = try await inventory.beginRun(.init(command: "provision again"))
+            let second = await FleetRunner(client: bench.client, inventory: inventory, run: again, concurrency: 5)
+                .run(Self.provision, on: provisioned)
+            #expect(second.allSatisfy { $0.changed == 0 && $0.failed == 0 }, "\(second)")
+            let after = await bench.daemon.fleet()
+            #expect(before.map(\.config) == after.map(\.config))
+            #expect(before.map(\.identity) == after.map(\.identity))
+            #expect(before.map(\.calibration) == after.map(\.calibration))
+        }
+    }
+
+    @Test func aDryRunWritesNothingAndSaysWhatWouldChange() async throws {
+        try await withBench(count: 6, seed: 3) { bench throws in
+            let inventory = try Self.inventory()
+            let before = await bench.daemon.fleet()
+            let run = try await inventory.beginRun(.init(command: "dry run"))
+            let recaps = await FleetRunner(
+                client: bench.client, inventory: inventory, run: run, concurrency: 3, dryRun: true
+            )
+            .run(Self.provision, on: bench.fleet.map(\.address))
+            #expect(recaps.allSatisfy { $0.changed == 0 })
+            let after = await bench.daemon.fleet()
+            #expect(before.map(\.config) == after.map(\.config))
+            #expect(before.map(\.identity) == after.map(\.identity))
+            #expect(before.map(\.timeOffset) == after.map(\.timeOffset))
+            let diffs = try await inventory.query("SELECT detail FROM outcomes WHERE detail LIKE 'dry run:%'")
+                .compactMap { $0.first?.text }
+            #expect(diffs.contains { $0.hasPrefix("dry run: config: ") })
+        }
+    }
+}
