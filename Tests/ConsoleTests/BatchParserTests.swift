@@ -3,6 +3,7 @@ import Foundation
 import Profiles
 import SBeaconProtocol
 import Testing
+import Workbench
 
 @Suite("The batch language: checked whole, errors at FILE:LINE:COL")
 struct BatchParserTests {
@@ -36,6 +37,21 @@ struct BatchParserTests {
                 .syncTime, .calibrate, .identity(major: 100, minor: .auto), .apply(profile: "van"),
                 .verify(profile: "van"),
             ])
+    }
+
+    @Test func deviceCommandsBecomeFleetRunnerSteps() throws {
+        let shipped = try ProfileLoader.loadAll(from: [Self.root.appendingPathComponent("profiles").path])
+        let text = try String(
+            contentsOfFile: Self.root.appendingPathComponent("batches/provision-new.batch").path, encoding: .utf8)
+        let commands = try BatchParser(file: "provision-new.batch", profiles: Set(shipped.keys)).parse(text)
+        let steps = commands.map(\.command).filter(\.isDeviceStep).compactMap { $0.deviceStep(profiles: shipped) }
+        #expect(
+            steps == [
+                .requireBattery(atLeast: 30), .requireFirmware(atLeast: FirmwareVersion(major: 1, minor: 0, patch: 8)),
+                .syncTime, .calibrate, .identity(major: 100, minor: nil), .apply(shipped["car"]!),
+                .verify(shipped["car"]!),
+            ])
+        #expect(Command.scan(seconds: 1, rssiFloor: nil).deviceStep(profiles: shipped) == nil)
     }
 
     @Test func continuationsCommentsQuotesAndVariables() throws {
