@@ -187,16 +187,9 @@ struct BluetoothdTests {
             try await fixture.discoverAll()
             let state = fixture.fleet[0]
             try await fixture.connect(state)
-            let calibration = try await fixture.characteristic(SBeaconUUID.calibrationControlPoint, of: state)
-            let values = try await fixture.client.signals(
-                matching: MatchRule(
-                    sender: SimulatorFixture.bluez, interface: .properties, member: "PropertiesChanged",
-                    path: calibration))
-            try await fixture.client.call(
-                SimulatorFixture.bluez, calibration, "org.bluez.GattCharacteristic1", "StartNotify")
+            let values = try await fixture.notifications(SBeaconUUID.calibrationControlPoint, of: state)
             try await fixture.write(SBeaconUUID.calibrationControlPoint, [0x01], of: state)
-            let notified = await collect(values, count: 2).compactMap { try? PropertiesChanged($0) }
-                .compactMap { $0.changed["Value"]?.bytes }
+            let notified = await collect(values, count: 1)
             let result = try CalibrationResult(bytes: try #require(notified.first))
             #expect(result.outcome == (state.moving ? .motionDetected : .success))
             let calibrated = try await fixture.report(state).calibration.calibrated
@@ -242,19 +235,13 @@ struct BluetoothdTests {
             try await fixture.discoverAll()
             let state = fixture.fleet[0]
             try await fixture.connect(state)
-            let path = try await fixture.characteristic(SBeaconUUID.realTimeEvent, of: state)
-            try await fixture.client.call(SimulatorFixture.bluez, path, "org.bluez.GattCharacteristic1", "StartNotify")
-            let values = try await fixture.client.signals(
-                matching: MatchRule(
-                    sender: SimulatorFixture.bluez, interface: .properties, member: "PropertiesChanged",
-                    path: path))
+            let values = try await fixture.notifications(SBeaconUUID.realTimeEvent, of: state)
             try await fixture.client.call(
                 SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Shake",
                 [.string(state.address), .byte(5)])
-            let event = await collect(values, count: 1).compactMap { try? PropertiesChanged($0) }.first?.changed[
-                "Value"]
+            let event = await collect(values, count: 1).first
             #expect(
-                try RealTimeEvent(bytes: try #require(event?.bytes))
+                try RealTimeEvent(bytes: try #require(event))
                     == RealTimeEvent(type: .braking, axis: .longitudinal, flags: .harshBraking))
 
             let config = DrivingBehaviourConfig(

@@ -91,11 +91,7 @@ struct FaultTests {
             try await fixture.discoverAll()
             let state = fixture.fleet[0]
             try await fixture.connect(state)
-            let path = try await fixture.characteristic(SBeaconUUID.calibrationControlPoint, of: state)
-            try await fixture.client.call(SimulatorFixture.bluez, path, "org.bluez.GattCharacteristic1", "StartNotify")
-            let values = try await fixture.client.signals(
-                matching: MatchRule(
-                    sender: SimulatorFixture.bluez, interface: .properties, member: "PropertiesChanged", path: path))
+            let values = try await fixture.notifications(SBeaconUUID.calibrationControlPoint, of: state)
             try await fixture.write(SBeaconUUID.calibrationControlPoint, [1], of: state)
             #expect(await collect(values, count: 1, within: .milliseconds(500)).isEmpty)
             #expect(await fixture.daemon.faultCounts[.droppedNotification] == 1)

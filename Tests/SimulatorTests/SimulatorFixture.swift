@@ -90,6 +90,21 @@ struct SimulatorFixture {
             [.bytes(value), .propertyMap(["type": "request"])])
     }
 
+    /// StartNotify on a characteristic, and its notified values: the signal
+    /// subscription is in place before StartNotify, and only changes of
+    /// `Value` are kept (not the `Notifying` change StartNotify makes).
+    func notifications(
+        _ uuid: GattUUID, of state: BeaconState
+    ) async throws
+        -> AsyncCompactMapSequence<AsyncStream<BusSignal>, [UInt8]>
+    {
+        let path = try await characteristic(uuid, of: state)
+        let signals = try await client.signals(
+            matching: MatchRule(sender: Self.bluez, interface: .properties, member: "PropertiesChanged", path: path))
+        try await client.call(Self.bluez, path, "org.bluez.GattCharacteristic1", "StartNotify")
+        return signals.compactMap { (try? PropertiesChanged($0))?.changed["Value"]?.bytes }
+    }
+
     /// The simulator's ground truth for one beacon.
     func report(_ state: BeaconState) async throws -> SimulatorControl.Report {
         let reply = try await client.call(
