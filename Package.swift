@@ -50,18 +50,23 @@ let package = Package(
             name: "Workbench",
             dependencies: ["BlueZClient", "SBeaconProtocol", "Inventory", "Profiles"]
         ),
-        .target(name: "Console", dependencies: ["Workbench", "Profiles", "SBeaconProtocol", "CReadline"]),
+        .target(
+            name: "Console",
+            dependencies: ["Workbench", "Inventory", "Profiles", "SBeaconProtocol", "LocalBus", "CReadline"]),
         .target(name: "BeaconSimulator", dependencies: ["DBusBinding", "SBeaconProtocol"]),
+        // A private dbus-daemon and the simulator as child processes, for
+        // `beaconbench --sim`, the benchmarks and the tests.
+        .target(name: "LocalBus"),
 
         // MARK: Thin executables.
-        .executableTarget(name: "beaconbench", dependencies: ["Console", "DBusBinding"]),
+        .executableTarget(name: "beaconbench", dependencies: ["Console"]),
         .executableTarget(name: "beaconbench-sim", dependencies: ["BeaconSimulator"]),
         .executableTarget(
             name: "beaconbench-bench",
             dependencies: ["DBusBinding", "TestSupport", "Inventory", "Profiles", "SBeaconProtocol"]),
 
         // MARK: Tests and what they share.
-        .target(name: "TestSupport", dependencies: ["DBusBinding"]),
+        .target(name: "TestSupport", dependencies: ["DBusBinding", "LocalBus"]),
         .testTarget(name: "DBusBindingTests", dependencies: ["DBusBinding", "TestSupport", "CDBus"]),
         .testTarget(name: "SBeaconProtocolTests", dependencies: ["SBeaconProtocol"]),
         .testTarget(name: "InventoryTests", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "TestSupport"]),

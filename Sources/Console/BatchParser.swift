@@ -1,4 +1,5 @@
 import SBeaconProtocol
+import Workbench
 
 /// An error in a batch (or a REPL line): where, and what; printed as
 /// `FILE:LINE:COL: error: message` so that editors jump to it.
@@ -16,6 +17,16 @@ public struct LocatedCommand: Sendable, Equatable {
     public var command: Command
     public var line: Int
     public var column: Int
+    /// Devices named on the line (`info a3b5c7d9`): the command acts on
+    /// them instead of the selection.
+    public var devices: [DeviceSelector] = []
+
+    public init(command: Command, line: Int, column: Int, devices: [DeviceSelector] = []) {
+        self.command = command
+        self.line = line
+        self.column = column
+        self.devices = devices
+    }
 }
 
 /// The batch language (docs/batch-language.md): one command per line, `#`
@@ -58,9 +69,20 @@ public struct BatchParser {
             let expanded = try expand(logical, variables: variables)
             let tokens = try tokenize(expanded)
             guard let first = tokens.first else { continue }
-            let command = try parseCommand(first, Array(tokens.dropFirst()))
+            var arguments = Array(tokens.dropFirst())
+            var devices: [DeviceSelector] = []
+            if Command.deviceCommandNames.contains(first.text) {
+                while let last = arguments.last, let device = deviceName(last.text) {
+                    devices.insert(device, at: 0)
+                    arguments.removeLast()
+                }
+            }
+            let command = try parseCommand(first, arguments)
+            if !devices.isEmpty, !command.isDeviceStep, first.text != "watch" {
+                throw fail(first, "'\(first.text)' does not act on a device named on the line")
+            }
             if case .set(let name, let value) = command { variables[name] = value }
-            commands.append(LocatedCommand(command: command, line: first.line, column: first.column))
+            commands.append(LocatedCommand(command: command, line: first.line, column: first.column, devices: devices))
         }
         return commands
     }
@@ -391,12 +413,18 @@ public struct BatchParser {
             }
             return .minorRange(low, high)
         }
-        if let _ = try? MACEnding(address: text) { return .address(text.uppercased()) }
-        if text.count == 8, text.allSatisfy(\.isHexDigit) { return .macEnding(text.lowercased()) }
+        if let device = deviceName(text) { return device }
         throw fail(
             token,
             "unknown selector '\(text)' (all, new, unprovisioned, in-range, profile=NAME, battery<N, firmware<X, minor=A-B, an address or a MAC ending)"
         )
+    }
+
+    /// An address (`A1:B2:A3:B5:C7:D9`) or a MAC ending (`a3b5c7d9`).
+    func deviceName(_ text: String) -> DeviceSelector? {
+        if text.count == 17, (try? MACEnding(address: text)) != nil { return .address(text.uppercased()) }
+        if text.count == 8, text.allSatisfy(\.isHexDigit) { return .macEnding(text.lowercased()) }
+        return nil
     }
 
     /// Edit distance, for "did you mean".

@@ -1,4 +1,5 @@
 import SBeaconProtocol
+import Workbench
 
 /// A command, checked: what the REPL, a batch line and a one-shot
 /// invocation all turn into. Values are typed and in range.
@@ -39,16 +40,8 @@ public enum Command: Sendable, Equatable {
         case firmware(atLeast: FirmwareVersion)
     }
 
-    /// One way to choose devices; several combine (all must hold).
-    public enum Selector: Sendable, Equatable {
-        case all, new, unprovisioned, inRange
-        case profile(String)
-        case batteryBelow(UInt8)
-        case firmwareBelow(FirmwareVersion)
-        case minorRange(UInt16, UInt16)
-        case address(String)
-        case macEnding(String)
-    }
+    /// One way to choose devices (see `DeviceSelector`).
+    public typealias Selector = DeviceSelector
 
     /// Whether the command acts on each selected device (a device step of
     /// a batch, run by the fleet runner per device).
@@ -61,6 +54,13 @@ public enum Command: Sendable, Equatable {
         default: false
         }
     }
+
+    /// Names of the commands that act on devices: the selection, or the
+    /// addresses and MAC endings written after their arguments.
+    public static let deviceCommandNames: Set<String> = [
+        "info", "require", "sync-time", "calibrate", "identity", "apply", "verify", "audit", "trips", "events",
+        "incidents", "watch", "reboot", "factory-reset",
+    ]
 
     /// Whether it may write to a beacon (refused by `--dry-run`, which
     /// reports the diff instead).

@@ -56,6 +56,13 @@ public struct DeviceRecap: Sendable, Equatable, Codable {
     public init(address: String) { self.address = address }
 }
 
+/// What a fleet run reports as it goes, for progress lines.
+public enum FleetProgress: Sendable {
+    case started(address: String)
+    case step(address: String, step: String, status: Inventory.StepStatus, detail: String?)
+    case finished(DeviceRecap)
+}
+
 /// Runs device steps over many beacons at once: each device's steps in
 /// order, several devices concurrently (connects are serialised per adapter
 /// by the client, so one device's calibration overlaps others' work). A
@@ -69,13 +76,20 @@ public actor FleetRunner {
     let concurrency: Int
     let dryRun: Bool
     let policy: ConnectPolicy
+    let progress: @Sendable (FleetProgress) -> Void
+    /// How long a device that is not (or no longer) known may take to be
+    /// seen again before it counts as gone.
+    let findTimeout: Duration
     /// Minors handed out in this run, per major (auto identities).
     private var nextMinor: [UInt16: UInt16] = [:]
 
     public init(
         client: BluetoothClient, inventory: Inventory, run: Int64, concurrency: Int, dryRun: Bool = false,
-        policy: ConnectPolicy = ConnectPolicy(requiredServices: SBeacon.requiredServices)
+        policy: ConnectPolicy = ConnectPolicy(requiredServices: SBeacon.requiredServices),
+        findTimeout: Duration = .seconds(15), progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
     ) {
+        self.progress = progress
+        self.findTimeout = findTimeout
         self.client = client
         self.inventory = inventory
         self.run = run
@@ -106,6 +120,13 @@ public actor FleetRunner {
     }
 
     private nonisolated func runDevice(_ address: String, _ steps: [DeviceStep]) async -> DeviceRecap {
+        progress(.started(address: address))
+        let recap = await runSteps(address, steps)
+        progress(.finished(recap))
+        return recap
+    }
+
+    private nonisolated func runSteps(_ address: String, _ steps: [DeviceStep]) async -> DeviceRecap {
         var recap = DeviceRecap(address: address)
         // The device is in the inventory before any of its outcomes.
         do {
@@ -117,6 +138,9 @@ public actor FleetRunner {
         }
         let connectStep = try? await inventory.beginStep(run: run, device: address.uppercased(), step: "connect")
         do {
+            if await client.device(address: address) == nil {
+                _ = try await client.waitForDevice(address: address, timeout: findTimeout)
+            }
             try await client.withConnection(to: address, policy: policy) { session in
                 if let connectStep { try? await inventory.finishStep(connectStep, .ok) }
                 let beacon = try await SBeacon(session)
@@ -125,6 +149,7 @@ public actor FleetRunner {
                     let id = try await inventory.beginStep(run: run, device: address.uppercased(), step: step.name)
                     if let skipping {
                         try await inventory.finishStep(id, .skipped, detail: skipping)
+                        progress(.step(address: address, step: step.name, status: .skipped, detail: skipping))
                         recap.skipped += 1
                         continue
                     }
@@ -133,6 +158,7 @@ public actor FleetRunner {
                         let (status, detail) = try await perform(step, on: beacon)
                         try await inventory.finishStep(
                             id, status, detail: detail, durationMilliseconds: Self.milliseconds(since: started))
+                        progress(.step(address: address, step: step.name, status: status, detail: detail))
                         switch status {
                         case .ok: recap.ok += 1
                         case .changed: recap.changed += 1
@@ -146,6 +172,7 @@ public actor FleetRunner {
                     } catch {
                         try await inventory.finishStep(
                             id, .failed, error: "\(error)", durationMilliseconds: Self.milliseconds(since: started))
+                        progress(.step(address: address, step: step.name, status: .failed, detail: "\(error)"))
                         throw error
                     }
                 }

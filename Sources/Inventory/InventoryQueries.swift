@@ -1,0 +1,99 @@
+import Foundation
+import SBeaconProtocol
+
+/// A step outcome as recorded, for `log` and `inventory show`.
+public struct OutcomeRecord: Sendable, Equatable, Codable {
+    public var id: Int64
+    public var run: Int64
+    public var device: String?
+    public var step: String
+    public var status: String
+    public var detail: String?
+    public var error: String?
+    public var startedAt: String
+    public var durationMilliseconds: Int64?
+}
+
+extension Inventory {
+    /// Every device, by address.
+    public func devices() throws -> [DeviceRecord] {
+        try deviceRows(where: "", [])
+    }
+
+    public func devicesByAddress() throws -> [String: DeviceRecord] {
+        Dictionary(try devices().map { ($0.address, $0) }) { first, _ in first }
+    }
+
+    /// One device, by address or MAC ending.
+    public func device(_ addressOrEnding: String) throws -> DeviceRecord? {
+        try deviceRows(
+            where: "WHERE address = ? OR mac_ending = ?",
+            [.text(addressOrEnding.uppercased()), .text(addressOrEnding.lowercased())]
+        ).first
+    }
+
+    private func deviceRows(where clause: String, _ parameters: [SQLiteValue]) throws -> [DeviceRecord] {
+        // `clause` is one of the fixed strings above; values are bound.
+        try database.rows(
+            """
+            SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
+                   calibrated, calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
+                   config_cornering, config_braking, config_acceleration, config_duration, config_enable
+            FROM devices \(clause) ORDER BY address
+            """, parameters
+        ).map { row in
+            var record = DeviceRecord(
+                address: row[0].text ?? "", seenAt: row[1].text.flatMap(Self.parseTimestamp) ?? Date(timeIntervalSince1970: 0))
+            if let major = row[2].integer, let minor = row[3].integer {
+                record.identity = BeaconIdentity(major: UInt16(clamping: major), minor: UInt16(clamping: minor))
+            }
+            record.model = row[4].text
+            record.serial = row[5].text
+            record.hardwareRevision = row[6].text
+            record.firmware = row[7].text.flatMap { try? FirmwareVersion($0) }
+            record.battery = row[8].integer.map { UInt8(clamping: $0) }
+            if let calibrated = row[9].integer {
+                record.calibration = CalibrationState(
+                    calibrated: calibrated != 0, calibratedAt: 0,
+                    vector: Vector(
+                        x: Int16(clamping: row[11].integer ?? 0), y: Int16(clamping: row[12].integer ?? 0),
+                        z: Int16(clamping: row[13].integer ?? 0)))
+            }
+            record.calibratedAt = row[10].text.flatMap(Self.parseTimestamp)
+            record.timeOffset = row[14].integer
+            record.profile = row[15].text
+            if let cornering = row[16].integer, let braking = row[17].integer, let acceleration = row[18].integer,
+                let duration = row[19].integer, let enable = row[20].integer
+            {
+                record.config = DrivingBehaviourConfig(
+                    cornering: UInt16(clamping: cornering), braking: UInt16(clamping: braking),
+                    acceleration: UInt16(clamping: acceleration), duration: UInt16(clamping: duration),
+                    enable: .init(rawValue: UInt16(clamping: enable)))
+            }
+            return record
+        }
+    }
+
+    /// Step outcomes, newest first: of one device (address or MAC ending)
+    /// or of all.
+    public func outcomes(device: String? = nil, limit: Int = 50) throws -> [OutcomeRecord] {
+        let columns = "o.id, o.run_id, o.device, o.step, o.status, o.detail, o.error, o.started_at, o.duration_ms"
+        let rows =
+            if let device {
+                try database.rows(
+                    """
+                    SELECT \(columns) FROM outcomes o JOIN devices d ON d.address = o.device
+                    WHERE d.address = ? OR d.mac_ending = ? ORDER BY o.id DESC LIMIT ?
+                    """, [.text(device.uppercased()), .text(device.lowercased()), .integer(Int64(limit))])
+            } else {
+                try database.rows(
+                    "SELECT \(columns) FROM outcomes o ORDER BY o.id DESC LIMIT ?", [.integer(Int64(limit))])
+            }
+        return rows.map { row in
+            OutcomeRecord(
+                id: row[0].integer ?? 0, run: row[1].integer ?? 0, device: row[2].text, step: row[3].text ?? "",
+                status: row[4].text ?? "", detail: row[5].text, error: row[6].text, startedAt: row[7].text ?? "",
+                durationMilliseconds: row[8].integer)
+        }
+    }
+}

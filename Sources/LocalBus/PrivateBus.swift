@@ -1,0 +1,235 @@
+import Foundation
+import Synchronization
+
+/// A `dbus-daemon` of the test's own, on a socket in a temporary directory,
+/// with a policy that lets any connection own any name and call anything.
+/// Tests, benchmarks and `beaconbench --sim` never touch the machine's
+/// system or session bus.
+///
+/// ```swift
+/// let bus = try PrivateBus.start()
+/// defer { bus.stop() }
+/// let connection = try await BusConnection.connect(.address(bus.address))
+/// ```
+public final class PrivateBus: Sendable {
+    /// The D-Bus address, `unix:path=…/bus`.
+    public let address: String
+    /// The temporary directory holding the socket and configuration.
+    public let directory: String
+    /// The daemon; spawned and reaped here, not by Foundation's `Process`,
+    /// so stopping never waits on a run loop.
+    public let daemon: ChildProcess
+
+    private init(address: String, directory: String, daemon: ChildProcess) {
+        self.address = address
+        self.directory = directory
+        self.daemon = daemon
+    }
+
+    deinit { stop() }
+
+    /// The daemon's configuration: a private listening socket, an open
+    /// policy, and limits high enough for the concurrency tests.
+    public static func configuration(socketPath: String) -> String {
+        """
+        <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+         "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+        <busconfig>
+          <type>session</type>
+          <listen>unix:path=\(socketPath)</listen>
+          <auth>EXTERNAL</auth>
+          <policy context="default">
+            <allow user="*"/>
+            <allow own="*"/>
+            <allow send_destination="*" eavesdrop="true"/>
+            <allow receive_sender="*"/>
+            <allow eavesdrop="true"/>
+          </policy>
+          <limit name="max_incoming_bytes">1000000000</limit>
+          <limit name="max_outgoing_bytes">1000000000</limit>
+          <limit name="max_message_size">134217728</limit>
+          <limit name="max_replies_per_connection">100000</limit>
+          <limit name="max_match_rules_per_connection">100000</limit>
+          <limit name="max_connections_per_user">10000</limit>
+          <limit name="max_completed_connections">10000</limit>
+          <limit name="reply_timeout">300000</limit>
+        </busconfig>
+        """
+    }
+
+    /// Starts `dbus-daemon` and waits until its socket accepts connections.
+    /// - Throws: when `dbus-daemon` is missing or does not come up in 10 s.
+    public static func start() throws -> PrivateBus {
+        let directory = FileManager.default.temporaryDirectory
+            .appendingPathComponent("beaconbench-bus-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let socketPath = directory + "/bus"
+        let configPath = directory + "/bus.conf"
+        try configuration(socketPath: socketPath).write(toFile: configPath, atomically: true, encoding: .utf8)
+
+        guard
+            let daemon = ["/usr/bin/dbus-daemon", "/bin/dbus-daemon"].first(where: {
+                FileManager.default.isExecutableFile(atPath: $0)
+            })
+        else {
+            throw LocalBusError("dbus-daemon is not installed (apt-get install dbus-daemon)")
+        }
+        let process = try ChildProcess(
+            daemon, ["--config-file=\(configPath)", "--nofork", "--nopidfile", "--nosyslog"])
+        let deadline = Date().addingTimeInterval(10)
+        while !acceptsConnections(socketPath) {
+            guard process.isRunning, Date() < deadline else {
+                process.terminate()
+                throw LocalBusError("dbus-daemon did not listen on \(socketPath) within 10 s")
+            }
+            usleep(2_000)
+        }
+        return PrivateBus(address: "unix:path=\(socketPath)", directory: directory, daemon: process)
+    }
+
+    /// True once something listens on the socket (the file appears at
+    /// bind, before listen).
+    private static func acceptsConnections(_ path: String) -> Bool {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+            for (index, byte) in bytes.enumerated() { buffer[index] = byte }
+        }
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0
+            }
+        }
+    }
+
+    private let stopped = Mutex(false)
+
+    /// Stops the daemon (SIGTERM, then reaps it) and removes its directory.
+    /// Safe to call more than once.
+    public func stop() {
+        let alreadyStopped = stopped.withLock { stopped in
+            defer { stopped = true }
+            return stopped
+        }
+        guard !alreadyStopped else { return }
+        daemon.terminate()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// The environment a stock client (busctl, gdbus, bluetoothctl, Python)
+    /// needs to use this bus as its system and session bus.
+    public var clientEnvironment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["DBUS_SYSTEM_BUS_ADDRESS"] = address
+        environment["DBUS_SESSION_BUS_ADDRESS"] = address
+        return environment
+    }
+}
+
+/// A child process started with posix_spawn and reaped here.
+public final class ChildProcess: Sendable {
+    public let pid: pid_t
+    private let reaped = Mutex(false)
+
+    /// Starts `path` with `arguments`; standard output to `standardOutput`
+    /// (a file path) or /dev/null, the other streams to /dev/null.
+    public init(
+        _ path: String, _ arguments: [String], standardOutput: String? = nil, standardError: String? = nil
+    ) throws {
+        pid = try spawn(path, arguments, standardOutput: standardOutput, standardError: standardError)
+    }
+
+    /// SIGTERM, then the exit status as `waitpid` reports it (nil when it
+    /// had to be killed or was already reaped).
+    public func terminateReportingStatus(grace: Duration = .seconds(5)) -> Int32? {
+        reaped.withLock { reaped -> Int32? in
+            guard !reaped else { return nil }
+            defer { reaped = true }
+            kill(pid, SIGTERM)
+            var status: Int32 = 0
+            let deadline = ContinuousClock.now + grace
+            while ContinuousClock.now < deadline {
+                if waitpid(pid, &status, WNOHANG) == pid { return status }
+                usleep(5_000)
+            }
+            kill(pid, SIGKILL)
+            waitpid(pid, &status, 0)
+            return nil
+        }
+    }
+
+    /// True while the process has not exited.
+    public var isRunning: Bool {
+        reaped.withLock { reaped in
+            if reaped { return false }
+            var status: Int32 = 0
+            if waitpid(pid, &status, WNOHANG) == pid { reaped = true }
+            return !reaped
+        }
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; waits for it either way.
+    public func terminate(grace: Duration = .seconds(5)) {
+        reaped.withLock { reaped in
+            guard !reaped else { return }
+            defer { reaped = true }
+            kill(pid, SIGTERM)
+            var status: Int32 = 0
+            let deadline = ContinuousClock.now + grace
+            while ContinuousClock.now < deadline {
+                if waitpid(pid, &status, WNOHANG) == pid { return }
+                usleep(5_000)
+            }
+            kill(pid, SIGKILL)
+            waitpid(pid, &status, 0)
+        }
+    }
+
+    deinit { terminate() }
+}
+
+/// Starts a program with posix_spawn; standard input from /dev/null, the
+/// output streams to the files given or /dev/null.
+func spawn(
+    _ path: String, _ arguments: [String], standardOutput: String? = nil, standardError: String? = nil
+) throws -> pid_t {
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+    posix_spawn_file_actions_addopen(
+        &actions, 1, standardOutput ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    posix_spawn_file_actions_addopen(
+        &actions, 2, standardError ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    // The calling thread may be a dispatch worker with every signal
+    // blocked; the child must start with none blocked and default handlers,
+    // or it would never see SIGTERM.
+    var attributes = posix_spawnattr_t()
+    posix_spawnattr_init(&attributes)
+    defer { posix_spawnattr_destroy(&attributes) }
+    var noSignals = sigset_t()
+    sigemptyset(&noSignals)
+    var defaultSignals = sigset_t()
+    sigfillset(&defaultSignals)
+    posix_spawnattr_setsigmask(&attributes, &noSignals)
+    posix_spawnattr_setsigdefault(&attributes, &defaultSignals)
+    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    let argv = ([path] + arguments).map { strdup($0) } + [nil]
+    defer { for pointer in argv { free(pointer) } }
+    var pid: pid_t = 0
+    let result = posix_spawn(&pid, path, &actions, &attributes, argv, environ)
+    guard result == 0 else { throw LocalBusError("cannot start \(path): \(String(cString: strerror(result)))") }
+    return pid
+}
+
+
+/// Why a private bus or a process could not be started.
+public struct LocalBusError: Error, CustomStringConvertible {
+    public let description: String
+    public init(_ description: String) { self.description = description }
+}
