@@ -40,11 +40,17 @@ public struct BatchParser {
     /// The profiles that exist, to check `apply`, `verify`, `audit` and
     /// `select profile=` names.
     public var profiles: Set<String>
+    /// Variables set before this text (earlier REPL lines); `set` lines
+    /// and `--set` win over them.
+    public var variables: [String: String]
 
-    public init(file: String, overrides: [String: String] = [:], profiles: Set<String>) {
+    public init(
+        file: String, overrides: [String: String] = [:], profiles: Set<String>, variables: [String: String] = [:]
+    ) {
         self.file = file
         self.overrides = overrides
         self.profiles = profiles
+        self.variables = variables
     }
 
     /// A character of a logical line, with where it was written.
@@ -63,7 +69,7 @@ public struct BatchParser {
     /// Parses and checks a whole text.
     /// - Throws: the first `BatchError`, with its line and column.
     public func parse(_ text: String) throws(BatchError) -> [LocatedCommand] {
-        var variables: [String: String] = [:]
+        var variables = self.variables
         var commands: [LocatedCommand] = []
         for logical in logicalLines(text) {
             let expanded = try expand(logical, variables: variables)

@@ -74,6 +74,22 @@ extension Inventory {
         }
     }
 
+    /// Devices whose provisioning began on this bench but did not finish:
+    /// a write step was attempted, and no profile is recorded. With the
+    /// factory-default advert bit they make the `new` selector, so that a
+    /// rerun picks up what a failure left half done.
+    public func unfinishedProvisioning() throws -> Set<String> {
+        Set(
+            try database.rows(
+                """
+                SELECT DISTINCT d.address FROM devices d JOIN outcomes o ON o.device = d.address
+                WHERE d.profile IS NULL
+                  AND (o.step IN ('sync-time', 'calibrate', 'identity') OR o.step LIKE 'apply %')
+                  AND o.status IN ('changed', 'failed', 'running', 'interrupted')
+                """
+            ).compactMap { $0.first?.text })
+    }
+
     /// Step outcomes, newest first: of one device (address or MAC ending)
     /// or of all.
     public func outcomes(device: String? = nil, limit: Int = 50) throws -> [OutcomeRecord] {

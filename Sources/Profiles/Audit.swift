@@ -146,7 +146,7 @@ public enum Auditor {
         return AuditReport(address: subject.address, profile: name, findings: findings)
     }
 
-    static func flags(_ enable: DrivingBehaviourConfig.EnableFlags) -> String {
+    public static func flags(_ enable: DrivingBehaviourConfig.EnableFlags) -> String {
         var names: [String] = []
         if enable.contains(.detection) { names.append("DB") }
         if enable.contains(.highPassFilter) { names.append("HP") }

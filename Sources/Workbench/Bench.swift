@@ -62,6 +62,8 @@ public actor Bench {
     /// The adapter asked for (`--adapter`), or nil for the first powered one.
     public nonisolated let adapterName: String?
     private var discoveryUsers = 0
+    /// How long `select` discovers to find a MAC ending not seen yet.
+    public var endingSearch: Duration = .seconds(10)
 
     public init(client: BluetoothClient, inventory: Inventory, adapterName: String?) {
         self.client = client
@@ -152,8 +154,24 @@ public actor Bench {
     /// even when not (yet) seen; everything else is judged from the adverts
     /// and, where they are silent, from the inventory.
     public func select(_ selectors: [DeviceSelector]) async throws -> [String] {
-        let seen = await seen()
+        var seen = await seen()
+        // A MAC ending not seen yet: discover for a while to find it.
+        let endings = selectors.compactMap { selector -> String? in
+            if case .macEnding(let ending) = selector { return ending.lowercased() }
+            return nil
+        }
+        let missing = { (seen: [SeenBeacon]) in endings.contains { ending in !seen.contains { $0.macEnding == ending } } }
+        if missing(seen) {
+            try await beginDiscovery()
+            let deadline = ContinuousClock.now + endingSearch
+            while missing(seen), ContinuousClock.now < deadline, !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(200))
+                seen = await self.seen()
+            }
+            try await endDiscovery()
+        }
         let known = try await inventory.devicesByAddress()
+        let unfinished = try await inventory.unfinishedProvisioning()
         var named: [String] = []
         var filters: [DeviceSelector] = []
         for selector in selectors {
@@ -172,17 +190,21 @@ public actor Bench {
         return Array(
             Set(
                 candidates.filter { address in
-                    filters.allSatisfy { Self.holds($0, seenByAddress[address], known[address]) }
+                    filters.allSatisfy {
+                        Self.holds($0, seenByAddress[address], known[address], unfinished: unfinished.contains(address))
+                    }
                 })
         ).sorted()
     }
 
-    static func holds(_ selector: DeviceSelector, _ seen: SeenBeacon?, _ record: DeviceRecord?) -> Bool {
+    static func holds(
+        _ selector: DeviceSelector, _ seen: SeenBeacon?, _ record: DeviceRecord?, unfinished: Bool
+    ) -> Bool {
         switch selector {
         case .all: return true
         case .new:
-            if let summary = seen?.summary { return summary.status.contains(.factoryDefault) }
-            return record?.profile == nil
+            // Factory default, or left half provisioned by a failed run here.
+            return seen?.summary?.status.contains(.factoryDefault) ?? false || unfinished
         case .unprovisioned: return record?.profile == nil
         case .inRange: return seen?.rssi != nil
         case .profile(let name): return record?.profile == name

@@ -204,7 +204,7 @@ public actor FleetRunner {
             try await inventory.recordReading(
                 address: address, at: Date(), battery: info.battery, rssi: await client.device(address: address)?.rssi,
                 firmware: info.firmware.description)
-            return (.ok, "\(info.model) \(info.serial), firmware \(info.firmware), battery \(info.battery) %")
+            return (.ok, Self.describe(info))
         case .requireBattery(let minimum):
             let battery = try await beacon.readBattery()
             return battery >= minimum
@@ -283,6 +283,10 @@ public actor FleetRunner {
             return change.written ? (.changed, "config \(change.before) → \(change.after)") : (.unchanged, nil)
         case .verify(let profile):
             let config = try await beacon.readConfig()
+            if dryRun, config != profile.config {
+                // Nothing was written: an apply before it would have made it hold.
+                return (.unchanged, "holds \(config) now; \(profile.name) only once applied")
+            }
             guard config == profile.config else {
                 throw OperationError.verificationFailed(
                     address: address, what: "profile \(profile.name)", wrote: "\(profile.config)", readBack: "\(config)"
@@ -347,6 +351,19 @@ public actor FleetRunner {
         let minor = nextMinor[major]!
         nextMinor[major] = minor &+ 1
         return minor
+    }
+
+    /// `info` as one line: everything a technician checks at a glance.
+    static func describe(_ info: BeaconInfo) -> String {
+        let calibration = info.calibration
+        let pending = info.tripInformation
+        return "\(info.model) \(info.serial) hw \(info.hardwareRevision), firmware \(info.firmware), "
+            + "battery \(info.battery) %, identity \(info.identity.major).\(info.identity.minor), "
+            + (calibration.calibrated
+                ? "calibrated (\(calibration.vector.x), \(calibration.vector.y), \(calibration.vector.z) mG)"
+                : "not calibrated")
+            + ", clock " + (info.timeOffset == 0 ? "not set" : "set") + ", \(info.config), trip \(info.tripStatus), "
+            + "unsynced \(pending.trips) trips \(pending.events) events \(pending.incidents) incidents"
     }
 
     static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }

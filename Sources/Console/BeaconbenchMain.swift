@@ -1,0 +1,130 @@
+import Foundation
+import Profiles
+
+/// beaconbench from the command line to its exit status: the executable
+/// only calls `run`.
+public enum BeaconbenchMain {
+    public static let version = "0.2.0"
+
+    public static func run(_ arguments: [String]) async -> Int32 {
+        let invocation: Invocation
+        do {
+            invocation = try Invocation.parse(arguments)
+        } catch {
+            Terminal.emit(2, "\(error)\n")
+            return ExitStatus.badInput.rawValue
+        }
+        switch invocation.mode {
+        case .help:
+            Terminal.emit(1, Invocation.usage + "\n")
+            return 0
+        case .version:
+            Terminal.emit(1, "beaconbench \(version)\n")
+            return 0
+        default: break
+        }
+        let terminal = Terminal(color: invocation.color, json: invocation.json, verbose: invocation.verbose)
+        let profiles: [String: Profile]
+        do {
+            let directories = Paths.profileDirectories(invocation.profileDirectories)
+            for directory in directories where Paths.isWorldWritable(directory) {
+                terminal.warning("\(directory) is writable by anyone: its profiles could have been changed by others")
+            }
+            profiles = try ProfileLoader.loadAll(from: directories)
+        } catch {
+            terminal.error("\(error)")
+            return ExitStatus.badInput.rawValue
+        }
+        let interrupts = Interrupts()
+        switch invocation.mode {
+        case .run(let file, let overrides, let dryRun):
+            guard let data = FileManager.default.contents(atPath: file) else {
+                terminal.error("\(file): cannot read the batch (\(String(cString: strerror(errno))))")
+                return ExitStatus.badInput.rawValue
+            }
+            if Paths.isWorldWritable(file) {
+                terminal.warning("\(file) is writable by anyone: check it before trusting it")
+            }
+            guard let text = String(data: data, encoding: .utf8) else {
+                terminal.error("\(file): not UTF-8 text")
+                return ExitStatus.badInput.rawValue
+            }
+            return await runText(
+                text, file: file, overrides: overrides, dryRun: dryRun, invocation: invocation, terminal: terminal,
+                profiles: profiles, label: "run \(file)", digest: SHA256.hex(Array(data)), interrupts: interrupts)
+        case .oneShot(let words):
+            let line = words.map(Self.quoted).joined(separator: " ")
+            return await runText(
+                line, file: "<command line>", overrides: [:], dryRun: false, invocation: invocation, terminal: terminal,
+                profiles: profiles, label: line, digest: nil, interrupts: interrupts)
+        default:
+            if isatty(0) == 1 {
+                let session = Session(invocation: invocation, terminal: terminal, profiles: profiles, runLabel: "repl")
+                await session.setInteractive()
+                let repl = REPL(session: session, terminal: terminal, historyPath: Paths.history())
+                await repl.run(interrupts: interrupts)
+                await session.finish()
+                return await session.status.rawValue
+            }
+            let data = FileHandle.standardInput.readDataToEndOfFile()
+            return await runText(
+                String(decoding: data, as: UTF8.self), file: "<stdin>", overrides: [:], dryRun: false,
+                invocation: invocation, terminal: terminal, profiles: profiles, label: "stdin",
+                digest: SHA256.hex(Array(data)), interrupts: interrupts)
+        }
+    }
+
+    /// Parses and checks the whole text, then runs it.
+    static func runText(
+        _ text: String, file: String, overrides: [String: String], dryRun: Bool, invocation: Invocation,
+        terminal: Terminal, profiles: [String: Profile], label: String, digest: String?, interrupts: Interrupts
+    ) async -> Int32 {
+        let commands: [LocatedCommand]
+        do {
+            commands = try BatchParser(file: file, overrides: overrides, profiles: Set(profiles.keys)).parse(text)
+            try BatchChecks.check(commands, file: file)
+        } catch {
+            terminal.message("\(error)")
+            return ExitStatus.badInput.rawValue
+        }
+        let session = Session(
+            invocation: invocation, terminal: terminal, profiles: profiles, runLabel: label, runDigest: digest)
+        let task = Task { await session.runBatch(commands, dryRun: dryRun) }
+        interrupts.onInterrupt {
+            terminal.message("^C: stopping (press again to quit at once)")
+            task.cancel()
+            interrupts.onInterrupt(nil)
+        }
+        await task.value
+        await session.finish()
+        return await session.status.rawValue
+    }
+
+    static func quoted(_ word: String) -> String {
+        guard word.contains(where: { $0 == " " || $0 == "\t" || $0 == "#" || $0 == "\"" }) else { return word }
+        return "\"" + word.replacingOccurrences(of: "\"", with: "\\\"") + "\""
+    }
+}
+
+/// Checks of a whole batch beyond each line's own: device commands need
+/// devices.
+enum BatchChecks {
+    static func check(_ commands: [LocatedCommand], file: String) throws(BatchError) {
+        var selected = false
+        for located in commands {
+            if case .select = located.command { selected = true }
+            let actsOnDevices = located.command.isDeviceStep || located.command == .watch(seconds: 0) || isWatch(located)
+            if actsOnDevices, located.devices.isEmpty, !selected {
+                throw BatchError(
+                    file: file, line: located.line, column: located.column,
+                    message: "no devices for '\(Format.stepName(located.command))': 'select …' them first or name one on the line"
+                )
+            }
+        }
+    }
+
+    static func isWatch(_ located: LocatedCommand) -> Bool {
+        if case .watch = located.command { return true }
+        return false
+    }
+}

@@ -1,0 +1,304 @@
+import Foundation
+import Inventory
+import Profiles
+import SBeaconProtocol
+import Workbench
+
+/// How things are shown: tables for people, one JSON object per line for
+/// programs.
+enum Format {
+    // MARK: Beacons seen
+
+    static let seenHeader = ["", "address", "rssi", "ending", "major.minor", "battery", "firmware", "status", "profile"]
+
+    static func status(_ summary: BenchSummary?) -> String {
+        guard let status = summary?.status else { return "-" }
+        var words: [String] = []
+        if status.contains(.factoryDefault) { words.append("new") }
+        words.append(status.contains(.calibrated) ? "calibrated" : "uncalibrated")
+        if status.contains(.tripInProgress) { words.append("trip") }
+        if status.contains(.unsyncedRecords) { words.append("records") }
+        return words.joined(separator: ",")
+    }
+
+    static func seenRow(_ beacon: SeenBeacon, profile: String?, selected: Bool) -> [String] {
+        [
+            selected ? "*" : "", beacon.address, beacon.rssi.map(String.init) ?? "-", beacon.macEnding,
+            beacon.identity.map { "\($0.major).\($0.minor)" } ?? "-",
+            beacon.summary.map { "\($0.battery) %" } ?? "-", beacon.summary.map { "\($0.firmware)" } ?? "-",
+            status(beacon.summary), profile ?? "-",
+        ]
+    }
+
+    static func seenLine(_ beacon: SeenBeacon) -> String {
+        var parts = ["SBeacon \(beacon.address) (\(beacon.macEnding))"]
+        if let rssi = beacon.rssi { parts.append("rssi \(rssi)") }
+        if let identity = beacon.identity { parts.append("\(identity.major).\(identity.minor)") }
+        if let summary = beacon.summary {
+            parts.append("battery \(summary.battery) %, firmware \(summary.firmware), \(status(summary))")
+        }
+        return parts.joined(separator: " ")
+    }
+
+    static func seenJSON(_ beacon: SeenBeacon, profile: String?) -> [String: Any] {
+        var object: [String: Any] = ["address": beacon.address, "mac_ending": beacon.macEnding]
+        if let rssi = beacon.rssi { object["rssi"] = Int(rssi) }
+        if let identity = beacon.identity {
+            object["major"] = Int(identity.major)
+            object["minor"] = Int(identity.minor)
+        }
+        if let summary = beacon.summary {
+            object["battery"] = Int(summary.battery)
+            object["firmware"] = summary.firmware.description
+            object["status"] = status(summary)
+            object["config_crc"] = String(format: "%04x", summary.configCRC)
+        }
+        if let profile { object["profile"] = profile }
+        return object
+    }
+
+    // MARK: Device steps and recaps
+
+    static func stepName(_ command: Command) -> String {
+        command.deviceStep(profiles: [:])?.name ?? CommandSpec.all.first { $0.usage.hasPrefix("\(command)") }?.name
+            ?? "\(command)"
+    }
+
+    static func recap(_ recaps: [DeviceRecap], terminal: Terminal, dryRun: Bool) {
+        let failed = recaps.filter { $0.failed > 0 }.count
+        // In a dry run the steps that would write report `skipped` with no reason.
+        let changes = { (recap: DeviceRecap) in recap.changed > 0 || (dryRun && recap.skipped > 0 && recap.reason == nil) }
+        let changed = recaps.filter { $0.failed == 0 && changes($0) }.count
+        let skipped = recaps.filter { $0.failed == 0 && !changes($0) && $0.reason != nil }.count
+        let unchanged = recaps.count - failed - changed - skipped
+        if terminal.json {
+            for recap in recaps {
+                var object: [String: Any] = [
+                    "device": recap.address, "ok": recap.ok, "changed": recap.changed, "unchanged": recap.unchanged,
+                    "skipped": recap.skipped, "failed": recap.failed,
+                ]
+                if let reason = recap.reason { object["reason"] = reason }
+                terminal.jsonLine(object)
+            }
+            terminal.jsonLine([
+                "summary": [
+                    "devices": recaps.count, "changed": changed, "ok": unchanged, "skipped": skipped,
+                    "failed": failed, "dry_run": dryRun,
+                ]
+            ])
+            return
+        }
+        let rows = recaps.map { recap -> [String] in
+            // The table names the device already.
+            var reason = recap.reason ?? ""
+            if reason.hasPrefix(recap.address + ": ") { reason.removeFirst(recap.address.count + 2) }
+            return [
+                recap.address, String(recap.ok), String(recap.changed), String(recap.unchanged), String(recap.skipped),
+                String(recap.failed), recap.failed > 0 ? terminal.styled(reason, .red) : reason,
+            ]
+        }
+        terminal.result("")
+        terminal.result(terminal.styled(dryRun ? "RECAP (dry run: nothing written)" : "RECAP", .bold))
+        let header = ["device", "ok", "changed", "unchanged", dryRun ? "would change" : "skipped", "failed", "reason"]
+        for line in table(header, rows, numeric: [1, 2, 3, 4, 5]) { terminal.result(line) }
+        var summary = "\(recaps.count) device\(recaps.count == 1 ? "" : "s"): "
+        summary += "\(changed) \(dryRun ? "would change" : "changed"), \(unchanged) ok, \(skipped) skipped, "
+        summary += failed > 0 ? terminal.styled("\(failed) failed", .red) : "0 failed"
+        terminal.result(summary)
+    }
+
+    // MARK: Watch
+
+    static func watchLine(_ event: WatchEvent, terminal: Terminal) -> String {
+        let clock = time()
+        switch event {
+        case .connected(let address): return "\(clock) \(address) watching"
+        case .realTime(let address, let event):
+            return "\(clock) \(address) " + terminal.styled(realTimeText(event), .yellow)
+        case .tripStatus(let address, let status): return "\(clock) \(address) trip \(status)"
+        case .malformed(let address, let text): return "\(clock) \(address) " + terminal.styled(text, .red)
+        }
+    }
+
+    static func realTimeText(_ event: RealTimeEvent) -> String {
+        let axis =
+            switch event.axis {
+            case .lateral: "X"
+            case .longitudinal: "Y"
+            case .vertical: "Z"
+            case .radial: "radial"
+            }
+        return "\(event.type) on \(axis)" + (event.flags.isEmpty ? "" : " (flags \(String(event.flags.rawValue, radix: 2)))")
+    }
+
+    static func watchJSON(_ event: WatchEvent) -> [String: Any] {
+        switch event {
+        case .connected(let address): ["device": address, "watch": "connected"]
+        case .realTime(let address, let event):
+            [
+                "device": address, "event": "\(event.type)", "axis": realTimeText(event), "flags": Int(event.flags.rawValue),
+            ]
+        case .tripStatus(let address, let status): ["device": address, "trip_status": "\(status)"]
+        case .malformed(let address, let text): ["device": address, "malformed": text]
+        }
+    }
+
+    static func time() -> String {
+        var now = time_t(Date().timeIntervalSince1970)
+        var parts = tm()
+        localtime_r(&now, &parts)
+        return String(format: "%02d:%02d:%02d", parts.tm_hour, parts.tm_min, parts.tm_sec)
+    }
+
+    // MARK: Audits
+
+    static func audit(_ reports: [AuditReport], source: Command.AuditSource, terminal: Terminal) {
+        if terminal.json {
+            for report in reports {
+                terminal.jsonLine([
+                    "device": report.address, "profile": report.profile ?? NSNull(), "clean": report.isClean,
+                    "findings": report.findings.map { ["code": $0.code, "finding": $0.description] },
+                    "source": source.rawValue,
+                ])
+            }
+            return
+        }
+        var rows: [[String]] = []
+        for report in reports {
+            if report.isClean {
+                rows.append([report.address, report.profile ?? "-", terminal.styled("ok", .green), ""])
+            }
+            for finding in report.findings {
+                rows.append([report.address, report.profile ?? "-", terminal.styled(finding.code, .red), "\(finding)"])
+            }
+        }
+        terminal.result("")
+        terminal.result(terminal.styled("AUDIT (\(source.rawValue))", .bold))
+        for line in table(["device", "profile", "code", "finding"], rows) { terminal.result(line) }
+        let clean = reports.filter(\.isClean).count
+        terminal.result("\(reports.count) device\(reports.count == 1 ? "" : "s"): \(clean) clean, \(reports.count - clean) with findings")
+    }
+
+    // MARK: Inventory
+
+    static let recordHeader = ["address", "ending", "major.minor", "firmware", "battery", "calibrated", "profile", "last seen"]
+
+    static func recordRow(_ record: DeviceRecord) -> [String] {
+        [
+            record.address, record.macEnding, record.identity.map { "\($0.major).\($0.minor)" } ?? "-",
+            record.firmware?.description ?? "-", record.battery.map { "\($0) %" } ?? "-",
+            record.calibration.map { $0.calibrated ? "yes" : "no" } ?? "-", record.profile ?? "-",
+            timestamp(record.seenAt),
+        ]
+    }
+
+    static func recordDetail(_ record: DeviceRecord) -> [String] {
+        var lines = [
+            "address      \(record.address) (\(record.macEnding))",
+            "identity     \(record.identity.map { "major \($0.major), minor \($0.minor)" } ?? "-")",
+            "model        \(record.model ?? "-") serial \(record.serial ?? "-") hardware \(record.hardwareRevision ?? "-")",
+            "firmware     \(record.firmware?.description ?? "-")",
+            "battery      \(record.battery.map { "\($0) %" } ?? "-")",
+        ]
+        if let calibration = record.calibration {
+            let vector = calibration.vector
+            lines.append(
+                "calibration  \(calibration.calibrated ? "yes" : "no") (\(vector.x), \(vector.y), \(vector.z) mG)"
+                    + (record.calibratedAt.map { " at \(timestamp($0))" } ?? ""))
+        }
+        lines.append("profile      \(record.profile ?? "-")")
+        lines.append("config       \(record.config?.description ?? "-")")
+        lines.append("last seen    \(timestamp(record.seenAt))")
+        return lines
+    }
+
+    static func recordJSON(_ record: DeviceRecord) -> [String: Any] {
+        var object: [String: Any] = [
+            "address": record.address, "mac_ending": record.macEnding, "last_seen": timestamp(record.seenAt),
+        ]
+        if let identity = record.identity {
+            object["major"] = Int(identity.major)
+            object["minor"] = Int(identity.minor)
+        }
+        if let firmware = record.firmware { object["firmware"] = firmware.description }
+        if let battery = record.battery { object["battery"] = Int(battery) }
+        if let calibration = record.calibration { object["calibrated"] = calibration.calibrated }
+        if let profile = record.profile { object["profile"] = profile }
+        if let config = record.config {
+            object["config"] = [
+                "cornering": Int(config.cornering), "braking": Int(config.braking),
+                "acceleration": Int(config.acceleration), "duration": Int(config.duration),
+                "enable": Int(config.enable.rawValue),
+            ]
+        }
+        return object
+    }
+
+    static func timestamp(_ date: Date) -> String {
+        ISO8601DateFormatter.string(from: date, timeZone: TimeZone(identifier: "UTC")!, formatOptions: [.withInternetDateTime])
+    }
+
+    static let outcomeHeader = ["run", "device", "step", "status", "ms", "detail"]
+
+    static func outcomeRow(_ outcome: OutcomeRecord) -> [String] {
+        [
+            String(outcome.run), outcome.device ?? "-", outcome.step, outcome.status,
+            outcome.durationMilliseconds.map(String.init) ?? "", outcome.error ?? outcome.detail ?? "",
+        ]
+    }
+
+    static func outcomeJSON(_ outcome: OutcomeRecord) -> [String: Any] {
+        var object: [String: Any] = [
+            "id": outcome.id, "run": outcome.run, "step": outcome.step, "status": outcome.status,
+            "started_at": outcome.startedAt,
+        ]
+        if let device = outcome.device { object["device"] = device }
+        if let detail = outcome.detail { object["detail"] = detail }
+        if let error = outcome.error { object["error"] = error }
+        if let duration = outcome.durationMilliseconds { object["duration_ms"] = duration }
+        return object
+    }
+
+    // MARK: Profiles
+
+    static let profileHeader = ["name", "cornering", "braking", "acceleration", "duration", "enable", "description"]
+
+    static func profileRow(_ profile: Profile) -> [String] {
+        let config = profile.config
+        return [
+            profile.name, "\(config.cornering) mG", "\(config.braking) mG", "\(config.acceleration) mG",
+            "\(config.duration) ms", Auditor.flags(config.enable), profile.description,
+        ]
+    }
+
+    static func profileDetail(_ profile: Profile) -> [String] {
+        let config = profile.config
+        let requirements = profile.requirements
+        var lines = [
+            "\(profile.name): \(profile.description)",
+            "  cornering     \(config.cornering) mG",
+            "  braking       \(config.braking) mG",
+            "  acceleration  \(config.acceleration) mG",
+            "  duration      \(config.duration) ms",
+            "  enable        \(Auditor.flags(config.enable))",
+            "  config crc    \(String(format: "%04x", config.crc))",
+            "  requires      battery ≥ \(requirements.minimumBatteryPercent) %, firmware ≥ \(requirements.minimumFirmware)"
+                + (requirements.calibrationRequired ? ", calibrated" : "")
+                + (requirements.maximumCalibrationAgeDays.map { " within \($0) days" } ?? ""),
+        ]
+        if let identity = profile.identity {
+            lines.append("  identity      major \(identity.major), minor \(identity.minor.rawValue)")
+        }
+        return lines
+    }
+
+    static func profileJSON(_ profile: Profile) -> [String: Any] {
+        let config = profile.config
+        return [
+            "name": profile.name, "description": profile.description, "cornering": Int(config.cornering),
+            "braking": Int(config.braking), "acceleration": Int(config.acceleration),
+            "duration": Int(config.duration), "enable": Auditor.flags(config.enable),
+            "crc": String(format: "%04x", config.crc),
+        ]
+    }
+}

@@ -1,0 +1,235 @@
+import Foundation
+
+/// The command line, parsed: global options (each with an environment
+/// variable) and what to do.
+public struct Invocation: Sendable, Equatable {
+    public enum Bus: Sendable, Equatable {
+        case system, session
+        case address(String)
+    }
+
+    public enum Mode: Sendable, Equatable {
+        /// No command: the REPL on a terminal, else commands from stdin.
+        case interactive
+        case run(file: String, overrides: [String: String], dryRun: Bool)
+        /// Any REPL command once (its words, as given).
+        case oneShot([String])
+        case help
+        case version
+    }
+
+    /// A simulated bench for this run (`--sim N`, `--sim-fleet FILE`).
+    public struct Simulation: Sendable, Equatable {
+        public var count: Int?
+        public var fleetFile: String?
+        public var stateFile: String?
+        /// Extra `beaconbench-sim` options (`--sim-option=--latency=realistic`).
+        public var options: [String] = []
+    }
+
+    public var bus: Bus = .system
+    public var adapter: String?
+    public var inventoryPath: String?
+    public var profileDirectories: [String] = []
+    public var concurrency: Int?
+    public var json = false
+    public var color = true
+    public var verbose = false
+    public var simulation: Simulation?
+    public var mode: Mode = .interactive
+
+    public struct UsageError: Error, Sendable, Equatable, CustomStringConvertible {
+        public var message: String
+        public var description: String { "beaconbench: \(message) (see beaconbench --help)" }
+    }
+
+    public static let usage = """
+        usage: beaconbench [OPTIONS]                      the REPL (commands from stdin when it is not a terminal)
+               beaconbench [OPTIONS] run FILE [--set NAME=VALUE]… [--dry-run]
+               beaconbench [OPTIONS] COMMAND [ARGS…]      one command, then exit
+
+        Provisions SBeacon vehicle beacons over BlueZ: scan, select, check, sync
+        the clock, calibrate, set the identity, apply threshold profiles and read
+        them back; audits and an SQLite inventory of everything done.
+
+        options (environment variable in brackets):
+          --bus system|session|ADDRESS  the D-Bus bus of bluetoothd (default system) [BEACONBENCH_BUS]
+          --adapter hciN                the adapter (default: the first powered one) [BEACONBENCH_ADAPTER]
+          --inventory PATH              the SQLite inventory (default $XDG_DATA_HOME/beaconbench/inventory.sqlite)
+                                        [BEACONBENCH_INVENTORY]
+          --profiles DIR                a profile directory, repeatable (default ./profiles when present, else
+                                        $XDG_CONFIG_HOME/beaconbench/profiles; the shipped ones always)
+                                        [BEACONBENCH_PROFILES, colon-separated]
+          --concurrency N               devices worked on at once (default 5, an adapter's connection slots)
+                                        [BEACONBENCH_CONCURRENCY]
+          --json                        machine-readable output: one JSON object per line [BEACONBENCH_JSON=1]
+          --no-color                    no colour (also when NO_COLOR is set or output is not a terminal)
+          -v, --verbose                 every step of every device, not just each device's end
+                                        [BEACONBENCH_VERBOSE=1]
+          --sim N                       run against N simulated beacons: a private dbus-daemon and
+                                        beaconbench-sim for this run only
+          --sim-fleet FILE              the same, with the beacons described in FILE
+          --sim-state FILE              keep the simulated fleet's state in FILE across runs
+          --sim-option OPTION           pass OPTION to beaconbench-sim (e.g. --sim-option=--latency=realistic)
+          --version, --help
+
+        exit status: 0 all went well; 1 bad usage or input (nothing was touched);
+        2 some devices failed (or an audit found problems); 3 the bus, BlueZ, the
+        adapter or the inventory is unusable.
+
+        Type `help` in the REPL, or see docs/batch-language.md.
+        """
+
+    /// Parses `arguments` (without the program name) over `environment`.
+    public static func parse(
+        _ arguments: [String], environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws(UsageError) -> Invocation {
+        var invocation = Invocation()
+        try invocation.applyEnvironment(environment)
+        var index = 0
+        func value(_ option: String) throws(UsageError) -> String {
+            if let equals = arguments[index].firstIndex(of: "=") {
+                return String(arguments[index][arguments[index].index(after: equals)...])
+            }
+            index += 1
+            guard index < arguments.count else { throw UsageError(message: "\(option) needs a value") }
+            return arguments[index]
+        }
+        var commandWords: [String] = []
+        var runArguments: [String]?
+        while index < arguments.count {
+            let argument = arguments[index]
+            let name = argument.split(separator: "=", maxSplits: 1).first.map(String.init) ?? argument
+            if commandWords.isEmpty, runArguments == nil {
+                switch name {
+                case "--bus": invocation.bus = Self.bus(try value(name))
+                case "--adapter": invocation.adapter = try Self.adapter(try value(name))
+                case "--inventory": invocation.inventoryPath = try value(name)
+                case "--profiles": invocation.profileDirectories.append(try value(name))
+                case "--concurrency": invocation.concurrency = try Self.concurrency(try value(name))
+                case "--json": invocation.json = true
+                case "--no-color", "--no-colour": invocation.color = false
+                case "-v", "--verbose": invocation.verbose = true
+                case "--sim":
+                    let text = try value(name)
+                    guard let count = Int(text), (1...10_000).contains(count) else {
+                        throw UsageError(message: "--sim wants a number of beacons 1–10000, got '\(text)'")
+                    }
+                    invocation.simulation = invocation.simulation ?? Simulation()
+                    invocation.simulation?.count = count
+                case "--sim-fleet":
+                    invocation.simulation = invocation.simulation ?? Simulation()
+                    invocation.simulation?.fleetFile = try value(name)
+                case "--sim-state":
+                    invocation.simulation = invocation.simulation ?? Simulation()
+                    invocation.simulation?.stateFile = try value(name)
+                case "--sim-option":
+                    invocation.simulation = invocation.simulation ?? Simulation()
+                    invocation.simulation?.options.append(try value(name))
+                case "--version": invocation.mode = .version
+                case "-h", "--help": invocation.mode = .help
+                case "run": runArguments = []
+                default:
+                    if argument.hasPrefix("-") {
+                        throw UsageError(message: "unknown option '\(argument)'")
+                    }
+                    commandWords.append(argument)
+                }
+            } else if runArguments != nil {
+                runArguments?.append(argument)
+            } else {
+                commandWords.append(argument)
+            }
+            index += 1
+        }
+        if invocation.mode == .help || invocation.mode == .version { return invocation }
+        if let simulation = invocation.simulation {
+            guard simulation.count != nil || simulation.fleetFile != nil || simulation.stateFile != nil else {
+                throw UsageError(message: "--sim-option needs --sim N, --sim-fleet FILE or --sim-state FILE")
+            }
+            if simulation.count != nil, simulation.fleetFile != nil {
+                throw UsageError(message: "--sim and --sim-fleet exclude each other")
+            }
+        }
+        if let runArguments {
+            invocation.mode = try Self.run(runArguments)
+        } else if !commandWords.isEmpty {
+            invocation.mode = .oneShot(commandWords)
+        }
+        return invocation
+    }
+
+    mutating func applyEnvironment(_ environment: [String: String]) throws(UsageError) {
+        if let text = environment["BEACONBENCH_BUS"], !text.isEmpty { bus = Self.bus(text) }
+        if let text = environment["BEACONBENCH_ADAPTER"], !text.isEmpty { adapter = try Self.adapter(text) }
+        if let text = environment["BEACONBENCH_INVENTORY"], !text.isEmpty { inventoryPath = text }
+        if let text = environment["BEACONBENCH_PROFILES"], !text.isEmpty {
+            profileDirectories = text.split(separator: ":").map(String.init)
+        }
+        if let text = environment["BEACONBENCH_CONCURRENCY"], !text.isEmpty {
+            concurrency = try Self.concurrency(text)
+        }
+        if environment["BEACONBENCH_JSON"].map(Self.isTrue) ?? false { json = true }
+        if environment["BEACONBENCH_VERBOSE"].map(Self.isTrue) ?? false { verbose = true }
+        if let text = environment["NO_COLOR"], !text.isEmpty { color = false }
+    }
+
+    static func isTrue(_ text: String) -> Bool { ["1", "true", "yes", "on"].contains(text.lowercased()) }
+
+    static func bus(_ text: String) -> Bus {
+        switch text {
+        case "system": .system
+        case "session": .session
+        default: .address(text)
+        }
+    }
+
+    static func adapter(_ text: String) throws(UsageError) -> String {
+        guard text.hasPrefix("hci"), let number = Int(text.dropFirst(3)), number >= 0 else {
+            throw UsageError(message: "--adapter wants hciN, got '\(text)'")
+        }
+        return text
+    }
+
+    static func concurrency(_ text: String) throws(UsageError) -> Int {
+        guard let value = Int(text), (1...64).contains(value) else {
+            throw UsageError(message: "--concurrency wants 1–64, got '\(text)'")
+        }
+        return value
+    }
+
+    static func run(_ arguments: [String]) throws(UsageError) -> Mode {
+        var file: String?
+        var overrides: [String: String] = [:]
+        var dryRun = false
+        var index = 0
+        while index < arguments.count {
+            let argument = arguments[index]
+            switch argument {
+            case "--dry-run": dryRun = true
+            case "--set":
+                index += 1
+                guard index < arguments.count else { throw UsageError(message: "--set needs NAME=VALUE") }
+                try Self.set(arguments[index], into: &overrides)
+            case let text where text.hasPrefix("--set="):
+                try Self.set(String(text.dropFirst(6)), into: &overrides)
+            case let text where text.hasPrefix("-") && text != "-":
+                throw UsageError(message: "unknown option '\(text)' for run (--set NAME=VALUE, --dry-run)")
+            default:
+                guard file == nil else { throw UsageError(message: "run takes one batch file, got '\(argument)' too") }
+                file = argument
+            }
+            index += 1
+        }
+        guard let file else { throw UsageError(message: "run needs a batch file (run FILE)") }
+        return .run(file: file, overrides: overrides, dryRun: dryRun)
+    }
+
+    static func set(_ text: String, into overrides: inout [String: String]) throws(UsageError) {
+        let parts = text.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+        guard parts.count == 2, !parts[0].isEmpty,
+            parts[0].allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" || $0 == "-" })
+        else { throw UsageError(message: "--set wants NAME=VALUE, got '\(text)'") }
+        overrides[parts[0]] = parts[1]
+    }
+}

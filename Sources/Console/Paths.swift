@@ -1,0 +1,88 @@
+import Foundation
+
+/// Where beaconbench keeps its files (XDG base directories).
+enum Paths {
+    static var environment: [String: String] { ProcessInfo.processInfo.environment }
+
+    static var home: String { environment["HOME"] ?? NSHomeDirectory() }
+
+    static func xdg(_ variable: String, _ fallback: String) -> String {
+        if let value = environment[variable], value.hasPrefix("/") { return value + "/beaconbench" }
+        return home + "/" + fallback + "/beaconbench"
+    }
+
+    /// `$XDG_DATA_HOME/beaconbench/inventory.sqlite`.
+    static func defaultInventory() -> String { xdg("XDG_DATA_HOME", ".local/share") + "/inventory.sqlite" }
+
+    /// `$XDG_STATE_HOME/beaconbench/history`.
+    static func history() -> String { xdg("XDG_STATE_HOME", ".local/state") + "/history" }
+
+    /// `$XDG_CONFIG_HOME/beaconbench/profiles`.
+    static func configProfiles() -> String { xdg("XDG_CONFIG_HOME", ".config") + "/profiles" }
+
+    /// Creates the directories above `path` (0700) when missing.
+    static func makeParent(of path: String) throws {
+        let parent = URL(fileURLWithPath: path).deletingLastPathComponent().path
+        guard !FileManager.default.fileExists(atPath: parent) else { return }
+        try FileManager.default.createDirectory(
+            atPath: parent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    }
+
+    /// The profiles shipped with beaconbench: `share/beaconbench/profiles`
+    /// beside an installed binary, or the source tree's `profiles` above a
+    /// built one.
+    static func shippedProfiles() -> String? {
+        guard let executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") else {
+            return nil
+        }
+        var directory = URL(fileURLWithPath: executable).deletingLastPathComponent()
+        for _ in 0..<5 {
+            let installed = directory.appendingPathComponent("share/beaconbench/profiles").path
+            if FileManager.default.fileExists(atPath: installed) { return installed }
+            let source = directory.appendingPathComponent("profiles").path
+            if FileManager.default.fileExists(atPath: directory.appendingPathComponent("Package.swift").path),
+                FileManager.default.fileExists(atPath: source)
+            {
+                return source
+            }
+            directory.deleteLastPathComponent()
+        }
+        return nil
+    }
+
+    /// The profile directories, lowest priority first: shipped, then
+    /// `./profiles` when present (else the XDG config one), then `--profiles`.
+    static func profileDirectories(_ given: [String]) -> [String] {
+        var directories: [String] = []
+        if let shipped = shippedProfiles() { directories.append(shipped) }
+        if FileManager.default.fileExists(atPath: "profiles") {
+            directories.append(FileManager.default.currentDirectoryPath + "/profiles")
+        } else {
+            directories.append(configProfiles())
+        }
+        directories += given
+        var unique: [String] = []
+        for directory in directories {
+            let resolved = URL(fileURLWithPath: directory).standardizedFileURL.resolvingSymlinksInPath().path
+            unique.removeAll { $0 == resolved }
+            unique.append(resolved)
+        }
+        return unique
+    }
+
+    /// `name` on PATH.
+    static func inPath(_ name: String) -> String? {
+        for directory in (environment["PATH"] ?? "").split(separator: ":") {
+            let path = "\(directory)/\(name)"
+            if FileManager.default.isExecutableFile(atPath: path) { return path }
+        }
+        return nil
+    }
+
+    /// Whether others may write `path` (a file or directory given to us).
+    static func isWorldWritable(_ path: String) -> Bool {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return false }
+        return info.st_mode & S_IWOTH != 0 && info.st_mode & S_ISVTX == 0
+    }
+}

@@ -1,0 +1,573 @@
+import BlueZClient
+import DBusBinding
+import Foundation
+import Synchronization
+import Inventory
+import LocalBus
+import Profiles
+import SBeaconProtocol
+import Workbench
+
+/// One use of beaconbench: a REPL session, a batch, or one command. Holds
+/// what commands share — profiles, variables, the selection, the bench
+/// (opened at the first command that needs the radio), the inventory
+/// (opened at the first that needs it) and the inventory run — and carries
+/// out checked commands.
+public actor Session {
+    public let invocation: Invocation
+    public nonisolated let terminal: Terminal
+    public let profiles: [String: Profile]
+    /// What the run is recorded as in the inventory (`run FILE`, `repl`, …).
+    let runLabel: String
+    let runDigest: String?
+
+    public private(set) var variables: [String: String] = [:]
+    /// The selected addresses, and the selectors that chose them.
+    public private(set) var selection: [String]?
+    private var selectionText = ""
+    private var bench: Bench?
+    private var inventoryHandle: Inventory?
+    private var runID: Int64?
+    private var simulator: SimulatorProcess?
+    /// Recaps of this session's device commands, merged per device.
+    private var recaps: [String: DeviceRecap] = [:]
+    private var recapOrder: [String] = []
+    /// What completion offers for devices, refreshed after each command.
+    public private(set) var seenCache: [SeenBeacon] = []
+    private var dryRun = false
+    /// A person at the REPL: recaps after each command, beacons announced
+    /// as they are found.
+    public var isInteractive = false
+    public private(set) var status: ExitStatus = .ok
+
+    public init(invocation: Invocation, terminal: Terminal, profiles: [String: Profile], runLabel: String,
+                runDigest: String? = nil) {
+        self.invocation = invocation
+        self.terminal = terminal
+        self.profiles = profiles
+        self.runLabel = runLabel
+        self.runDigest = runDigest
+    }
+
+    func note(_ status: ExitStatus) { self.status = max(self.status, status) }
+
+    // MARK: Resources
+
+    /// The inventory, opened on first use.
+    func inventory() throws(ConsoleFailure) -> Inventory {
+        if let inventoryHandle { return inventoryHandle }
+        let path = invocation.inventoryPath ?? Paths.defaultInventory()
+        do {
+            try Paths.makeParent(of: path)
+            let inventory = try Inventory(path: path)
+            inventoryHandle = inventory
+            return inventory
+        } catch {
+            throw ConsoleFailure(.infrastructure, "cannot open the inventory \(path): \(error)")
+        }
+    }
+
+    /// The bench, opened on first use (and the simulator started first when
+    /// `--sim` asked for one).
+    func openBench() async throws(ConsoleFailure) -> Bench {
+        if let bench { return bench }
+        let inventory = try inventory()
+        let address: BusAddress
+        if let simulation = invocation.simulation {
+            let simulator = try startSimulator(simulation)
+            address = .address(simulator.bus.address)
+        } else {
+            switch invocation.bus {
+            case .system: address = .system
+            case .session: address = .session
+            case .address(let text): address = .address(text)
+            }
+        }
+        do {
+            let bench = try await Bench.open(bus: address, adapter: invocation.adapter, inventory: inventory)
+            self.bench = bench
+            return bench
+        } catch let error as BlueZError {
+            if case .bus(let busError) = error.reason, busError.name == .nameHasNoOwner || busError.name == .serviceUnknown
+            {
+                throw ConsoleFailure(
+                    .infrastructure,
+                    "bluetoothd is not running on this bus (systemctl start bluetooth, or try --sim 10)")
+            }
+            throw ConsoleFailure(.infrastructure, "\(error)")
+        } catch {
+            throw ConsoleFailure(.infrastructure, "cannot use the bus: \(error)")
+        }
+    }
+
+    private func startSimulator(_ simulation: Invocation.Simulation) throws(ConsoleFailure) -> SimulatorProcess {
+        if let simulator { return simulator }
+        guard let executable = SimulatorProcess.sibling("beaconbench-sim") ?? Paths.inPath("beaconbench-sim") else {
+            throw ConsoleFailure(.infrastructure, "beaconbench-sim is not installed beside beaconbench")
+        }
+        var arguments: [String] = []
+        if let count = simulation.count { arguments += ["--count", String(count)] }
+        if let fleet = simulation.fleetFile { arguments += ["--fleet", fleet] }
+        if let state = simulation.stateFile { arguments += ["--state", state] }
+        for option in simulation.options {
+            arguments += option.hasPrefix("--") && option.contains("=")
+                ? option.split(separator: "=", maxSplits: 1).map(String.init) : [option]
+        }
+        do {
+            let simulator = try SimulatorProcess.start(executable: executable, arguments: arguments)
+            self.simulator = simulator
+            if terminal.verbose { terminal.message("simulator: \(simulator.readyLine)") }
+            return simulator
+        } catch {
+            throw ConsoleFailure(.infrastructure, "\(error)")
+        }
+    }
+
+    /// The inventory run that this session's outcomes belong to.
+    func currentRun() async throws(ConsoleFailure) -> Int64 {
+        if let runID { return runID }
+        let inventory = try inventory()
+        do {
+            let id = try await inventory.beginRun(
+                Inventory.RunInfo(
+                    command: runLabel, sha256: runDigest,
+                    options: dryRun ? "dry-run" : nil, adapter: invocation.adapter))
+            runID = id
+            return id
+        } catch {
+            throw ConsoleFailure(.infrastructure, "the inventory refused a new run: \(error)")
+        }
+    }
+
+    /// Ends the run, closes the bench and stops the simulator.
+    public func finish() async {
+        if let runID, let inventoryHandle {
+            try? await inventoryHandle.endRun(runID, status == .ok ? .finished : .failed)
+        }
+        if let bench { await bench.close() }
+        bench = nil
+        simulator?.stop()
+        simulator = nil
+    }
+
+    // MARK: Running commands
+
+    /// Runs checked commands in order, as a batch: consecutive device
+    /// steps form one pipeline per device; at the end, one recap.
+    public func runBatch(_ commands: [LocatedCommand], dryRun: Bool) async {
+        self.dryRun = dryRun
+        var index = 0
+        while index < commands.count {
+            if Task.isCancelled { break }
+            let located = commands[index]
+            if located.command == .quit { break }
+            if located.command.isDeviceStep, located.devices.isEmpty {
+                var group = [located]
+                while index + 1 < commands.count, commands[index + 1].command.isDeviceStep,
+                    commands[index + 1].devices.isEmpty
+                {
+                    index += 1
+                    group.append(commands[index])
+                }
+                await perform { () async throws(ConsoleFailure) in try await self.runDeviceSteps(group, on: nil) }
+            } else {
+                await execute(located)
+            }
+            if status == .infrastructure { break }
+            index += 1
+        }
+        printRecap()
+    }
+
+    /// Runs one command (a REPL line, or one of a batch).
+    public func execute(_ located: LocatedCommand) async {
+        await perform { () async throws(ConsoleFailure) in try await self.carryOut(located) }
+        refreshSeen()
+    }
+
+    private func perform(_ body: () async throws(ConsoleFailure) -> Void) async {
+        do {
+            try await body()
+        } catch {
+            terminal.error(error.message)
+            note(error.status)
+        }
+    }
+
+    private func refreshSeen() {
+        guard let bench else { return }
+        Task { self.seenCache = await bench.seen() }
+    }
+
+    /// Updates variables set on earlier lines (REPL).
+    public func setVariable(_ name: String, _ value: String) { variables[name] = value }
+
+    private func carryOut(_ located: LocatedCommand) async throws(ConsoleFailure) {
+        let command = located.command
+        if command.isDeviceStep {
+            let targets = located.devices.isEmpty ? nil : located.devices
+            try await runDeviceSteps([located], on: targets)
+            return
+        }
+        switch command {
+        case .scan(let seconds, let floor): try await scan(seconds: seconds, rssiFloor: floor)
+        case .devices(let filter): try await listDevices(filter)
+        case .select(let selectors): try await select(selectors, text: selectorsText(selectors))
+        case .audit(let profile, let source): try await audit(profile: profile, source: source)
+        case .watch(let seconds): try await watch(seconds: seconds, devices: located.devices)
+        case .inventory(let action): try await inventoryCommand(action)
+        case .log(let device): try await log(device)
+        case .profiles(let action): profilesCommand(action)
+        case .help(let name): help(name)
+        case .set(let name, let value): variables[name] = value
+        case .quit: break
+        default: break
+        }
+    }
+
+    // MARK: Discovery and selection
+
+    private func scan(seconds: Double, rssiFloor: Int16?) async throws(ConsoleFailure) {
+        let bench = try await openBench()
+        let terminal = self.terminal
+        let announce = terminal.verbose || isInteractive
+        let known = Set(seenCache.map(\.address))
+        do {
+            if terminal.errorIsTerminal { terminal.status("scanning for \(Self.seconds(seconds))…") }
+            let found = try await bench.scan(seconds: seconds, rssiFloor: rssiFloor) { beacon in
+                if announce, !known.contains(beacon.address) {
+                    terminal.event(terminal.styled("[NEW] ", .green) + Format.seenLine(beacon))
+                }
+            }
+            terminal.status(nil)
+            seenCache = found
+            let fresh = found.filter { $0.summary?.status.contains(.factoryDefault) ?? false }.count
+            if terminal.json {
+                terminal.jsonLine(["scan": ["seen": found.count, "new": fresh, "seconds": seconds]])
+            } else {
+                terminal.message("scan: \(found.count) SBeacon\(found.count == 1 ? "" : "s") seen, \(fresh) new")
+            }
+        } catch {
+            terminal.status(nil)
+            throw ConsoleFailure(.infrastructure, "scan: \(error)")
+        }
+    }
+
+    private func listDevices(_ filter: String?) async throws(ConsoleFailure) {
+        let bench = try await openBench()
+        let records = (try? await inventory().devicesByAddress()) ?? [:]
+        let beacons = await bench.seen().filter { beacon in
+            guard let filter = filter?.lowercased() else { return true }
+            return beacon.address.lowercased().contains(filter) || beacon.macEnding.contains(filter)
+                || (records[beacon.address]?.profile?.lowercased().contains(filter) ?? false)
+        }
+        seenCache = await bench.seen()
+        if terminal.json {
+            for beacon in beacons {
+                terminal.jsonLine(Format.seenJSON(beacon, profile: records[beacon.address]?.profile))
+            }
+            return
+        }
+        let selected = Set(selection ?? [])
+        let rows = beacons.map { beacon in
+            Format.seenRow(beacon, profile: records[beacon.address]?.profile, selected: selected.contains(beacon.address))
+        }
+        for line in table(Format.seenHeader, rows, numeric: [2]) { terminal.result(line) }
+        terminal.message("\(beacons.count) SBeacon\(beacons.count == 1 ? "" : "s")")
+    }
+
+    private func select(_ selectors: [DeviceSelector], text: String) async throws(ConsoleFailure) {
+        let bench = try await openBench()
+        do {
+            let chosen = try await bench.select(selectors)
+            selection = chosen
+            selectionText = text
+            if terminal.json {
+                terminal.jsonLine(["selected": chosen])
+            } else {
+                terminal.message("selected \(chosen.count) device\(chosen.count == 1 ? "" : "s") (\(text))")
+            }
+        } catch {
+            throw ConsoleFailure(.badInput, "select: \(error)")
+        }
+    }
+
+    func selectorsText(_ selectors: [DeviceSelector]) -> String {
+        selectors.map { selector in
+            switch selector {
+            case .all: "all"
+            case .new: "new"
+            case .unprovisioned: "unprovisioned"
+            case .inRange: "in-range"
+            case .profile(let name): "profile=\(name)"
+            case .batteryBelow(let limit): "battery<\(limit)"
+            case .firmwareBelow(let version): "firmware<\(version)"
+            case .minorRange(let low, let high): "minor=\(low)-\(high)"
+            case .address(let address): address
+            case .macEnding(let ending): ending
+            }
+        }.joined(separator: " ")
+    }
+
+    /// The devices a device command acts on: those named on its line, or
+    /// the selection.
+    private func targets(_ named: [DeviceSelector]?) async throws(ConsoleFailure) -> [String] {
+        let bench = try await openBench()
+        if let named {
+            do {
+                return try await bench.select(named)
+            } catch {
+                throw ConsoleFailure(.badInput, "\(error)")
+            }
+        }
+        guard let selection else {
+            throw ConsoleFailure(.badInput, "no devices selected: 'select …' first, or name a device on the line")
+        }
+        return selection
+    }
+
+    // MARK: Device steps
+
+    private func runDeviceSteps(_ group: [LocatedCommand], on named: [DeviceSelector]?) async throws(ConsoleFailure) {
+        let steps = group.compactMap { $0.command.deviceStep(profiles: profiles) }
+        let addresses = try await targets(named)
+        guard !addresses.isEmpty else {
+            terminal.message("no devices selected: nothing to do for \(group.map { Format.stepName($0.command) }.joined(separator: ", "))")
+            return
+        }
+        let bench = try await openBench()
+        let run = try await currentRun()
+        let board = ProgressBoard(terminal: terminal, total: addresses.count, dryRun: dryRun)
+        board.begin(steps.map(\.name))
+        let recaps: [DeviceRecap]
+        do {
+            recaps = try await bench.run(
+                steps, on: addresses, run: run, concurrency: invocation.concurrency ?? 5, dryRun: dryRun
+            ) { event in board.handle(event) }
+        } catch {
+            board.end()
+            throw ConsoleFailure(.infrastructure, "\(error)")
+        }
+        board.end()
+        for recap in recaps {
+            if var merged = self.recaps[recap.address] {
+                merged.ok += recap.ok
+                merged.changed += recap.changed
+                merged.unchanged += recap.unchanged
+                merged.skipped += recap.skipped
+                merged.failed += recap.failed
+                merged.reason = recap.reason ?? merged.reason
+                self.recaps[recap.address] = merged
+            } else {
+                self.recaps[recap.address] = recap
+                recapOrder.append(recap.address)
+            }
+        }
+        if recaps.contains(where: { $0.failed > 0 }) { note(.devicesFailed) }
+        if Task.isCancelled { terminal.message("cancelled") }
+        if isInteractive { printRecap() }
+    }
+
+    /// The recap of the device commands so far (then forgotten).
+    public func printRecap() {
+        guard !recapOrder.isEmpty else { return }
+        let rows = recapOrder.compactMap { recaps[$0] }
+        recaps = [:]
+        recapOrder = []
+        Format.recap(rows, terminal: terminal, dryRun: dryRun)
+    }
+
+    // MARK: Watching
+
+    private func watch(seconds: Double, devices: [DeviceSelector]) async throws(ConsoleFailure) {
+        let addresses = try await targets(devices.isEmpty ? nil : devices)
+        guard !addresses.isEmpty else {
+            terminal.message("no devices selected: nothing to watch")
+            return
+        }
+        let bench = try await openBench()
+        let terminal = self.terminal
+        terminal.message(
+            "watching \(addresses.count) device\(addresses.count == 1 ? "" : "s") for \(Self.seconds(seconds)) (Ctrl-C stops)"
+        )
+        let counter = EventCounter()
+        let failures = await bench.watch(addresses, seconds: seconds) { event in
+            counter.add(event)
+            if terminal.json {
+                terminal.jsonLine(Format.watchJSON(event))
+            } else {
+                terminal.event(Format.watchLine(event, terminal: terminal))
+            }
+        }
+        for (address, reason) in failures.sorted(by: { $0.key < $1.key }) {
+            terminal.error("\(address): watch: \(reason)")
+        }
+        if !failures.isEmpty { note(.devicesFailed) }
+        if !terminal.json {
+            terminal.message("watch: \(counter.events) real-time event(s), \(counter.tripChanges) trip status change(s)")
+        }
+    }
+
+    // MARK: Audits
+
+    private func audit(profile: String?, source: Command.AuditSource) async throws(ConsoleFailure) {
+        let subjects: [AuditSubject]
+        switch source {
+        case .live:
+            return  // a device step, run by the fleet runner
+        case .inventory:
+            do {
+                subjects = try await inventory().auditSubjects()
+            } catch let error as ConsoleFailure {
+                throw error
+            } catch {
+                throw ConsoleFailure(.infrastructure, "audit: \(error)")
+            }
+        case .passive:
+            let bench = try await openBench()
+            var seen = await bench.seen().filter { $0.summary != nil }
+            if seen.isEmpty {
+                do {
+                    seen = try await bench.scan(seconds: 10).filter { $0.summary != nil }
+                } catch {
+                    throw ConsoleFailure(.infrastructure, "audit: scan: \(error)")
+                }
+            }
+            let records = (try? await inventory().devicesByAddress()) ?? [:]
+            subjects = seen.compactMap { beacon in
+                guard let summary = beacon.summary else { return nil }
+                var subject = Auditor.subject(address: beacon.address, summary: summary, seenAt: Date())
+                subject.assignedProfile = records[beacon.address]?.profile
+                return subject
+            }
+        }
+        let chosen = selection.map(Set.init)
+        let reports = subjects.filter { chosen?.contains($0.address) ?? true }.map {
+            Auditor.audit($0, profiles: profiles, profile: profile)
+        }
+        Format.audit(reports, source: source, terminal: terminal)
+        if reports.contains(where: { !$0.isClean }) { note(.devicesFailed) }
+    }
+
+    // MARK: Inventory and log
+
+    private func inventoryCommand(_ action: Command.InventoryAction) async throws(ConsoleFailure) {
+        let inventory = try inventory()
+        do {
+            switch action {
+            case .list:
+                let devices = try await inventory.devices()
+                if terminal.json {
+                    for device in devices { terminal.jsonLine(Format.recordJSON(device)) }
+                } else {
+                    for line in table(Format.recordHeader, devices.map(Format.recordRow)) { terminal.result(line) }
+                    terminal.message("\(devices.count) device\(devices.count == 1 ? "" : "s") in \(inventory.path)")
+                }
+            case .show(let name):
+                guard let device = try await inventory.device(name) else {
+                    throw ConsoleFailure(.badInput, "the inventory has no device \(name)")
+                }
+                let outcomes = try await inventory.outcomes(device: device.address, limit: 20)
+                if terminal.json {
+                    var object = Format.recordJSON(device)
+                    object["outcomes"] = outcomes.map(Format.outcomeJSON)
+                    terminal.jsonLine(object)
+                } else {
+                    for line in Format.recordDetail(device) { terminal.result(line) }
+                    terminal.result("")
+                    for line in table(Format.outcomeHeader, outcomes.map(Format.outcomeRow)) { terminal.result(line) }
+                }
+            case .exportCSV: terminal.result(try await inventory.exportDevicesCSV().trimmingCharacters(in: .newlines))
+            case .exportJSON: terminal.result(try await inventory.exportDevicesJSON().trimmingCharacters(in: .newlines))
+            }
+        } catch let error as ConsoleFailure {
+            throw error
+        } catch {
+            throw ConsoleFailure(.infrastructure, "inventory: \(error)")
+        }
+    }
+
+    private func log(_ device: String?) async throws(ConsoleFailure) {
+        let inventory = try inventory()
+        do {
+            let outcomes = try await inventory.outcomes(device: device, limit: device == nil ? 50 : 200)
+            if terminal.json {
+                for outcome in outcomes { terminal.jsonLine(Format.outcomeJSON(outcome)) }
+            } else {
+                for line in table(Format.outcomeHeader, outcomes.map(Format.outcomeRow)) { terminal.result(line) }
+            }
+        } catch {
+            throw ConsoleFailure(.infrastructure, "log: \(error)")
+        }
+    }
+
+    // MARK: Profiles and help
+
+    private func profilesCommand(_ action: Command.ProfilesAction) {
+        switch action {
+        case .list:
+            let sorted = profiles.values.sorted { $0.name < $1.name }
+            if terminal.json {
+                for profile in sorted { terminal.jsonLine(Format.profileJSON(profile)) }
+            } else {
+                for line in table(Format.profileHeader, sorted.map(Format.profileRow)) { terminal.result(line) }
+            }
+        case .show(let name):
+            guard let profile = profiles[name] else { return }
+            if terminal.json {
+                terminal.jsonLine(Format.profileJSON(profile))
+            } else {
+                for line in Format.profileDetail(profile) { terminal.result(line) }
+            }
+        case .check:
+            // Every profile was checked when loaded; say so, one by one.
+            for profile in profiles.values.sorted(by: { $0.name < $1.name }) {
+                terminal.result("\(profile.name): ok (crc \(String(format: "%04x", profile.config.crc)))")
+            }
+        }
+    }
+
+    private func help(_ name: String?) {
+        if let name, let spec = CommandSpec.named(name) {
+            terminal.result("usage:   \(spec.usage)")
+            terminal.result("         \(spec.summary)")
+            terminal.result("example: \(spec.example)")
+            return
+        }
+        let width = CommandSpec.all.map(\.usage.count).max() ?? 0
+        for spec in CommandSpec.all {
+            terminal.result(spec.usage.padding(toLength: width + 2, withPad: " ", startingAt: 0) + spec.summary)
+        }
+        terminal.result("")
+        terminal.result("Device commands act on the selection, or on addresses or MAC endings written after them.")
+    }
+
+    static func seconds(_ value: Double) -> String {
+        value == value.rounded() ? "\(Int(value)) s" : String(format: "%.1f s", value)
+    }
+
+    // MARK: For the REPL
+
+    /// The prompt's facts: adapter, devices seen, devices selected.
+    public func setInteractive() { isInteractive = true }
+
+    public func promptFacts() -> (adapter: String, seen: Int, selected: Int?) {
+        (invocation.adapter ?? "hci0", seenCache.count, selection?.count)
+    }
+}
+
+/// Counts what a watch saw.
+final class EventCounter: Sendable {
+    private let counts = Mutex((events: 0, trips: 0))
+    func add(_ event: WatchEvent) {
+        counts.withLock { counts in
+            switch event {
+            case .realTime: counts.events += 1
+            case .tripStatus: counts.trips += 1
+            default: break
+            }
+        }
+    }
+    var events: Int { counts.withLock { $0.events } }
+    var tripChanges: Int { counts.withLock { $0.trips } }
+}
