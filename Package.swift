@@ -71,7 +71,12 @@ let package = Package(
         .testTarget(name: "SBeaconProtocolTests", dependencies: ["SBeaconProtocol"]),
         .testTarget(name: "InventoryTests", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "TestSupport"]),
         .testTarget(name: "ProfilesTests", dependencies: ["Profiles", "SBeaconProtocol"]),
-        .testTarget(name: "ConsoleTests", dependencies: ["Console", "Profiles", "SBeaconProtocol", "Workbench"]),
+        .testTarget(
+            name: "ConsoleTests",
+            dependencies: [
+                "Console", "Profiles", "SBeaconProtocol", "Workbench", "Inventory", "BeaconSimulator", "DBusBinding",
+                "TestSupport",
+            ]),
         .testTarget(
             name: "WorkbenchTests",
             dependencies: [

@@ -113,11 +113,13 @@ enum BatchChecks {
         var selected = false
         for located in commands {
             if case .select = located.command { selected = true }
-            let actsOnDevices = located.command.isDeviceStep || located.command == .watch(seconds: 0) || isWatch(located)
+            let actsOnDevices =
+                located.command.isDeviceStep || located.command == .watch(seconds: 0) || isWatch(located)
             if actsOnDevices, located.devices.isEmpty, !selected {
                 throw BatchError(
                     file: file, line: located.line, column: located.column,
-                    message: "no devices for '\(Format.stepName(located.command))': 'select …' them first or name one on the line"
+                    message:
+                        "no devices for '\(Format.stepName(located.command))': 'select …' them first or name one on the line"
                 )
             }
         }

@@ -45,7 +45,8 @@ enum Completion {
         case "factory-reset": options = ["--yes"]
         case "watch": options = ["30s", "60s"]
         case "inventory":
-            options = words.count == 1 ? ["list", "show", "export"] : words[1] == "export" ? ["--csv", "--json"] : devices
+            options =
+                words.count == 1 ? ["list", "show", "export"] : words[1] == "export" ? ["--csv", "--json"] : devices
         case "log": options = devices
         case "profiles": options = words.count == 1 ? ["list", "show", "check"] : profiles
         case "help": options = CommandSpec.all.map(\.name)
@@ -58,19 +59,22 @@ enum Completion {
     }
 
     /// readline's completion hook.
-    static let complete: @convention(c) (UnsafePointer<CChar>?, Int32, Int32) -> UnsafeMutablePointer<
-        UnsafeMutablePointer<CChar>?
-    >? = { text, start, _ in
-        let prefix = text.map { String(cString: $0) } ?? ""
-        let before = String(decoding: String(cString: beaconbench_rl_line_buffer()).utf8.prefix(Int(start)), as: UTF8.self)
-        let words = before.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
-        Completion.matches = candidates(after: words, prefix: prefix).filter { $0.hasPrefix(prefix) }
-        // Options that want a value go on without a space.
-        let wantsValue = Completion.matches.count == 1 && [("="), ("<")].contains { Completion.matches[0].hasSuffix($0) }
-        beaconbench_rl_completion_settings(wantsValue ? 0 : 32)
-        guard !Completion.matches.isEmpty, let text else { return nil }
-        return rl_completion_matches(text, Completion.generate)
-    }
+    static let complete:
+        @convention(c) (UnsafePointer<CChar>?, Int32, Int32) -> UnsafeMutablePointer<
+            UnsafeMutablePointer<CChar>?
+        >? = { text, start, _ in
+            let prefix = text.map { String(cString: $0) } ?? ""
+            let before = String(
+                decoding: String(cString: beaconbench_rl_line_buffer()).utf8.prefix(Int(start)), as: UTF8.self)
+            let words = before.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
+            Completion.matches = candidates(after: words, prefix: prefix).filter { $0.hasPrefix(prefix) }
+            // Options that want a value go on without a space.
+            let wantsValue =
+                Completion.matches.count == 1 && [("="), ("<")].contains { Completion.matches[0].hasSuffix($0) }
+            beaconbench_rl_completion_settings(wantsValue ? 0 : 32)
+            guard !Completion.matches.isEmpty, let text else { return nil }
+            return rl_completion_matches(text, Completion.generate)
+        }
 
     static let generate: @convention(c) (UnsafePointer<CChar>?, Int32) -> UnsafeMutablePointer<CChar>? = { _, state in
         let index = Int(state)

@@ -9,7 +9,9 @@ import Workbench
 enum Format {
     // MARK: Beacons seen
 
-    static let seenHeader = ["", "address", "rssi", "ending", "major.minor", "battery", "firmware", "status", "profile"]
+    static let seenHeader = [
+        "", "address", "rssi", "ending", "major.minor", "battery", "firmware", "status", "profile",
+    ]
 
     static func status(_ summary: BenchSummary?) -> String {
         guard let status = summary?.status else { return "-" }
@@ -60,14 +62,19 @@ enum Format {
     // MARK: Device steps and recaps
 
     static func stepName(_ command: Command) -> String {
-        command.deviceStep(profiles: [:])?.name ?? CommandSpec.all.first { $0.usage.hasPrefix("\(command)") }?.name
-            ?? "\(command)"
+        switch command {
+        case .apply(let profile): "apply \(profile)"
+        case .verify(let profile): "verify \(profile)"
+        case .audit(_, let source): "audit --\(source.rawValue)"
+        case .watch: "watch"
+        default: command.deviceStep(profiles: [:])?.name ?? "\(command)"
+        }
     }
 
     static func recap(_ recaps: [DeviceRecap], terminal: Terminal, dryRun: Bool) {
         let failed = recaps.filter { $0.failed > 0 }.count
         // In a dry run the steps that would write report `skipped` with no reason.
-        let changes = { (recap: DeviceRecap) in recap.changed > 0 || (dryRun && recap.skipped > 0 && recap.reason == nil) }
+        let changes = { (recap: DeviceRecap) in recap.changed > 0 || recap.wouldChange > 0 }
         let changed = recaps.filter { $0.failed == 0 && changes($0) }.count
         let skipped = recaps.filter { $0.failed == 0 && !changes($0) && $0.reason != nil }.count
         let unchanged = recaps.count - failed - changed - skipped
@@ -77,6 +84,7 @@ enum Format {
                     "device": recap.address, "ok": recap.ok, "changed": recap.changed, "unchanged": recap.unchanged,
                     "skipped": recap.skipped, "failed": recap.failed,
                 ]
+                if dryRun { object["would_change"] = recap.wouldChange }
                 if let reason = recap.reason { object["reason"] = reason }
                 terminal.jsonLine(object)
             }
@@ -93,13 +101,14 @@ enum Format {
             var reason = recap.reason ?? ""
             if reason.hasPrefix(recap.address + ": ") { reason.removeFirst(recap.address.count + 2) }
             return [
-                recap.address, String(recap.ok), String(recap.changed), String(recap.unchanged), String(recap.skipped),
-                String(recap.failed), recap.failed > 0 ? terminal.styled(reason, .red) : reason,
+                recap.address, String(recap.ok), String(dryRun ? recap.wouldChange : recap.changed),
+                String(recap.unchanged), String(recap.skipped), String(recap.failed),
+                recap.failed > 0 ? terminal.styled(reason, .red) : reason,
             ]
         }
         terminal.result("")
         terminal.result(terminal.styled(dryRun ? "RECAP (dry run: nothing written)" : "RECAP", .bold))
-        let header = ["device", "ok", "changed", "unchanged", dryRun ? "would change" : "skipped", "failed", "reason"]
+        let header = ["device", "ok", dryRun ? "would change" : "changed", "unchanged", "skipped", "failed", "reason"]
         for line in table(header, rows, numeric: [1, 2, 3, 4, 5]) { terminal.result(line) }
         var summary = "\(recaps.count) device\(recaps.count == 1 ? "" : "s"): "
         summary += "\(changed) \(dryRun ? "would change" : "changed"), \(unchanged) ok, \(skipped) skipped, "
@@ -128,7 +137,8 @@ enum Format {
             case .vertical: "Z"
             case .radial: "radial"
             }
-        return "\(event.type) on \(axis)" + (event.flags.isEmpty ? "" : " (flags \(String(event.flags.rawValue, radix: 2)))")
+        return "\(event.type) on \(axis)"
+            + (event.flags.isEmpty ? "" : " (flags \(String(event.flags.rawValue, radix: 2)))")
     }
 
     static func watchJSON(_ event: WatchEvent) -> [String: Any] {
@@ -136,7 +146,8 @@ enum Format {
         case .connected(let address): ["device": address, "watch": "connected"]
         case .realTime(let address, let event):
             [
-                "device": address, "event": "\(event.type)", "axis": realTimeText(event), "flags": Int(event.flags.rawValue),
+                "device": address, "event": "\(event.type)", "axis": realTimeText(event),
+                "flags": Int(event.flags.rawValue),
             ]
         case .tripStatus(let address, let status): ["device": address, "trip_status": "\(status)"]
         case .malformed(let address, let text): ["device": address, "malformed": text]
@@ -176,12 +187,16 @@ enum Format {
         terminal.result(terminal.styled("AUDIT (\(source.rawValue))", .bold))
         for line in table(["device", "profile", "code", "finding"], rows) { terminal.result(line) }
         let clean = reports.filter(\.isClean).count
-        terminal.result("\(reports.count) device\(reports.count == 1 ? "" : "s"): \(clean) clean, \(reports.count - clean) with findings")
+        terminal.result(
+            "\(reports.count) device\(reports.count == 1 ? "" : "s"): \(clean) clean, \(reports.count - clean) with findings"
+        )
     }
 
     // MARK: Inventory
 
-    static let recordHeader = ["address", "ending", "major.minor", "firmware", "battery", "calibrated", "profile", "last seen"]
+    static let recordHeader = [
+        "address", "ending", "major.minor", "firmware", "battery", "calibrated", "profile", "last seen",
+    ]
 
     static func recordRow(_ record: DeviceRecord) -> [String] {
         [
@@ -235,7 +250,8 @@ enum Format {
     }
 
     static func timestamp(_ date: Date) -> String {
-        ISO8601DateFormatter.string(from: date, timeZone: TimeZone(identifier: "UTC")!, formatOptions: [.withInternetDateTime])
+        ISO8601DateFormatter.string(
+            from: date, timeZone: TimeZone(identifier: "UTC")!, formatOptions: [.withInternetDateTime])
     }
 
     static let outcomeHeader = ["run", "device", "step", "status", "ms", "detail"]

@@ -30,7 +30,8 @@ final class ProgressBoard: Sendable {
         counts.withLock { $0.steps = steps }
         if !terminal.json {
             terminal.message(
-                "\(dryRun ? "dry run: " : "")\(steps.joined(separator: ", ")) on \(total) device\(total == 1 ? "" : "s")")
+                "\(dryRun ? "dry run: " : "")\(steps.joined(separator: ", ")) on \(total) device\(total == 1 ? "" : "s")"
+            )
         }
         redraw()
     }
@@ -44,7 +45,9 @@ final class ProgressBoard: Sendable {
         case .step(let address, let step, let status, let detail):
             counts.withLock { $0.active[address] = step }
             if terminal.json {
-                if terminal.verbose {
+                if dryRun, let detail, detail.hasPrefix("dry run: ") {
+                    terminal.jsonLine(["device": address, "step": step, "would_change": String(detail.dropFirst(9))])
+                } else if terminal.verbose {
                     var object: [String: Any] = ["device": address, "step": step, "status": status.rawValue]
                     if let detail { object["detail"] = detail }
                     terminal.jsonLine(object)
@@ -65,10 +68,11 @@ final class ProgressBoard: Sendable {
                 let verdict =
                     recap.failed > 0
                     ? terminal.styled("failed", .red) + ": " + (recap.reason ?? "")
-                    : recap.reason != nil && recap.changed == 0
+                    : recap.reason != nil && recap.changed + recap.wouldChange == 0
                         ? terminal.styled("skipped", .yellow) + ": " + (recap.reason ?? "")
-                        : recap.changed > 0
-                            ? terminal.styled(dryRun ? "would change" : "changed", .green) + " (\(recap.changed))"
+                        : recap.changed + recap.wouldChange > 0
+                            ? terminal.styled(dryRun ? "would change" : "changed", .green)
+                                + " (\(recap.changed + recap.wouldChange))"
                             : "unchanged"
                 terminal.message("\(recap.address)  \(verdict)")
             }

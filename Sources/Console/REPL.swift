@@ -74,7 +74,13 @@ final class REPL: Sendable {
         var count = 0
         var hidden = false
         for scalar in prompt.unicodeScalars {
-            if scalar == "\u{1}" { hidden = true } else if scalar == "\u{2}" { hidden = false } else if !hidden { count += 1 }
+            if scalar == "\u{1}" {
+                hidden = true
+            } else if scalar == "\u{2}" {
+                hidden = false
+            } else if !hidden {
+                count += 1
+            }
         }
         return count
     }
@@ -158,7 +164,10 @@ final class LineEditor: Sendable {
         }
         defer { rl_callback_handler_remove() }
         while !LineState.isDone {
-            var fds = [pollfd(fd: 0, events: Int16(POLLIN), revents: 0), pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0)]
+            var fds = [
+                pollfd(fd: 0, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0),
+            ]
             let ready = poll(&fds, 2, -1)
             if ready < 0 { if errno == EINTR { continue } else { return nil } }
             if fds[1].revents != 0 { serviceRequests() }

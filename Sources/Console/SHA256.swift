@@ -20,7 +20,9 @@ enum SHA256 {
         var data = message + [0x80]
         while data.count % 64 != 56 { data.append(0) }
         let bits = UInt64(message.count) * 8
-        for shift in stride(from: 56, through: 0, by: -8) { data.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift))) }
+        for shift in stride(from: 56, through: 0, by: -8) {
+            data.append(UInt8(truncatingIfNeeded: bits >> UInt64(shift)))
+        }
         func rotate(_ x: UInt32, _ n: UInt32) -> UInt32 { (x >> n) | (x << (32 - n)) }
         var w = [UInt32](repeating: 0, count: 64)
         for chunk in stride(from: 0, to: data.count, by: 64) {

@@ -1,11 +1,11 @@
 import BlueZClient
 import DBusBinding
 import Foundation
-import Synchronization
 import Inventory
 import LocalBus
 import Profiles
 import SBeaconProtocol
+import Synchronization
 import Workbench
 
 /// One use of beaconbench: a REPL session, a batch, or one command. Holds
@@ -40,8 +40,10 @@ public actor Session {
     public var isInteractive = false
     public private(set) var status: ExitStatus = .ok
 
-    public init(invocation: Invocation, terminal: Terminal, profiles: [String: Profile], runLabel: String,
-                runDigest: String? = nil) {
+    public init(
+        invocation: Invocation, terminal: Terminal, profiles: [String: Profile], runLabel: String,
+        runDigest: String? = nil
+    ) {
         self.invocation = invocation
         self.terminal = terminal
         self.profiles = profiles
@@ -88,7 +90,8 @@ public actor Session {
             self.bench = bench
             return bench
         } catch let error as BlueZError {
-            if case .bus(let busError) = error.reason, busError.name == .nameHasNoOwner || busError.name == .serviceUnknown
+            if case .bus(let busError) = error.reason,
+                busError.name == .nameHasNoOwner || busError.name == .serviceUnknown
             {
                 throw ConsoleFailure(
                     .infrastructure,
@@ -110,7 +113,8 @@ public actor Session {
         if let fleet = simulation.fleetFile { arguments += ["--fleet", fleet] }
         if let state = simulation.stateFile { arguments += ["--state", state] }
         for option in simulation.options {
-            arguments += option.hasPrefix("--") && option.contains("=")
+            arguments +=
+                option.hasPrefix("--") && option.contains("=")
                 ? option.split(separator: "=", maxSplits: 1).map(String.init) : [option]
         }
         do {
@@ -270,7 +274,8 @@ public actor Session {
         }
         let selected = Set(selection ?? [])
         let rows = beacons.map { beacon in
-            Format.seenRow(beacon, profile: records[beacon.address]?.profile, selected: selected.contains(beacon.address))
+            Format.seenRow(
+                beacon, profile: records[beacon.address]?.profile, selected: selected.contains(beacon.address))
         }
         for line in table(Format.seenHeader, rows, numeric: [2]) { terminal.result(line) }
         terminal.message("\(beacons.count) SBeacon\(beacons.count == 1 ? "" : "s")")
@@ -332,7 +337,9 @@ public actor Session {
         let steps = group.compactMap { $0.command.deviceStep(profiles: profiles) }
         let addresses = try await targets(named)
         guard !addresses.isEmpty else {
-            terminal.message("no devices selected: nothing to do for \(group.map { Format.stepName($0.command) }.joined(separator: ", "))")
+            terminal.message(
+                "no devices selected: nothing to do for \(group.map { Format.stepName($0.command) }.joined(separator: ", "))"
+            )
             return
         }
         let bench = try await openBench()
@@ -355,6 +362,7 @@ public actor Session {
                 merged.changed += recap.changed
                 merged.unchanged += recap.unchanged
                 merged.skipped += recap.skipped
+                merged.wouldChange += recap.wouldChange
                 merged.failed += recap.failed
                 merged.reason = recap.reason ?? merged.reason
                 self.recaps[recap.address] = merged
@@ -404,7 +412,8 @@ public actor Session {
         }
         if !failures.isEmpty { note(.devicesFailed) }
         if !terminal.json {
-            terminal.message("watch: \(counter.events) real-time event(s), \(counter.tripChanges) trip status change(s)")
+            terminal.message(
+                "watch: \(counter.events) real-time event(s), \(counter.tripChanges) trip status change(s)")
         }
     }
 

@@ -102,7 +102,9 @@ public final class Terminal: Sendable {
 func table(_ header: [String], _ rows: [[String]], numeric: Set<Int> = []) -> [String] {
     var widths = header.map(\.count)
     for row in rows {
-        for (index, cell) in row.enumerated() where index < widths.count { widths[index] = max(widths[index], cell.count) }
+        for (index, cell) in row.enumerated() where index < widths.count {
+            widths[index] = max(widths[index], cell.count)
+        }
     }
     func render(_ cells: [String]) -> String {
         cells.enumerated().map { index, cell in

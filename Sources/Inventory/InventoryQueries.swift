@@ -43,7 +43,8 @@ extension Inventory {
             """, parameters
         ).map { row in
             var record = DeviceRecord(
-                address: row[0].text ?? "", seenAt: row[1].text.flatMap(Self.parseTimestamp) ?? Date(timeIntervalSince1970: 0))
+                address: row[0].text ?? "",
+                seenAt: row[1].text.flatMap(Self.parseTimestamp) ?? Date(timeIntervalSince1970: 0))
             if let major = row[2].integer, let minor = row[3].integer {
                 record.identity = BeaconIdentity(major: UInt16(clamping: major), minor: UInt16(clamping: minor))
             }

@@ -227,7 +227,6 @@ func spawn(
     return pid
 }
 
-
 /// Why a private bus or a process could not be started.
 public struct LocalBusError: Error, CustomStringConvertible {
     public let description: String

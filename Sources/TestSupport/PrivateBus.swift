@@ -1,6 +1,6 @@
 import Foundation
-import Synchronization
 @_exported import LocalBus
+import Synchronization
 
 /// A product of this package, built beside the test binary
 /// (`.build/debug/NAME`), such as `beaconbench-sim`.

@@ -160,7 +160,8 @@ public actor Bench {
             if case .macEnding(let ending) = selector { return ending.lowercased() }
             return nil
         }
-        let missing = { (seen: [SeenBeacon]) in endings.contains { ending in !seen.contains { $0.macEnding == ending } } }
+        let missing = { (seen: [SeenBeacon]) in endings.contains { ending in !seen.contains { $0.macEnding == ending } }
+        }
         if missing(seen) {
             try await beginDiscovery()
             let deadline = ContinuousClock.now + endingSearch
@@ -178,7 +179,8 @@ public actor Bench {
             switch selector {
             case .address(let address): named.append(address.uppercased())
             case .macEnding(let ending):
-                let matches = seen.filter { $0.macEnding == ending.lowercased() }.map(\.address)
+                let matches =
+                    seen.filter { $0.macEnding == ending.lowercased() }.map(\.address)
                     + known.values.filter { $0.macEnding == ending.lowercased() }.map(\.address)
                 named += matches.isEmpty ? [] : Array(Set(matches))
                 if matches.isEmpty { throw SelectionError.noDeviceEndingIn(ending) }

@@ -49,6 +49,8 @@ public struct DeviceRecap: Sendable, Equatable, Codable {
     public var changed = 0
     public var unchanged = 0
     public var skipped = 0
+    /// Dry runs: steps that would have written.
+    public var wouldChange = 0
     public var failed = 0
     /// Why the device dropped out, or why its steps were skipped.
     public var reason: String?
@@ -163,6 +165,8 @@ public actor FleetRunner {
                         case .ok: recap.ok += 1
                         case .changed: recap.changed += 1
                         case .unchanged: recap.unchanged += 1
+                        case .skipped where dryRun && detail?.hasPrefix("dry run:") == true:
+                            recap.wouldChange += 1
                         case .skipped:
                             recap.skipped += 1
                             if case .requireBattery = step { skipping = detail; recap.reason = detail }

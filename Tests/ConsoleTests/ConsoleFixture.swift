@@ -1,0 +1,114 @@
+import BeaconSimulator
+import DBusBinding
+import Foundation
+import Inventory
+import TestSupport
+import Testing
+
+/// The built `beaconbench` against the built `beaconbench-sim` on a private
+/// bus, with an inventory, history and XDG directories in a temporary
+/// directory of the test's own.
+struct ConsoleFixture {
+    let simulator: SimulatorProcess?
+    let directory: String
+
+    var inventoryPath: String { directory + "/inventory.sqlite" }
+    var busAddress: String { simulator?.bus.address ?? "unix:path=\(directory)/no-bus" }
+
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().path
+
+    /// Starts the simulator with `simulatorArguments` (none: no simulator).
+    static func start(_ simulatorArguments: [String]?) throws -> ConsoleFixture {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "beaconbench-console-\(UUID().uuidString)"
+        ).path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let simulator = try simulatorArguments.map {
+            try SimulatorProcess.start(executable: builtProduct("beaconbench-sim"), arguments: $0)
+        }
+        return ConsoleFixture(simulator: simulator, directory: directory)
+    }
+
+    func stop() {
+        simulator?.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// The environment beaconbench runs in: its files under `directory`.
+    var environment: [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["XDG_DATA_HOME"] = directory + "/data"
+        environment["XDG_STATE_HOME"] = directory + "/state"
+        environment["XDG_CONFIG_HOME"] = directory + "/config"
+        environment["NO_COLOR"] = "1"
+        for name in environment.keys where name.hasPrefix("BEACONBENCH_") { environment[name] = nil }
+        return environment
+    }
+
+    /// Runs beaconbench on this bench's bus and inventory.
+    func beaconbench(
+        _ arguments: [String], stdin: String? = nil, timeout: TimeInterval = 120
+    ) async throws
+        -> ToolOutput
+    {
+        try await runTool(
+            builtProduct("beaconbench"), ["--bus", busAddress, "--inventory", inventoryPath] + arguments,
+            environment: environment, stdin: stdin, timeout: timeout)
+    }
+
+    func batch(_ name: String) -> String { Self.repository + "/batches/" + name }
+
+    /// The simulator's ground truth, by address.
+    func truth() async throws -> [String: SimulatorControl.Report] {
+        let connection = try await BusConnection.connect(.address(busAddress))
+        let reply = try await connection.call(
+            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Beacons", [])
+        await connection.close()
+        let reports = try JSONDecoder().decode(
+            [SimulatorControl.Report].self, from: Data((reply.body.first?.string ?? "").utf8))
+        return Dictionary(uniqueKeysWithValues: reports.map { ($0.address, $0) })
+    }
+
+    /// What a run may change on a beacon (not its uptime, RSSI or link).
+    static func provisioned(_ report: SimulatorControl.Report) -> String {
+        "\(report.config) \(report.major).\(report.minor) \(report.calibration) \(report.timeOffset) \(report.factoryDefault)"
+    }
+
+    /// A fleet file of `count` factory-new beacons; the last two cannot be
+    /// provisioned (battery 20 %, firmware 1.0.6).
+    static func newFleet(count: Int, in directory: String) throws -> String {
+        let entries = (1...count).map { index -> [String: Any] in
+            var entry: [String: Any] = [
+                "address": String(format: "C0:FE:00:00:%02X:%02X", index / 256, index % 256), "factoryDefault": true,
+                "calibrated": false, "battery": 80, "firmware": "1.0.8", "major": 1, "minor": 1,
+            ]
+            if index == count - 1 { entry["battery"] = 20 }
+            if index == count { entry["firmware"] = "1.0.6" }
+            return entry
+        }
+        let path = directory + "/fleet.json"
+        try JSONSerialization.data(withJSONObject: entries, options: [.prettyPrinted]).write(
+            to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    /// JSON lines of a `--json` run.
+    static func jsonLines(_ text: String) -> [[String: Any]] {
+        text.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+    }
+}
+
+/// Starts a fleet file of `count` new beacons on the simulator, runs `body`, stops.
+func withNewFleet(
+    count: Int, simulatorOptions: [String] = [], _ body: (ConsoleFixture) async throws -> Void
+) async throws {
+    let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(atPath: scratch) }
+    let fleet = try ConsoleFixture.newFleet(count: count, in: scratch)
+    try await withResource(
+        { try ConsoleFixture.start(["--fleet", fleet] + simulatorOptions) }, stop: { $0.stop() }, body)
+}

@@ -1,0 +1,224 @@
+import BeaconSimulator
+import Foundation
+import Inventory
+import SBeaconProtocol
+import TestSupport
+import Testing
+
+/// The built binary against the simulator: what an operator does, checked
+/// against the simulator's ground truth and the inventory.
+@Suite("beaconbench end to end", .serialized)
+struct EndToEndTests {
+    static let car = DrivingBehaviourConfig(
+        cornering: 350, braking: 350, acceleration: 450, duration: 300, enable: [.detection, .lowPassFilter])
+
+    @Test func provisionAFleetOf24ThenAuditThenRerunUnchanged() async throws {
+        try await withNewFleet(count: 24) { bench in
+            let first = try await bench.beaconbench([
+                "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s",
+            ])
+            #expect(first.status == 0, "\(first.stderr)")
+            let lines = ConsoleFixture.jsonLines(first.stdout)
+            let recaps = Dictionary(
+                uniqueKeysWithValues: lines.compactMap { line in (line["device"] as? String).map { ($0, line) } })
+            let summary = try #require(lines.compactMap { $0["summary"] as? [String: Any] }.first)
+            #expect(summary["devices"] as? Int == 24)
+            #expect(summary["changed"] as? Int == 22)
+            #expect(summary["skipped"] as? Int == 2)
+            #expect(summary["failed"] as? Int == 0)
+
+            let truth = try await bench.truth()
+            #expect(truth.count == 24)
+            let inventory = try Inventory(path: bench.inventoryPath)
+            let records = try await inventory.devicesByAddress()
+            var minors = Set<UInt16>()
+            for (address, report) in truth {
+                let recap = try #require(recaps[address], "no recap for \(address)")
+                let provisionable = report.battery >= 30 && report.firmware != "1.0.6"
+                if provisionable {
+                    // The recap says it changed; the beacon holds the profile, the identity and a calibration.
+                    #expect(recap["changed"] as? Int == 4, "\(address): \(recap)")
+                    #expect(recap["failed"] as? Int == 0)
+                    let config = report.config
+                    #expect(
+                        DrivingBehaviourConfig(
+                            cornering: config.cornering, braking: config.braking, acceleration: config.acceleration,
+                            duration: config.duration, enable: .init(rawValue: config.enable)) == Self.car)
+                    #expect(report.major == 100)
+                    #expect(report.calibration.calibrated)
+                    #expect(report.timeOffset != 0)
+                    #expect(!report.factoryDefault)
+                    minors.insert(report.minor)
+                    // The inventory says the same, device by device.
+                    let record = try #require(records[address])
+                    #expect(record.profile == "car")
+                    #expect(record.config == Self.car)
+                    #expect(record.identity == BeaconIdentity(major: report.major, minor: report.minor))
+                    #expect(record.calibration?.calibrated == true)
+                    #expect(record.calibration?.vector.z == report.calibration.z)
+                    #expect(record.timeOffset == report.timeOffset)
+                } else {
+                    #expect(recap["changed"] as? Int == 0)
+                    #expect((recap["reason"] as? String)?.isEmpty == false)
+                    #expect(report.factoryDefault, "\(address) was written although it failed its requirement")
+                    #expect(records[address]?.profile == nil)
+                }
+            }
+            #expect(minors.count == 22, "minors must be unique")
+
+            // The audit from the inventory: the provisioned are clean, the two skipped are not (exit 2).
+            let audit = try await bench.beaconbench(["--json", "audit"])
+            #expect(audit.status == 2, "\(audit.stderr)")
+            let reports = ConsoleFixture.jsonLines(audit.stdout)
+            #expect(reports.count == 24)
+            #expect(reports.filter { $0["clean"] as? Bool == true }.count == 22)
+
+            // The same batch over the whole box: everything unchanged, nothing written.
+            let before = truth.mapValues(ConsoleFixture.provisioned)
+            let second = try await bench.beaconbench([
+                "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s", "--set", "select=all",
+            ])
+            #expect(second.status == 0, "\(second.stderr)")
+            let secondLines = ConsoleFixture.jsonLines(second.stdout)
+            let secondSummary = try #require(secondLines.compactMap { $0["summary"] as? [String: Any] }.first)
+            #expect(secondSummary["changed"] as? Int == 0)
+            #expect(secondSummary["failed"] as? Int == 0)
+            for line in secondLines where line["device"] != nil { #expect(line["changed"] as? Int == 0, "\(line)") }
+            #expect(try await bench.truth().mapValues(ConsoleFixture.provisioned) == before)
+        }
+    }
+
+    @Test func dryRunChangesNothingAndListsTheDiffs() async throws {
+        try await withNewFleet(count: 6) { bench in
+            let before = try await bench.truth().mapValues(ConsoleFixture.provisioned)
+            let run = try await bench.beaconbench([
+                "run", bench.batch("provision-new.batch"), "--set", "scan=1s", "--dry-run",
+            ])
+            #expect(run.status == 0, "\(run.stderr)")
+            #expect(try await bench.truth().mapValues(ConsoleFixture.provisioned) == before)
+            #expect(run.stdout.contains("RECAP (dry run: nothing written)"))
+            #expect(run.stdout.contains("6 devices: 4 would change, 0 ok, 2 skipped, 0 failed"), "\(run.stdout)")
+            // Per device that would change: each field, before → after.
+            for address in before.keys.sorted().prefix(4) {
+                #expect(run.stderr.contains("\(address): config: cornering 300 mG"), "\(run.stderr)")
+                #expect(run.stderr.contains("\(address): identity: 1.1 → 100."))
+                #expect(run.stderr.contains("\(address): would calibrate"))
+                #expect(run.stderr.contains("\(address): time offset: "))
+            }
+            #expect(run.stderr.contains("→ cornering 350 mG, braking 350 mG, acceleration 450 mG"))
+            // The same as JSON: one object per change.
+            let json = try await bench.beaconbench([
+                "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s", "--dry-run",
+            ])
+            let changes = ConsoleFixture.jsonLines(json.stdout).filter { $0["would_change"] is String }
+            #expect(changes.count == 4 * 4, "\(json.stdout)")
+            #expect(try await bench.truth().mapValues(ConsoleFixture.provisioned) == before)
+            let records = try await Inventory(path: bench.inventoryPath).devices()
+            #expect(records.allSatisfy { $0.profile == nil && $0.config == nil })
+        }
+    }
+
+    /// Each broken batch: exit 1, the place and the problem, and nothing touched.
+    static let brokenBatches: [(text: String, message: String)] = [
+        ("scan 1s\nscna 5s\n", ":2:1: error: unknown command 'scna' (did you mean 'scan'?)"),
+        ("scan 1s\nselect all\napply lorry\n", ":3:7: error: no profile 'lorry'"),
+        ("select all\nrequire battery>=150\n", ":2:9: error: battery>= wants a percentage 0–100, got '150'"),
+        ("select all\nidentity minor=auto\n", ":2:1: error: identity needs major=N"),
+        ("select all\napply ${profile}\n", ":2:7: error: variable 'profile' is not set"),
+        ("select all\nfactory-reset\n", ":2:1: error: factory-reset erases a beacon: write 'factory-reset --yes'"),
+        ("scan 1s\ncalibrate\n", ":2:1: error: no devices for 'calibrate': 'select …' them first"),
+        ("select \"all\n", ":1:8: error: a quote is not closed"),
+        ("scan 1s --rssi 5\n", ":1:16: error: --rssi wants dBm in -127–0, got '5'"),
+        ("select all\nsync-time\nidentity major=70000\n", ":3:10: error: major must be 0–65535, got '70000'"),
+        ("select battery<x\n", ":1:8: error: battery< wants a percentage 0–100, got 'x'"),
+        ("select all\ninfo\nwatch forever\n", ":3:7: error: 'forever' is not a duration"),
+        ("select all\n!rm -rf /\n", ":2:1: error: unknown command '!rm'"),
+        ("select all\ntrips --purge\n", ":2:7: error: unknown option '--purge' (only --clear)"),
+    ]
+
+    @Test func brokenBatchesExit1WithTheirPlaceAndTouchNothing() async throws {
+        try await withNewFleet(count: 3) { bench in
+            let before = try await bench.truth().mapValues(ConsoleFixture.provisioned)
+            for (index, broken) in Self.brokenBatches.enumerated() {
+                let file = bench.directory + "/broken\(index).batch"
+                try broken.text.write(toFile: file, atomically: true, encoding: .utf8)
+                let run = try await bench.beaconbench(["run", file])
+                #expect(run.status == 1, "\(broken.text): \(run.stderr)")
+                #expect(run.stderr.contains(file + broken.message), "\(broken.text): \(run.stderr)")
+            }
+            #expect(try await bench.truth().mapValues(ConsoleFixture.provisioned) == before)
+            // The inventory was never even opened.
+            #expect(!FileManager.default.fileExists(atPath: bench.inventoryPath))
+        }
+    }
+
+    @Test func badProfilesAndArgumentsExit1() async throws {
+        let bench = try ConsoleFixture.start(nil)
+        defer { bench.stop() }
+        let profiles = bench.directory + "/profiles"
+        try FileManager.default.createDirectory(atPath: profiles, withIntermediateDirectories: true)
+        let car = try String(contentsOfFile: ConsoleFixture.repository + "/profiles/car.json", encoding: .utf8)
+        try car.replacingOccurrences(of: "\"braking_mg\": 350", with: "\"braking_mg\": 9000").write(
+            toFile: profiles + "/car.json", atomically: true, encoding: .utf8)
+        let badProfile = try await bench.beaconbench(["--profiles", profiles, "profiles", "list"])
+        #expect(badProfile.status == 1)
+        #expect(badProfile.stderr.contains(profiles + "/car.json"), "\(badProfile.stderr)")
+        #expect(badProfile.stderr.contains("braking_mg"), "\(badProfile.stderr)")
+
+        for arguments in [
+            ["--concurrency", "0", "profiles"], ["run"], ["--frobnicate"], ["--adapter", "wlan0", "devices"],
+            ["run", "a.batch", "b.batch"], ["run", "x.batch", "--set", "novalue"], ["--sim", "0", "devices"],
+            ["run", bench.directory + "/missing.batch"],
+        ] {
+            let run = try await bench.beaconbench(arguments)
+            #expect(run.status == 1, "\(arguments): \(run.stderr)")
+            #expect(!run.stderr.isEmpty)
+        }
+        #expect(!FileManager.default.fileExists(atPath: bench.inventoryPath))
+    }
+
+    @Test func exitStatusesZeroToThree() async throws {
+        // 0: all well.
+        let none = try ConsoleFixture.start(nil)
+        defer { none.stop() }
+        #expect(try await none.beaconbench(["profiles", "list"]).status == 0)
+        #expect(try await none.beaconbench(["--version"]).stdout.hasPrefix("beaconbench "))
+        // 1: bad input.
+        #expect(try await none.beaconbench(["select", "everything"]).status == 1)
+        // 3: no bus at that address; a bus without bluetoothd; an unusable inventory.
+        let noBus = try await none.beaconbench(["scan", "1s"])
+        #expect(noBus.status == 3, "\(noBus.stderr)")
+        let bus = try PrivateBus.start()
+        defer { bus.stop() }
+        let noBluetoothd = try await runTool(
+            builtProduct("beaconbench"), ["--bus", bus.address, "--inventory", none.inventoryPath, "scan", "1s"],
+            environment: none.environment)
+        #expect(noBluetoothd.status == 3)
+        #expect(noBluetoothd.stderr.contains("bluetoothd is not running"), "\(noBluetoothd.stderr)")
+        let badInventory = try await none.beaconbench(["--inventory", "/proc/beaconbench/inventory.sqlite", "log"])
+        #expect(badInventory.status == 3, "\(badInventory.stderr)")
+
+        // 2: a device fails (every ATT request answers an error).
+        try await withNewFleet(count: 2, simulatorOptions: ["--faults", "att-error=1"]) { bench in
+            let run = try await bench.beaconbench(["info", "00000001"])
+            #expect(run.status == 2, "\(run.stderr)")
+            #expect(run.stdout.contains("C0:FE:00:00:00:01"))
+            let log = try await Inventory(path: bench.inventoryPath).outcomes(device: "C0:FE:00:00:00:01")
+            #expect(log.contains { $0.status == "failed" && ($0.error ?? "").contains("ATT") }, "\(log)")
+        }
+    }
+
+    @Test func commandsFromStandardInputAndDevicesNamedOnTheLine() async throws {
+        try await withNewFleet(count: 3) { bench in
+            let run = try await bench.beaconbench(
+                ["--json"], stdin: "scan 1s\nselect all\ninfo\napply van 00000002\ninventory list\n")
+            #expect(run.status == 0, "\(run.stderr)")
+            let truth = try await bench.truth()
+            #expect(truth["C0:FE:00:00:00:02"]?.config.cornering == 320)
+            #expect(truth["C0:FE:00:00:00:01"]?.config.cornering == 300)
+            let listed = ConsoleFixture.jsonLines(run.stdout).filter { $0["mac_ending"] != nil }
+            #expect(listed.count == 3)
+            #expect(listed.first { $0["address"] as? String == "C0:FE:00:00:00:02" }?["profile"] as? String == "van")
+        }
+    }
+}
