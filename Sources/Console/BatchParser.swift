@@ -207,6 +207,9 @@ public struct BatchParser {
         }
         switch name.text {
         case "scan":
+            if arguments.count == 1, arguments[0].text == "on" || arguments[0].text == "off" {
+                return .backgroundScan(arguments[0].text == "on")
+            }
             var seconds = 10.0
             var floor: Int16?
             var index = 0

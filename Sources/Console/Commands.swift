@@ -5,6 +5,9 @@ import Workbench
 /// invocation all turn into. Values are typed and in range.
 public enum Command: Sendable, Equatable {
     case scan(seconds: Double, rssiFloor: Int16?)
+    /// `scan on` / `scan off`: discovery in the background, beacons
+    /// announced as they come and go (REPL).
+    case backgroundScan(Bool)
     case devices(filter: String?)
     case select([Selector])
     case info
@@ -82,7 +85,8 @@ public struct CommandSpec: Sendable {
 
     public static let all: [CommandSpec] = [
         .init(
-            name: "scan", usage: "scan [DURATION] [--rssi N]", summary: "discover beacons for a while (default 10s)",
+            name: "scan", usage: "scan [DURATION] [--rssi N] | scan on|off",
+            summary: "discover beacons for a while (default 10s), or in the background until 'scan off'",
             example: "scan 15s --rssi -80"),
         .init(name: "devices", usage: "devices [FILTER]", summary: "list the beacons seen", example: "devices c7d9"),
         .init(

@@ -33,7 +33,7 @@ enum Completion {
         let isDevice = Command.deviceCommandNames.contains(command)
         var options: [String]
         switch command {
-        case "scan": options = ["--rssi", "10s", "30s"]
+        case "scan": options = ["on", "off", "--rssi", "10s", "30s"]
         case "select":
             if prefix.hasPrefix("minor=") { return minors.map { "minor=\($0)-\($0)" } }
             options = selectors

@@ -73,7 +73,7 @@ final class ProgressBoard: Sendable {
                         : recap.changed + recap.wouldChange > 0
                             ? terminal.styled(dryRun ? "would change" : "changed", .green)
                                 + " (\(recap.changed + recap.wouldChange))"
-                            : "unchanged"
+                            : recap.unchanged > 0 ? "unchanged" : terminal.styled("ok", .green)
                 terminal.message("\(recap.address)  \(verdict)")
             }
         }

@@ -35,6 +35,7 @@ public actor Session {
     /// What completion offers for devices, refreshed after each command.
     public private(set) var seenCache: [SeenBeacon] = []
     private var dryRun = false
+    private var backgroundWatcher: Task<Void, Never>?
     /// A person at the REPL: recaps after each command, beacons announced
     /// as they are found.
     public var isInteractive = false
@@ -145,6 +146,8 @@ public actor Session {
 
     /// Ends the run, closes the bench and stops the simulator.
     public func finish() async {
+        backgroundWatcher?.cancel()
+        await backgroundWatcher?.value
         if let runID, let inventoryHandle {
             try? await inventoryHandle.endRun(runID, status == .ok ? .finished : .failed)
         }
@@ -215,6 +218,7 @@ public actor Session {
         }
         switch command {
         case .scan(let seconds, let floor): try await scan(seconds: seconds, rssiFloor: floor)
+        case .backgroundScan(let on): try await backgroundScan(on)
         case .devices(let filter): try await listDevices(filter)
         case .select(let selectors): try await select(selectors, text: selectorsText(selectors))
         case .audit(let profile, let source): try await audit(profile: profile, source: source)
@@ -249,13 +253,54 @@ public actor Session {
             if terminal.json {
                 terminal.jsonLine(["scan": ["seen": found.count, "new": fresh, "seconds": seconds]])
             } else {
-                terminal.message("scan: \(found.count) SBeacon\(found.count == 1 ? "" : "s") seen, \(fresh) new")
+                terminal.message(
+                    "scan: \(found.count) SBeacon\(found.count == 1 ? "" : "s") seen, \(fresh) new"
+                        + (Task.isCancelled ? " (stopped early)" : ""))
             }
         } catch {
             terminal.status(nil)
             throw ConsoleFailure(.infrastructure, "scan: \(error)")
         }
     }
+
+    private func backgroundScan(_ on: Bool) async throws(ConsoleFailure) {
+        let bench = try await openBench()
+        guard on else {
+            guard let watcher = backgroundWatcher else { return terminal.message("no background scan running") }
+            watcher.cancel()
+            await watcher.value
+            backgroundWatcher = nil
+            terminal.message("background scan off")
+            return
+        }
+        guard backgroundWatcher == nil else { return terminal.message("a background scan is running already") }
+        do {
+            try await bench.beginDiscovery()
+        } catch {
+            throw ConsoleFailure(.infrastructure, "scan on: \(error)")
+        }
+        let terminal = self.terminal
+        var known = Set(seenCache.map(\.address))
+        backgroundWatcher = Task {
+            while !Task.isCancelled {
+                let seen = await bench.seen()
+                let now = Set(seen.map(\.address))
+                for beacon in seen where !known.contains(beacon.address) {
+                    terminal.event(terminal.styled("[NEW] ", .green) + Format.seenLine(beacon))
+                }
+                for address in known.subtracting(now).sorted() {
+                    terminal.event(terminal.styled("[DEL] ", .red) + "SBeacon \(address)")
+                }
+                known = now
+                await self.updateSeen(seen)
+                try? await Task.sleep(for: .milliseconds(250))
+            }
+            try? await Task { try await bench.endDiscovery() }.value
+        }
+        terminal.message("background scan on: beacons are announced as they come and go ('scan off' stops)")
+    }
+
+    private func updateSeen(_ seen: [SeenBeacon]) { seenCache = seen }
 
     private func listDevices(_ filter: String?) async throws(ConsoleFailure) {
         let bench = try await openBench()

@@ -218,7 +218,11 @@ func spawn(
     sigfillset(&defaultSignals)
     posix_spawnattr_setsigmask(&attributes, &noSignals)
     posix_spawnattr_setsigdefault(&attributes, &defaultSignals)
-    posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF))
+    // A process group of its own: Ctrl-C at a terminal (SIGINT to the
+    // foreground group) is for beaconbench, not for its bus or simulator.
+    posix_spawnattr_setpgroup(&attributes, 0)
+    posix_spawnattr_setflags(
+        &attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
     let argv = ([path] + arguments).map { strdup($0) } + [nil]
     defer { for pointer in argv { free(pointer) } }
     var pid: pid_t = 0

@@ -119,14 +119,15 @@ public actor Bench {
             }
             try? await Task.sleep(for: min(.milliseconds(200), deadline - ContinuousClock.now))
         }
-        try await endDiscovery()
+        // Stopped even when the scan was cancelled (Ctrl-C).
+        try await Task { try await self.endDiscovery() }.value
         return await seen().filter { beacon in rssiFloor.map { (beacon.rssi ?? -128) >= $0 } ?? true }
     }
 
     /// Discovery stays on while any scan or fleet run needs it: a device
     /// that vanished for a moment is found again, and BlueZ does not drop
     /// the devices it found while it runs.
-    func beginDiscovery(rssiFloor: Int16? = nil) async throws {
+    public func beginDiscovery(rssiFloor: Int16? = nil) async throws {
         discoveryUsers += 1
         do {
             try await client.startDiscovery(on: try await adapter(), rssiFloor: rssiFloor)
@@ -136,7 +137,7 @@ public actor Bench {
         }
     }
 
-    func endDiscovery() async throws {
+    public func endDiscovery() async throws {
         discoveryUsers -= 1
         if discoveryUsers == 0 { try await client.stopDiscovery(on: try await adapter()) }
     }
@@ -169,7 +170,7 @@ public actor Bench {
                 try? await Task.sleep(for: .milliseconds(200))
                 seen = await self.seen()
             }
-            try await endDiscovery()
+            try await Task { try await self.endDiscovery() }.value
         }
         let known = try await inventory.devicesByAddress()
         let unfinished = try await inventory.unfinishedProvisioning()
@@ -238,7 +239,7 @@ public actor Bench {
             client: client, inventory: inventory, run: run, concurrency: concurrency, dryRun: dryRun,
             progress: progress)
         let recaps = await runner.run(steps, on: addresses)
-        try? await endDiscovery()
+        try? await Task { try await self.endDiscovery() }.value
         return recaps
     }
 

@@ -1,0 +1,97 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// The REPL through a pseudo-terminal (Tests/Peers/repl_driver.py types and
+/// reads as a person at a terminal would).
+@Suite("the REPL on a terminal", .serialized)
+struct ReplTests {
+    struct Transcript: Decodable {
+        var ok: Bool
+        var step: Int
+        var status: Int?
+        var transcript: String
+    }
+
+    /// Types `steps` into `beaconbench --bus … --inventory …` on a pty.
+    static func drive(_ bench: ConsoleFixture, _ steps: [[String: Any]]) async throws -> Transcript {
+        let script = bench.directory + "/script-\(UUID().uuidString).json"
+        try JSONSerialization.data(withJSONObject: steps).write(to: URL(fileURLWithPath: script))
+        let driver = ConsoleFixture.repository + "/Tests/Peers/repl_driver.py"
+        let output = try await runTool(
+            "/usr/bin/python3",
+            [
+                driver, script, "--", builtProduct("beaconbench"), "--bus", bench.busAddress, "--inventory",
+                bench.inventoryPath,
+            ], environment: bench.environment, timeout: 120)
+        return try JSONDecoder().decode(Transcript.self, from: Data(output.stdout.utf8))
+    }
+
+    @Test func completionHistoryCtrlCAndEventsAboveTheTypedLine() async throws {
+        try await withNewFleet(count: 3) { bench in
+            let first = try await Self.drive(
+                bench,
+                [
+                    ["expect": "]> "],
+                    // A command, then a profile name, completed.
+                    ["send": "prof\t"], ["expect": "profiles "],
+                    ["send": "sh\tv\t"], ["expect": "show van "],
+                    ["send": "\n"], ["expect": "cornering     320 mG"], ["expect": "]> "],
+                    // Ctrl-C cancels a long scan, not the session.
+                    ["send": "scan 60s\n"], ["expect": "[NEW]"],
+                    ["send": "\u{3}"], ["expect": "(stopped early)"], ["expect": "3 seen]> "],
+                    // Selectors and MAC endings complete from what was seen.
+                    ["send": "sel\t0000000\t\t"], ["expect": "00000002"],
+                    ["send": "2\n"], ["expect": "selected 1 device"],
+                    // Ctrl-C at the prompt abandons the line.
+                    ["send": "half typed"], ["send": "\u{3}"], ["expect": "^C"], ["expect": "]> "],
+                    ["eof": true],
+                ])
+            #expect(first.ok, "stopped at step \(first.step): \(first.transcript)")
+            #expect(first.status == 0)
+
+            // History survives the session, in a file only its owner reads.
+            let history = bench.directory + "/state/beaconbench/history"
+            let attributes = try FileManager.default.attributesOfItem(atPath: history)
+            #expect((attributes[.posixPermissions] as? Int) == 0o600)
+            let second = try await Self.drive(
+                bench,
+                [
+                    ["expect": "]> "],
+                    ["send": "\u{1B}[A"], ["expect": "select 00000002"],
+                    ["send": "\u{1B}[A"], ["expect": "can 60s"],  // readline redraws only what differs
+                    ["send": "\u{15}"],
+                    ["eof": true],
+                ])
+            #expect(second.ok, "stopped at step \(second.step): \(second.transcript)")
+            #expect(second.status == 0)
+        }
+    }
+
+    @Test func aBeaconFoundInTheBackgroundIsAnnouncedAboveTheTypedLine() async throws {
+        try await withNewFleet(count: 3) { bench in
+            // The third beacon comes into range only while the operator types.
+            let update = [
+                "busctl", "--address=\(bench.busAddress)", "call", "org.beaconbench.Simulator",
+                "/org/beaconbench/Simulator", "org.beaconbench.Simulator1", "Update", "ss", "C0:FE:00:00:00:03",
+            ]
+            _ = try await runTool(update[0], Array(update.dropFirst()) + ["{\"inRange\": false}"])
+            let steps: [[String: Any]] = [
+                ["expect": "]> "],
+                ["send": "scan on\n"], ["expect": "background scan on"],
+                ["expect": "[NEW] SBeacon C0:FE:00:00:00:02"], ["expect": "]> "],
+                ["send": "inventory li", "pause": 0.5],
+                ["run": update + ["{\"inRange\": true}"]],
+                ["expect": "[NEW] SBeacon C0:FE:00:00:00:03"],
+                // The prompt and the half-typed line, drawn again below the event.
+                ["expect": "]> inventory li"],
+                ["send": "st\n"], ["expect": "in \(bench.inventoryPath)"],
+                ["send": "scan off\n"], ["expect": "background scan off"],
+                ["eof": true],
+            ]
+            let session = try await Self.drive(bench, steps)
+            #expect(session.ok, "stopped at step \(session.step): \(session.transcript)")
+            #expect(session.status == 0)
+        }
+    }
+}
