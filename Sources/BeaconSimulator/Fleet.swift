@@ -6,7 +6,7 @@ public enum FleetGenerator {
     /// default, 10 % more uncalibrated, 10 % with a low battery, 15 % on old
     /// firmware (1.0.6/1.0.7), 5 % moving (calibration fails), the rest
     /// provisioned on 1.0.8.
-    public static func make(count: Int, seed: UInt64, now: Int64) -> [BeaconState] {
+    public static func make(count: Int, seed: UInt64, now: Int64, fresh: Bool = false) -> [BeaconState] {
         var random = SplitMix64(seed: seed)
         return (0..<count).map { number in
             // Random static addresses: top two bits set.
@@ -28,7 +28,7 @@ public enum FleetGenerator {
                 address: address, identity: BeaconIdentity(major: 1, minor: BeaconState.minor(fromSerial: serial)),
                 serial: serial, firmware: firmware, battery: battery, config: .factoryDefault,
                 calibration: .uncalibrated, timeOffset: 0, poweredOnAt: poweredOnAt, factoryDefault: true)
-            if roll >= 0.15 {
+            if roll >= 0.15, !fresh {
                 // Provisioned once, in a car profile; some never calibrated.
                 state.factoryDefault = false
                 state.identity = BeaconIdentity(major: 100, minor: UInt16(number + 1))

@@ -8,6 +8,8 @@ public struct SimulatorCommandLine: Sendable {
     public var bus: BusAddress = .system
     public var options = SimulatorOptions()
     public var count = 10
+    /// Every generated beacon straight from the box (factory default).
+    public var fresh = false
     public var fleetPath: String?
     public var showHelp = false
 
@@ -25,6 +27,9 @@ public struct SimulatorCommandLine: Sendable {
           --adapters N                   adapters hci0…hciN-1 (default 1)
           --connections N                connection slots per adapter (default 5)
           --count N                      simulated beacons (default 10)
+          --fresh                        every generated beacon new from the box
+                                         (factory default; battery and firmware
+                                         still vary)
           --seed S                       seed of the fleet and of every random
                                          choice (default 1)
           --latency none|realistic       radio timing (default none); realistic:
@@ -81,6 +86,7 @@ public struct SimulatorCommandLine: Sendable {
             case "--adapters": options.adapters = try number(option, 1...16)
             case "--connections": options.connectionsPerAdapter = try number(option, 1...64)
             case "--count": count = try number(option, 0...100_000)
+            case "--fresh": fresh = true
             case "--seed": options.seed = try number(option, 0...UInt64.max)
             case "--latency":
                 switch try value(option) {
@@ -122,7 +128,8 @@ public enum SimulatorMain {
         } else if let path = commandLine.fleetPath {
             fleet = try FleetFile.load(path, now: now)
         } else {
-            fleet = FleetGenerator.make(count: commandLine.count, seed: commandLine.options.seed, now: now)
+            fleet = FleetGenerator.make(
+                count: commandLine.count, seed: commandLine.options.seed, now: now, fresh: commandLine.fresh)
         }
         if let path = commandLine.options.statePath { try StateFile.save(fleet, to: path) }
         let bus = try await BusConnection.connect(commandLine.bus)

@@ -54,7 +54,7 @@ final class ProgressBoard: Sendable {
                 }
             } else if dryRun, let detail, detail.hasPrefix("dry run: ") {
                 terminal.message("\(address): \(detail.dropFirst(9))")
-            } else if terminal.verbose || status == .failed || step == "info" || step == "audit --live" {
+            } else if terminal.verbose || status == .failed || step == "info" {
                 let shown = terminal.styled(status.rawValue, Self.style(status))
                 terminal.message("\(address)  \(step)  \(shown)" + (detail.map { "  \($0)" } ?? ""))
             }

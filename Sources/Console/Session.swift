@@ -394,7 +394,8 @@ public actor Session {
         let recaps: [DeviceRecap]
         do {
             recaps = try await bench.run(
-                steps, on: addresses, run: run, concurrency: invocation.concurrency ?? 5, dryRun: dryRun
+                steps, on: addresses, run: run, concurrency: invocation.concurrency ?? 5, dryRun: dryRun,
+                profiles: profiles
             ) { event in board.handle(event) }
         } catch {
             board.end()
@@ -417,6 +418,13 @@ public actor Session {
             }
         }
         if recaps.contains(where: { $0.failed > 0 }) { note(.devicesFailed) }
+        // A live audit: the report from what was just read into the inventory.
+        for located in group {
+            if case .audit(let profile, .live) = located.command {
+                let read = Set(recaps.filter { $0.failed == 0 }.map(\.address))
+                try await reportAudit(from: inventorySubjects().filter { read.contains($0.address) }, profile, .live)
+            }
+        }
         if Task.isCancelled { terminal.message("cancelled") }
         if isInteractive { printRecap() }
     }
@@ -470,13 +478,7 @@ public actor Session {
         case .live:
             return  // a device step, run by the fleet runner
         case .inventory:
-            do {
-                subjects = try await inventory().auditSubjects()
-            } catch let error as ConsoleFailure {
-                throw error
-            } catch {
-                throw ConsoleFailure(.infrastructure, "audit: \(error)")
-            }
+            subjects = try await inventorySubjects()
         case .passive:
             let bench = try await openBench()
             var seen = await bench.seen().filter { $0.summary != nil }
@@ -496,9 +498,23 @@ public actor Session {
             }
         }
         let chosen = selection.map(Set.init)
-        let reports = subjects.filter { chosen?.contains($0.address) ?? true }.map {
-            Auditor.audit($0, profiles: profiles, profile: profile)
+        try await reportAudit(from: subjects.filter { chosen?.contains($0.address) ?? true }, profile, source)
+    }
+
+    private func inventorySubjects() async throws(ConsoleFailure) -> [AuditSubject] {
+        do {
+            return try await inventory().auditSubjects()
+        } catch let error as ConsoleFailure {
+            throw error
+        } catch {
+            throw ConsoleFailure(.infrastructure, "audit: \(error)")
         }
+    }
+
+    private func reportAudit(
+        from subjects: [AuditSubject], _ profile: String?, _ source: Command.AuditSource
+    ) async throws(ConsoleFailure) {
+        let reports = subjects.map { Auditor.audit($0, profiles: profiles, profile: profile) }
         Format.audit(reports, source: source, terminal: terminal)
         if reports.contains(where: { !$0.isClean }) { note(.devicesFailed) }
     }

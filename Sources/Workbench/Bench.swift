@@ -232,12 +232,12 @@ public actor Bench {
     /// again.
     public func run(
         _ steps: [DeviceStep], on addresses: [String], run: Int64, concurrency: Int, dryRun: Bool,
-        progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
+        profiles: [String: Profile] = [:], progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
     ) async throws -> [DeviceRecap] {
         try await beginDiscovery()
         let runner = FleetRunner(
             client: client, inventory: inventory, run: run, concurrency: concurrency, dryRun: dryRun,
-            progress: progress)
+            profiles: profiles, progress: progress)
         let recaps = await runner.run(steps, on: addresses)
         try? await Task { try await self.endDiscovery() }.value
         return recaps

@@ -82,14 +82,18 @@ public actor FleetRunner {
     /// How long a device that is not (or no longer) known may take to be
     /// seen again before it counts as gone.
     let findTimeout: Duration
+    /// Every profile, for live audits against each device's assigned one.
+    let profiles: [String: Profile]
     /// Minors handed out in this run, per major (auto identities).
     private var nextMinor: [UInt16: UInt16] = [:]
 
     public init(
         client: BluetoothClient, inventory: Inventory, run: Int64, concurrency: Int, dryRun: Bool = false,
         policy: ConnectPolicy = ConnectPolicy(requiredServices: SBeacon.requiredServices),
-        findTimeout: Duration = .seconds(15), progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
+        findTimeout: Duration = .seconds(15), profiles: [String: Profile] = [:],
+        progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
     ) {
+        self.profiles = profiles
         self.progress = progress
         self.findTimeout = findTimeout
         self.client = client
@@ -319,9 +323,10 @@ public actor FleetRunner {
         case .auditLive(let profile):
             let info = try await beacon.readInfo()
             try await inventory.recordDevice(Self.record(address, info))
-            let profiles = profile.map { [$0.name: $0] } ?? [:]
-            let report = Auditor.audit(
-                AuditSubject(address: address, info: info), profiles: profiles, profile: profile?.name)
+            let profiles = profile.map { [$0.name: $0] } ?? self.profiles
+            var subject = AuditSubject(address: address, info: info)
+            subject.assignedProfile = try await inventory.device(address)?.profile
+            let report = Auditor.audit(subject, profiles: profiles, profile: profile?.name)
             return (.ok, report.findings.isEmpty ? "clean" : report.findings.map(\.description).joined(separator: "; "))
         case .reboot:
             if dryRun { return (.skipped, "dry run: would reboot") }

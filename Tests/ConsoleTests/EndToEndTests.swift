@@ -1,4 +1,5 @@
 import BeaconSimulator
+import DBusBinding
 import Foundation
 import Inventory
 import SBeaconProtocol
@@ -219,6 +220,35 @@ struct EndToEndTests {
             let listed = ConsoleFixture.jsonLines(run.stdout).filter { $0["mac_ending"] != nil }
             #expect(listed.count == 3)
             #expect(listed.first { $0["address"] as? String == "C0:FE:00:00:00:02" }?["profile"] as? String == "van")
+        }
+    }
+
+    @Test func watchShowsAShakeOnTheBench() async throws {
+        try await withNewFleet(count: 2) { bench in
+            async let watching = bench.beaconbench(["--json", "watch", "8s", "00000001"])
+            // Shake once the watch is connected (the simulator says so).
+            let connection = try await BusConnection.connect(.address(bench.busAddress))
+            var connected = false
+            for _ in 0..<200 where !connected {
+                connected = try await bench.truth()["C0:FE:00:00:00:01"]?.connected ?? false
+                if !connected { try await Task.sleep(for: .milliseconds(25)) }
+            }
+            #expect(connected)
+            // It subscribes a moment after connecting: shake a few times (a
+            // shake before the subscription is not seen, as on a real bench).
+            for _ in 0..<10 {
+                _ = try await connection.call(
+                    SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Shake",
+                    [.string("C0:FE:00:00:00:01"), .byte(5)])
+                try await Task.sleep(for: .milliseconds(300))
+            }
+            await connection.close()
+            let output = try await watching
+            #expect(output.status == 0, "\(output.stderr)")
+            let events = ConsoleFixture.jsonLines(output.stdout).filter { $0["event"] != nil }
+            #expect(!events.isEmpty, "\(output.stdout)")
+            #expect(events.allSatisfy { $0["event"] as? String == "braking" })
+            #expect(events.first?["device"] as? String == "C0:FE:00:00:00:01")
         }
     }
 }
