@@ -51,7 +51,8 @@ public struct BlueZError: Error, Sendable, CustomStringConvertible {
         case .timeout, .servicesNotResolved, .disconnected, .bluetoothdGone: return true
         case .bus(let error):
             switch error.name {
-            case .bluez.inProgress, .bluez.notConnected, .noReply, .bluez.notReady: return true
+            // UnknownObject: the attribute went with a link that dropped.
+            case .bluez.inProgress, .bluez.notConnected, .noReply, .bluez.notReady, .unknownObject: return true
             case .bluez.failed:
                 let message = error.message.lowercased()
                 return message.contains("le-connection-abort-by-local") || message.contains("not connected")
@@ -61,6 +62,15 @@ public struct BlueZError: Error, Sendable, CustomStringConvertible {
             }
         default: return false
         }
+    }
+
+    /// A refusal that a repeat of the same request on the same connection
+    /// may not meet: InProgress, or the ATT "unlikely error" (0x0e) a
+    /// peripheral answers when it is busy.
+    public var isPassingRefusal: Bool {
+        guard case .bus(let error) = reason else { return false }
+        return error.name == .bluez.inProgress
+            || (error.name == .bluez.failed && error.message.contains("ATT error: 0x0e"))
     }
 
     public var description: String {

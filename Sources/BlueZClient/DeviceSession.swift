@@ -167,9 +167,23 @@ public struct DeviceSession: Sendable {
     /// ReadValue.
     public func read(_ uuid: String, timeout: Duration? = nil) async throws -> [UInt8] {
         let path = try await characteristic(uuid)
-        let reply = try await client.invoke(
-            path, Self.characteristicInterface, "ReadValue", [.propertyMap([:])],
-            timeout: timeout ?? client.timeouts.gatt, step: "read", device: address, characteristic: uuid)
+        // A read changes nothing, so one that met a passing refusal (an ATT
+        // "unlikely error", a request still in progress) is simply repeated.
+        var pause = Duration.milliseconds(50)
+        var attempt = 1
+        let reply: BusMessage
+        while true {
+            do {
+                reply = try await client.invoke(
+                    path, Self.characteristicInterface, "ReadValue", [.propertyMap([:])],
+                    timeout: timeout ?? client.timeouts.gatt, step: "read", device: address, characteristic: uuid)
+                break
+            } catch let error as BlueZError where error.isPassingRefusal && attempt < 3 {
+                attempt += 1
+                try await Task.sleep(for: pause)
+                pause = pause * 2
+            }
+        }
         guard let bytes = reply.body.first?.bytes, reply.signature == "ay" else {
             throw BlueZError(
                 .bus(BusError(.invalidSignature, "ReadValue answered '\(reply.signature)', not 'ay'")),

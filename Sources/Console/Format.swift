@@ -85,6 +85,7 @@ enum Format {
                     "skipped": recap.skipped, "failed": recap.failed,
                 ]
                 if dryRun { object["would_change"] = recap.wouldChange }
+                if recap.retries > 0 { object["retries"] = recap.retries }
                 if let reason = recap.reason { object["reason"] = reason }
                 terminal.jsonLine(object)
             }

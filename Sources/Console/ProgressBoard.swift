@@ -54,7 +54,7 @@ final class ProgressBoard: Sendable {
                 }
             } else if dryRun, let detail, detail.hasPrefix("dry run: ") {
                 terminal.message("\(address): \(detail.dropFirst(9))")
-            } else if terminal.verbose || status == .failed || step == "info" {
+            } else if terminal.verbose || step == "info" {
                 let shown = terminal.styled(status.rawValue, Self.style(status))
                 terminal.message("\(address)  \(step)  \(shown)" + (detail.map { "  \($0)" } ?? ""))
             }
@@ -74,7 +74,9 @@ final class ProgressBoard: Sendable {
                             ? terminal.styled(dryRun ? "would change" : "changed", .green)
                                 + " (\(recap.changed + recap.wouldChange))"
                             : recap.unchanged > 0 ? "unchanged" : terminal.styled("ok", .green)
-                terminal.message("\(recap.address)  \(verdict)")
+                let retried =
+                    recap.retries == 0 ? "" : " after \(recap.retries) reconnect\(recap.retries == 1 ? "" : "s")"
+                terminal.message("\(recap.address)  \(verdict)\(retried)")
             }
         }
         redraw()

@@ -51,6 +51,8 @@ public struct DeviceRecap: Sendable, Equatable, Codable {
     public var skipped = 0
     /// Dry runs: steps that would have written.
     public var wouldChange = 0
+    /// Connections after the first (a transient failure retried).
+    public var retries = 0
     public var failed = 0
     /// Why the device dropped out, or why its steps were skipped.
     public var reason: String?
@@ -84,15 +86,20 @@ public actor FleetRunner {
     let findTimeout: Duration
     /// Every profile, for live audits against each device's assigned one.
     let profiles: [String: Profile]
+    /// Connections per device before a transient failure counts.
+    let deviceAttempts: Int
+    let retryBackoff: Duration
     /// Minors handed out in this run, per major (auto identities).
     private var nextMinor: [UInt16: UInt16] = [:]
 
     public init(
         client: BluetoothClient, inventory: Inventory, run: Int64, concurrency: Int, dryRun: Bool = false,
         policy: ConnectPolicy = ConnectPolicy(requiredServices: SBeacon.requiredServices),
-        findTimeout: Duration = .seconds(15), profiles: [String: Profile] = [:],
-        progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
+        findTimeout: Duration = .seconds(15), profiles: [String: Profile] = [:], deviceAttempts: Int = 4,
+        retryBackoff: Duration = .seconds(1), progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
     ) {
+        self.deviceAttempts = max(1, deviceAttempts)
+        self.retryBackoff = retryBackoff
         self.profiles = profiles
         self.progress = progress
         self.findTimeout = findTimeout
@@ -132,6 +139,19 @@ public actor FleetRunner {
         return recap
     }
 
+    /// What each step came to on one device, over its attempts.
+    private struct Tally {
+        /// Step index → final status (a step that changed the beacon on an
+        /// earlier attempt stays `changed` when a retry finds it done).
+        var statuses: [Int: Inventory.StepStatus] = [:]
+        var wouldChange: Set<Int> = []
+        var skipReason: String?
+
+        mutating func record(_ index: Int, _ status: Inventory.StepStatus) {
+            if statuses[index] != .changed { statuses[index] = status }
+        }
+    }
+
     private nonisolated func runSteps(_ address: String, _ steps: [DeviceStep]) async -> DeviceRecap {
         var recap = DeviceRecap(address: address)
         // The device is in the inventory before any of its outcomes.
@@ -142,21 +162,85 @@ public actor FleetRunner {
             recap.reason = "inventory: \(error)"
             return recap
         }
-        let connectStep = try? await inventory.beginStep(run: run, device: address.uppercased(), step: "connect")
+        var tally = Tally()
+        var attempt = 1
+        var pause = retryBackoff
+        while true {
+            do {
+                try await attemptSteps(address, steps, &tally)
+                break
+            } catch {
+                guard attempt < deviceAttempts, Self.worthAnotherConnection(error), !Task.isCancelled else {
+                    recap.failed = 1
+                    recap.reason = "\(error)"
+                    break
+                }
+                // Reconnect and go through the steps again: each is
+                // idempotent, so what was done is found done.
+                attempt += 1
+                recap.retries += 1
+                try? await Task.sleep(for: pause)
+                pause = pause * 2
+                if let error = error as? BlueZError, error.busErrorName == .bluez.notReady {
+                    await waitForPoweredAdapter()
+                }
+            }
+        }
+        for status in tally.statuses.values {
+            switch status {
+            case .ok: recap.ok += 1
+            case .changed: recap.changed += 1
+            case .unchanged: recap.unchanged += 1
+            case .skipped: recap.skipped += 1
+            default: break
+            }
+        }
+        recap.wouldChange = tally.wouldChange.count
+        recap.skipped -= tally.wouldChange.count
+        if recap.failed == 0, let reason = tally.skipReason { recap.reason = reason }
+        return recap
+    }
+
+    /// After NotReady (the adapter switched off: rfkill, a controller
+    /// reset): until an adapter is powered again, at most 15 s.
+    private nonisolated func waitForPoweredAdapter() async {
+        let deadline = ContinuousClock.now + .seconds(15)
+        while ContinuousClock.now < deadline, !Task.isCancelled {
+            if await client.adapters().contains(where: \.powered) { return }
+            try? await Task.sleep(for: .milliseconds(200))
+        }
+    }
+
+    /// Whether a failure may not happen again on a fresh connection: the
+    /// radio's misfortunes, a device gone for a moment, an ATT "unlikely
+    /// error". A read-back that disagrees, a beacon that says no, or a
+    /// missing service is not retried.
+    static func worthAnotherConnection(_ error: any Error) -> Bool {
+        guard let error = error as? BlueZError else { return false }
+        if error.isTransient || error.reason == .deviceNotFound { return true }
+        return error.isPassingRefusal
+    }
+
+    /// One connection and the steps over it, each outcome committed.
+    private nonisolated func attemptSteps(_ address: String, _ steps: [DeviceStep], _ tally: inout Tally) async throws {
+        let device = address.uppercased()
+        let connectStep = try? await inventory.beginStep(run: run, device: device, step: "connect")
+        var connected = false
         do {
             if await client.device(address: address) == nil {
                 _ = try await client.waitForDevice(address: address, timeout: findTimeout)
             }
             try await client.withConnection(to: address, policy: policy) { session in
+                connected = true
                 if let connectStep { try? await inventory.finishStep(connectStep, .ok) }
                 let beacon = try await SBeacon(session)
                 var skipping: String?
-                for step in steps {
-                    let id = try await inventory.beginStep(run: run, device: address.uppercased(), step: step.name)
+                for (index, step) in steps.enumerated() {
+                    let id = try await inventory.beginStep(run: run, device: device, step: step.name)
                     if let skipping {
                         try await inventory.finishStep(id, .skipped, detail: skipping)
                         progress(.step(address: address, step: step.name, status: .skipped, detail: skipping))
-                        recap.skipped += 1
+                        tally.record(index, .skipped)
                         continue
                     }
                     let started = ContinuousClock.now
@@ -165,17 +249,15 @@ public actor FleetRunner {
                         try await inventory.finishStep(
                             id, status, detail: detail, durationMilliseconds: Self.milliseconds(since: started))
                         progress(.step(address: address, step: step.name, status: status, detail: detail))
-                        switch status {
-                        case .ok: recap.ok += 1
-                        case .changed: recap.changed += 1
-                        case .unchanged: recap.unchanged += 1
-                        case .skipped where dryRun && detail?.hasPrefix("dry run:") == true:
-                            recap.wouldChange += 1
-                        case .skipped:
-                            recap.skipped += 1
-                            if case .requireBattery = step { skipping = detail; recap.reason = detail }
-                            if case .requireFirmware = step { skipping = detail; recap.reason = detail }
-                        default: break
+                        tally.record(index, status)
+                        if status == .skipped {
+                            if dryRun, detail?.hasPrefix("dry run:") == true { tally.wouldChange.insert(index) }
+                            switch step {
+                            case .requireBattery, .requireFirmware:
+                                skipping = detail
+                                tally.skipReason = detail
+                            default: break
+                            }
                         }
                     } catch {
                         try await inventory.finishStep(
@@ -186,11 +268,9 @@ public actor FleetRunner {
                 }
             }
         } catch {
-            if let connectStep { try? await inventory.finishStep(connectStep, .failed, error: "\(error)") }
-            recap.failed += 1
-            recap.reason = "\(error)"
+            if !connected, let connectStep { try? await inventory.finishStep(connectStep, .failed, error: "\(error)") }
+            throw error
         }
-        return recap
     }
 
     static func milliseconds(since start: ContinuousClock.Instant) -> Int64 {
