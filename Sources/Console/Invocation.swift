@@ -40,6 +40,7 @@ public struct Invocation: Sendable, Equatable {
 
     public struct UsageError: Error, Sendable, Equatable, CustomStringConvertible {
         public var message: String
+        public init(message: String) { self.message = message }
         public var description: String { "beaconbench: \(message) (see beaconbench --help)" }
     }
 
