@@ -117,6 +117,9 @@ public enum SimulatorControl {
                         .string(try json(Dictionary(uniqueKeysWithValues: counts.map { ($0.key.rawValue, $0.value) })))
                     ]
                 },
+                .init(name: "Activity", outputs: [.init("json", .string)]) { _ in
+                    [.string(try json(await daemon.activity))]
+                },
                 .init(name: "Restart") { _ in
                     try await daemon.restart()
                     return []

@@ -20,6 +20,16 @@ public actor SimulatedBluetoothd {
     private var jitterRandom: SplitMix64
     /// How many times each fault has fired.
     public private(set) var faultCounts: [Fault: Int] = [:]
+    /// What clients asked of the radio, for benchmarks: Connect calls, ATT
+    /// reads and writes, calibrations.
+    public private(set) var activity = Activity()
+
+    public struct Activity: Codable, Sendable, Equatable {
+        public var connects = 0
+        public var reads = 0
+        public var writes = 0
+        public var calibrations = 0
+    }
 
     struct Adapter {
         var index: Int
@@ -446,6 +456,7 @@ public actor SimulatedBluetoothd {
     }
 
     private func connect(_ index: Int, _ address: String) async throws {
+        activity.connects += 1
         guard adapters[index].powered else { throw BusError(.bluez.notReady, "Resource Not Ready") }
         guard let device = adapters[index].devices[address] else {
             throw BusError(.bluez.doesNotExist, "Does Not Exist")
@@ -669,6 +680,7 @@ public actor SimulatedBluetoothd {
     }
 
     private func readValue(_ index: Int, _ address: String, _ uuid: GattUUID, offset: UInt16) async throws -> [UInt8] {
+        activity.reads += 1
         try requireConnection(index, address)
         let generation = adapters[index].devices[address]?.generation ?? -1
         try? await Task.sleep(for: options.latency.attRequest)
@@ -712,6 +724,7 @@ public actor SimulatedBluetoothd {
     )
         async throws
     {
+        activity.writes += 1
         try requireConnection(index, address)
         let generation = adapters[index].devices[address]?.generation ?? -1
         if withResponse { try? await Task.sleep(for: options.latency.attRequest) }
@@ -755,6 +768,7 @@ public actor SimulatedBluetoothd {
                 guard adapters[index].devices[address]?.generation == generation, var firmware = beacons[address] else {
                     return
                 }
+                activity.calibrations += 1
                 let result = firmware.finishCalibration(now: Self.now())
                 beacons[address] = firmware
                 markChanged()

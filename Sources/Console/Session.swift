@@ -394,7 +394,7 @@ public actor Session {
         let recaps: [DeviceRecap]
         do {
             recaps = try await bench.run(
-                steps, on: addresses, run: run, concurrency: invocation.concurrency ?? 5, dryRun: dryRun,
+                steps, on: addresses, run: run, concurrency: try await concurrency(bench), dryRun: dryRun,
                 profiles: profiles
             ) { event in board.handle(event) }
         } catch {
@@ -427,6 +427,12 @@ public actor Session {
         }
         if Task.isCancelled { terminal.message("cancelled") }
         if isInteractive { printRecap() }
+    }
+
+    /// `--concurrency`, else 5 connection slots per adapter in use.
+    private func concurrency(_ bench: Bench) async throws -> Int {
+        if let concurrency = invocation.concurrency { return concurrency }
+        return 5 * max(1, try await bench.adapters().count)
     }
 
     /// The recap of the device commands so far (then forgotten).

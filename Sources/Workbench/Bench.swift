@@ -54,12 +54,12 @@ public enum WatchEvent: Sendable, Equatable {
     case malformed(address: String, String)
 }
 
-/// The workbench as the console meets it: one adapter of one bluetoothd,
+/// The workbench as the console meets it: the adapters of one bluetoothd,
 /// the inventory, discovery, device selection, fleet runs and watching.
 public actor Bench {
     public nonisolated let client: BluetoothClient
     public nonisolated let inventory: Inventory
-    /// The adapter asked for (`--adapter`), or nil for the first powered one.
+    /// The adapter asked for (`--adapter`), or nil for all of them.
     public nonisolated let adapterName: String?
     private var discoveryUsers = 0
     /// How long `select` discovers to find a MAC ending not seen yet.
@@ -100,6 +100,16 @@ public actor Bench {
         try await client.waitForAdapter(named: adapterName, timeout: .seconds(5))
     }
 
+    /// The adapters this bench works with: the one named by `--adapter`,
+    /// else every adapter with the central role (a fleet run spreads its
+    /// devices over them).
+    public func adapters() async throws -> [Adapter] {
+        if adapterName != nil { return [try await adapter()] }
+        _ = try await adapter()
+        let all = await client.adapters().filter { $0.roles.isEmpty || $0.roles.contains("central") }
+        return all.isEmpty ? [try await adapter()] : all
+    }
+
     // MARK: Discovery
 
     /// Discovers for `seconds`, reporting each SBeacon the first time it is
@@ -108,8 +118,7 @@ public actor Bench {
     public func scan(
         seconds: Double, rssiFloor: Int16? = nil, onFound: @Sendable (SeenBeacon) -> Void = { _ in }
     ) async throws -> [SeenBeacon] {
-        let adapter = try await adapter()
-        if !adapter.powered { try await client.setPowered(adapter, true) }
+        for adapter in try await adapters() where !adapter.powered { try await client.setPowered(adapter, true) }
         try await beginDiscovery(rssiFloor: rssiFloor)
         var reported = Set<String>()
         let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
@@ -130,7 +139,7 @@ public actor Bench {
     public func beginDiscovery(rssiFloor: Int16? = nil) async throws {
         discoveryUsers += 1
         do {
-            try await client.startDiscovery(on: try await adapter(), rssiFloor: rssiFloor)
+            for adapter in try await adapters() { try await client.startDiscovery(on: adapter, rssiFloor: rssiFloor) }
         } catch {
             discoveryUsers -= 1
             throw error
@@ -139,14 +148,22 @@ public actor Bench {
 
     public func endDiscovery() async throws {
         discoveryUsers -= 1
-        if discoveryUsers == 0 { try await client.stopDiscovery(on: try await adapter()) }
+        if discoveryUsers == 0 {
+            for adapter in try await adapters() { try await client.stopDiscovery(on: adapter) }
+        }
     }
 
     /// The SBeacons bluetoothd knows on this bench's adapter, by address.
     public func seen() async -> [SeenBeacon] {
-        let adapter = try? await client.adapter(named: adapterName)
-        return await client.devices().filter { adapter == nil || $0.adapter == adapter?.path }
-            .compactMap(SeenBeacon.init).sorted { $0.address < $1.address }
+        let paths = Set(((try? await adapters()) ?? []).map(\.path))
+        // One entry per beacon, however many adapters see it: the strongest.
+        var strongest: [String: SeenBeacon] = [:]
+        for device in await client.devices() where device.adapter.map(paths.contains) ?? false {
+            guard let beacon = SeenBeacon(device) else { continue }
+            if let known = strongest[beacon.address], (known.rssi ?? -128) >= (beacon.rssi ?? -128) { continue }
+            strongest[beacon.address] = beacon
+        }
+        return strongest.values.sorted { $0.address < $1.address }
     }
 
     // MARK: Selection
@@ -237,7 +254,7 @@ public actor Bench {
         try await beginDiscovery()
         let runner = FleetRunner(
             client: client, inventory: inventory, run: run, concurrency: concurrency, dryRun: dryRun,
-            profiles: profiles, progress: progress)
+            profiles: profiles, adapters: try await adapters().map(\.path), progress: progress)
         let recaps = await runner.run(steps, on: addresses)
         try? await Task { try await self.endDiscovery() }.value
         return recaps

@@ -1,4 +1,5 @@
 import BlueZClient
+import DBusBinding
 import Foundation
 import Inventory
 import Profiles
@@ -89,6 +90,10 @@ public actor FleetRunner {
     /// Connections per device before a transient failure counts.
     let deviceAttempts: Int
     let retryBackoff: Duration
+    /// The adapters to spread devices over (empty: let the client choose).
+    let adapters: [ObjectPath]
+    /// Devices at work on each adapter.
+    private var busy: [ObjectPath: Int] = [:]
     /// Minors handed out in this run, per major (auto identities).
     private var nextMinor: [UInt16: UInt16] = [:]
 
@@ -96,9 +101,11 @@ public actor FleetRunner {
         client: BluetoothClient, inventory: Inventory, run: Int64, concurrency: Int, dryRun: Bool = false,
         policy: ConnectPolicy = ConnectPolicy(requiredServices: SBeacon.requiredServices),
         findTimeout: Duration = .seconds(15), profiles: [String: Profile] = [:], deviceAttempts: Int = 4,
-        retryBackoff: Duration = .seconds(1), progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
+        retryBackoff: Duration = .seconds(1), adapters: [ObjectPath] = [],
+        progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
     ) {
         self.deviceAttempts = max(1, deviceAttempts)
+        self.adapters = adapters
         self.retryBackoff = retryBackoff
         self.profiles = profiles
         self.progress = progress
@@ -201,6 +208,27 @@ public actor FleetRunner {
         return recap
     }
 
+    /// The least busy adapter that sees `address` (nil: the client's choice).
+    private func claimAdapter(for address: String) async -> Adapter? {
+        guard adapters.count > 1 else { return nil }
+        var candidates: [Adapter] = []
+        let all = await client.adapters()
+        for path in adapters {
+            if await client.device(address: address, adapter: path) != nil,
+                let adapter = all.first(where: { $0.path == path && $0.powered })
+            {
+                candidates.append(adapter)
+            }
+        }
+        guard let chosen = candidates.min(by: { busy[$0.path, default: 0] < busy[$1.path, default: 0] }) else {
+            return nil
+        }
+        busy[chosen.path, default: 0] += 1
+        return chosen
+    }
+
+    private func releaseAdapter(_ adapter: Adapter) { busy[adapter.path, default: 1] -= 1 }
+
     /// After NotReady (the adapter switched off: rfkill, a controller
     /// reset): until an adapter is powered again, at most 15 s.
     private nonisolated func waitForPoweredAdapter() async {
@@ -230,7 +258,9 @@ public actor FleetRunner {
             if await client.device(address: address) == nil {
                 _ = try await client.waitForDevice(address: address, timeout: findTimeout)
             }
-            try await client.withConnection(to: address, policy: policy) { session in
+            let adapter = await claimAdapter(for: address)
+            defer { if let adapter { Task { await self.releaseAdapter(adapter) } } }
+            try await client.withConnection(to: address, on: adapter, policy: policy) { session in
                 connected = true
                 if let connectStep { try? await inventory.finishStep(connectStep, .ok) }
                 let beacon = try await SBeacon(session)
