@@ -63,7 +63,9 @@ let package = Package(
         .executableTarget(name: "beaconbench-sim", dependencies: ["BeaconSimulator"]),
         .executableTarget(
             name: "beaconbench-bench",
-            dependencies: ["DBusBinding", "TestSupport", "Inventory", "Profiles", "SBeaconProtocol"]),
+            dependencies: [
+                "DBusBinding", "TestSupport", "LocalBus", "BeaconSimulator", "Inventory", "Profiles", "SBeaconProtocol",
+            ]),
 
         // MARK: Tests and what they share.
         .target(name: "TestSupport", dependencies: ["DBusBinding", "LocalBus"]),

@@ -19,9 +19,13 @@ public actor BluetoothClient {
     /// Bumped whenever bluetoothd leaves or comes back.
     public private(set) var bluetoothdGeneration = 0
     private var connectLocks: [ObjectPath: AsyncLock] = [:]
+    /// Connect calls under way and ended (see `connectCall`).
+    var nextConnectCall = 0
+    var endedConnectCalls: Set<Int> = []
     /// Indexes over `objects`, so that finding a device by address or a
     /// characteristic under a device does not scan every object.
     private var devicePathsByAddress: [String: Set<ObjectPath>] = [:]
+    private var addressByDevicePath: [ObjectPath: String] = [:]
     private var attributesByDevice: [ObjectPath: Set<ObjectPath>] = [:]
 
     private struct Waiter {
@@ -129,8 +133,9 @@ public actor BluetoothClient {
 
     private func index(_ path: ObjectPath) {
         guard let interfaces = objects[path] else { return }
-        if let address = interfaces["org.bluez.Device1"]?["Address"]?.string {
-            devicePathsByAddress[address.uppercased(), default: []].insert(path)
+        if let address = interfaces["org.bluez.Device1"]?["Address"]?.string?.uppercased() {
+            devicePathsByAddress[address, default: []].insert(path)
+            addressByDevicePath[path] = address
         }
         if let device = Self.deviceAncestor(of: path),
             interfaces.keys.contains(where: { $0.hasPrefix("org.bluez.Gatt") })
@@ -140,7 +145,7 @@ public actor BluetoothClient {
     }
 
     private func unindex(_ path: ObjectPath) {
-        for (address, paths) in devicePathsByAddress where paths.contains(path) {
+        if let address = addressByDevicePath.removeValue(forKey: path) {
             devicePathsByAddress[address]?.remove(path)
             if devicePathsByAddress[address]?.isEmpty == true { devicePathsByAddress[address] = nil }
         }
@@ -149,6 +154,7 @@ public actor BluetoothClient {
 
     private func rebuildIndexes() {
         devicePathsByAddress = [:]
+        addressByDevicePath = [:]
         attributesByDevice = [:]
         for path in objects.keys { index(path) }
     }
@@ -160,6 +166,8 @@ public actor BluetoothClient {
             return (path, uuid.lowercased())
         }
     }
+
+    func checkRegistryWaiters() { checkWaiters() }
 
     private func checkWaiters() {
         for (id, waiter) in waiters where waiter.isSatisfied() {

@@ -80,6 +80,48 @@ extension BluetoothClient {
         }.value
     }
 
+    /// Device1.Connect, holding the adapter's connect lock only until the
+    /// link is up. bluetoothd answers an LE Connect once the services are
+    /// resolved, but the controller can start the next connection as soon
+    /// as this one is established (`Connected` true): holding the lock for
+    /// the resolution too would add it to every device's share of the
+    /// serial part of a fleet run. The lock is released on every path.
+    private func connectCall(_ path: ObjectPath, _ address: String, _ adapter: ObjectPath, lock: AsyncLock) async throws
+    {
+        nextConnectCall += 1
+        let token = nextConnectCall
+        let call = Task { () -> (any Error)? in
+            var failure: (any Error)?
+            do {
+                _ = try await invoke(
+                    path, "org.bluez.Device1", "Connect", timeout: timeouts.connect, step: "connect", device: address)
+            } catch {
+                failure = error
+            }
+            await self.connectCallEnded(token)
+            return failure
+        }
+        await withTaskCancellationHandler {
+            try? await waitUntil(
+                {
+                    self.endedConnectCalls.contains(token)
+                        || (self.device(address: address, adapter: adapter)?.connected ?? false)
+                }, timeout: timeouts.connect, step: "connect", device: address)
+        } onCancel: {
+            call.cancel()
+        }
+        await lock.release()
+        let failure = await call.value
+        endedConnectCalls.remove(token)
+        if let failure { throw failure }
+        try Task.checkCancellation()
+    }
+
+    private func connectCallEnded(_ token: Int) {
+        endedConnectCalls.insert(token)
+        checkRegistryWaiters()
+    }
+
     private func connectOnce(
         _ address: String, adapter: ObjectPath?, policy: ConnectPolicy
     ) async throws
@@ -91,20 +133,16 @@ extension BluetoothClient {
         if !(device.connected && device.servicesResolved) {
             let lock = connectLock(for: adapterPath)
             await lock.acquire()
-            do {
-                // Connected may be true already: an orphaned connection.
-                if !(self.device(address: address, adapter: adapterPath)?.connected ?? false) {
-                    _ = try await invoke(
-                        device.path, "org.bluez.Device1", "Connect", timeout: timeouts.connect, step: "connect",
-                        device: address)
+            // Connected may be true already: an orphaned connection.
+            if !(self.device(address: address, adapter: adapterPath)?.connected ?? false) {
+                do {
+                    try await connectCall(device.path, address, adapterPath, lock: lock)
+                } catch let error as BlueZError where error.busErrorName == .bluez.alreadyConnected {
+                    // Fine: someone else connected it.
                 }
-            } catch let error as BlueZError where error.busErrorName == .bluez.alreadyConnected {
-                // Fine: someone else connected it.
-            } catch {
+            } else {
                 await lock.release()
-                throw error
             }
-            await lock.release()
             do {
                 try await waitUntil(
                     {

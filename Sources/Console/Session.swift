@@ -240,9 +240,12 @@ public actor Session {
         let terminal = self.terminal
         let announce = terminal.verbose || isInteractive
         let known = Set(seenCache.map(\.address))
+        let started = ContinuousClock.now
+        let lastFound = Mutex(ContinuousClock.now)
         do {
             if terminal.errorIsTerminal { terminal.status("scanning for \(Self.seconds(seconds))…") }
             let found = try await bench.scan(seconds: seconds, rssiFloor: rssiFloor) { beacon in
+                lastFound.withLock { $0 = ContinuousClock.now }
                 if announce, !known.contains(beacon.address) {
                     terminal.event(terminal.styled("[NEW] ", .green) + Format.seenLine(beacon))
                 }
@@ -251,7 +254,14 @@ public actor Session {
             seenCache = found
             let fresh = found.filter { $0.summary?.status.contains(.factoryDefault) ?? false }.count
             if terminal.json {
-                terminal.jsonLine(["scan": ["seen": found.count, "new": fresh, "seconds": seconds]])
+                let settled = lastFound.withLock { $0 } - started
+                terminal.jsonLine([
+                    "scan": [
+                        "seen": found.count, "new": fresh, "seconds": seconds,
+                        "last_found_after": Double(settled.components.attoseconds) / 1e18
+                            + Double(settled.components.seconds),
+                    ]
+                ])
             } else {
                 terminal.message(
                     "scan: \(found.count) SBeacon\(found.count == 1 ? "" : "s") seen, \(fresh) new"

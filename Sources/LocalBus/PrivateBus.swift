@@ -163,6 +163,19 @@ public final class ChildProcess: Sendable {
         }
     }
 
+    /// Waits for the process to exit by itself: its wait status and the
+    /// resources it used (CPU time, peak RSS), as `wait4` reports them.
+    public func waitForExit() -> (status: Int32, usage: rusage) {
+        reaped.withLock { reaped in
+            var status: Int32 = 0
+            var usage = rusage()
+            guard !reaped else { return (-1, usage) }
+            while wait4(pid, &status, 0, &usage) < 0, errno == EINTR {}
+            reaped = true
+            return (status, usage)
+        }
+    }
+
     /// True while the process has not exited.
     public var isRunning: Bool {
         reaped.withLock { reaped in

@@ -113,6 +113,145 @@ func printTable(_ results: [Measurement]) {
     }
 }
 
+/// One line of the summary table: a number against its goal.
+struct Row: Codable {
+    var scenario: String
+    var value: String
+    var goal: String
+    var met: Bool?
+}
+
+func printRows(_ rows: [Row]) {
+    let widths = [
+        max(8, rows.map(\.scenario.count).max() ?? 0), max(6, rows.map(\.value.count).max() ?? 0),
+        max(4, rows.map(\.goal.count).max() ?? 0),
+    ]
+    func pad(_ text: String, _ width: Int) -> String { text.padding(toLength: width, withPad: " ", startingAt: 0) }
+    print(pad("scenario", widths[0]) + "  " + pad("result", widths[1]) + "  " + pad("goal", widths[2]) + "  met")
+    for row in rows {
+        print(
+            pad(row.scenario, widths[0]) + "  " + pad(row.value, widths[1]) + "  " + pad(row.goal, widths[2]) + "  "
+                + (row.met.map { $0 ? "yes" : "NO" } ?? "-"))
+    }
+}
+
+struct Report: Codable {
+    var machine: String
+    var date: String
+    var rows: [Row] = []
+    var provisioning: [ProvisioningResult] = []
+    var passiveAudit: PassiveAuditResult?
+    var startup: StartupResult?
+    var dbus: [Measurement] = []
+    var inventory: [Measurement] = []
+}
+
+func machineDescription() -> String {
+    let cpu =
+        (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?.split(separator: "\n")
+        .first { $0.hasPrefix("model name") }?.split(separator: ":").last?.trimmingCharacters(in: .whitespaces)
+        ?? "unknown CPU"
+    return "\(ProcessInfo.processInfo.activeProcessorCount) × \(cpu), "
+        + "\(ProcessInfo.processInfo.physicalMemory / (1 << 30)) GiB"
+}
+
+func format(_ value: Double, _ digits: Int = 1) -> String { String(format: "%.\(digits)f", value) }
+
+/// Everything, one table. `quick` leaves out the 500-beacon realistic runs
+/// and the 100-beacon run at concurrency 1 (about 20 minutes between them).
+func allBenchmarks(quick: Bool, seconds: Double) async throws -> Report {
+    var report = Report(machine: machineDescription(), date: ISO8601DateFormatter().string(from: Date()))
+    func log(_ text: String) { FileHandle.standardError.write(Data("… \(text)\n".utf8)) }
+
+    // 1. Provisioning throughput against the floor.
+    var scenarios: [(count: Int, adapters: Int, concurrency: Int?)] = [
+        (10, 1, nil), (100, 1, nil), (10, 2, nil), (100, 2, nil),
+    ]
+    if !quick { scenarios += [(500, 1, nil), (500, 2, nil), (100, 1, 1)] }
+    for scenario in scenarios {
+        log("provisioning \(scenario.count) beacons, \(scenario.adapters) adapter(s), realistic radio")
+        var result = try await provisioningRun(
+            count: scenario.count, adapters: scenario.adapters, concurrency: scenario.concurrency,
+            latency: "realistic")
+        result.scenario =
+            "provision \(scenario.count), \(scenario.adapters) adapter\(scenario.adapters == 1 ? "" : "s")"
+            + (scenario.concurrency.map { ", concurrency \($0)" } ?? "")
+        report.provisioning.append(result)
+        let ratio = result.ratio ?? 0
+        report.rows.append(
+            Row(
+                scenario: result.scenario + ": fleet time / floor",
+                value: "\(format(result.fleetSeconds)) s / \(format(result.floorSeconds ?? 0)) s = \(format(ratio, 2))",
+                goal: scenario.count == 100 && scenario.concurrency == nil ? "≤ 1.10" : "-",
+                met: scenario.count == 100 && scenario.concurrency == nil ? ratio <= 1.10 : nil))
+    }
+
+    // 2 and 7. CPU per device and memory, 500 beacons, no radio latency.
+    log("provisioning 500 beacons, no radio latency")
+    var fast = try await provisioningRun(count: 500, adapters: 1, concurrency: nil, latency: "none")
+    fast.scenario = "provision 500, no latency"
+    report.provisioning.append(fast)
+    report.rows.append(
+        Row(
+            scenario: "CPU per device (500, no latency)",
+            value: "\(format(fast.cpuMillisecondsPerDevice, 2)) ms (\(format(fast.cpuSeconds, 2)) s in all)",
+            goal: "≤ 2 ms", met: fast.cpuMillisecondsPerDevice <= 2))
+    let big = report.provisioning.filter { $0.beacons == 500 }.max { $0.peakRSSMiB < $1.peakRSSMiB } ?? fast
+    report.rows.append(
+        Row(
+            scenario: "peak RSS of a 500-beacon run", value: "\(format(big.peakRSSMiB)) MiB", goal: "≤ 64 MiB",
+            met: big.peakRSSMiB <= 64))
+
+    // 3. Passive audit of 500 beacons in one scan.
+    log("passive audit of 500 beacons")
+    let passive = try await passiveAuditRun(count: 500)
+    report.passiveAudit = passive
+    report.rows.append(
+        Row(
+            scenario: "passive audit of 500 in one 10 s scan",
+            value: "\(passive.audited) audited, all seen after \(format(passive.allSeenAfterSeconds)) s",
+            goal: "500 in 10 s", met: passive.audited == 500 && passive.allSeenAfterSeconds <= 10))
+
+    // 4. Inventory.
+    log("inventory")
+    report.inventory = try await inventoryBenchmark()
+    for measurement in report.inventory {
+        let perSecond = !measurement.scenario.contains("(ms each)")
+        report.rows.append(
+            Row(
+                scenario: measurement.scenario,
+                value: perSecond
+                    ? "\(Int(measurement.callsPerSecond))/s" : "\(format(measurement.callsPerSecond, 2)) ms",
+                goal: measurement.scenario.contains("audit") ? "≤ 1000 ms" : "-",
+                met: measurement.scenario.contains("audit") ? measurement.callsPerSecond <= 1000 : nil))
+    }
+
+    // 5. D-Bus round trips.
+    log("D-Bus round trips")
+    report.dbus = try await dbusBenchmark(seconds: seconds)
+    for measurement in report.dbus {
+        let eight = measurement.scenario.contains("8 callers")
+        report.rows.append(
+            Row(
+                scenario: measurement.scenario, value: "\(Int(measurement.callsPerSecond))/s",
+                goal: eight ? "≥ 20000/s" : "-", met: eight ? measurement.callsPerSecond >= 20_000 : nil))
+    }
+
+    // 6. Start-up.
+    log("start-up")
+    let startup = try startupRun()
+    report.startup = startup
+    report.rows.append(
+        Row(
+            scenario: "beaconbench --version", value: "\(format(startup.versionMilliseconds)) ms", goal: "≤ 50 ms",
+            met: startup.versionMilliseconds <= 50))
+    report.rows.append(
+        Row(
+            scenario: "time to the REPL prompt", value: "\(format(startup.promptMilliseconds)) ms", goal: "≤ 50 ms",
+            met: startup.promptMilliseconds <= 50))
+    return report
+}
+
 var arguments = Array(CommandLine.arguments.dropFirst())
 let scenario = arguments.isEmpty ? "dbus" : arguments.removeFirst()
 if scenario == "inventory-writer", let path = arguments.first {
@@ -120,28 +259,44 @@ if scenario == "inventory-writer", let path = arguments.first {
 }
 var durationSeconds = 3.0
 var jsonPath: String?
+var quick = false
 while !arguments.isEmpty {
     let option = arguments.removeFirst()
     switch option {
     case "--seconds": durationSeconds = Double(arguments.removeFirst()) ?? durationSeconds
     case "--json": jsonPath = arguments.removeFirst()
+    case "--quick": quick = true
     default:
         FileHandle.standardError.write(
-            Data("usage: beaconbench-bench dbus|inventory [--seconds S] [--json FILE]\n".utf8))
+            Data("usage: beaconbench-bench all|dbus|inventory [--quick] [--seconds S] [--json FILE]\n".utf8))
         exit(1)
     }
 }
-let results: [Measurement]
+let encoder = JSONEncoder()
+encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
 switch scenario {
-case "dbus": results = try await dbusBenchmark(seconds: durationSeconds)
-case "inventory": results = try await inventoryBenchmark()
+case "all":
+    let report = try await allBenchmarks(quick: quick, seconds: durationSeconds)
+    print("machine: \(report.machine)")
+    printRows(report.rows)
+    print()
+    print("provisioning runs (fleet = first step to last, from the inventory; command = the whole process):")
+    for run in report.provisioning {
+        print(
+            "  \(run.scenario): command \(format(run.commandSeconds)) s, fleet \(format(run.fleetSeconds)) s"
+                + (run.floorSeconds.map { ", floor \(format($0)) s" } ?? "")
+                + ", CPU \(format(run.cpuSeconds, 2)) s, RSS \(format(run.peakRSSMiB)) MiB, "
+                + "\(run.changed) changed, \(run.skipped) skipped, \(run.failed) failed; "
+                + "\(run.connects) connects, \(run.requests) ATT requests, \(run.calibrations) calibrations")
+    }
+    if let jsonPath { try encoder.encode(report).write(to: URL(fileURLWithPath: jsonPath)) }
+case "dbus", "inventory":
+    let results =
+        scenario == "dbus" ? try await dbusBenchmark(seconds: durationSeconds) : try await inventoryBenchmark()
+    printTable(results)
+    if let jsonPath { try encoder.encode(results).write(to: URL(fileURLWithPath: jsonPath)) }
 default:
-    FileHandle.standardError.write(Data("error: unknown scenario '\(scenario)' (known: dbus, inventory)\n".utf8))
+    FileHandle.standardError.write(
+        Data("error: unknown scenario '\(scenario)' (known: all, dbus, inventory)\n".utf8))
     exit(1)
-}
-printTable(results)
-if let jsonPath {
-    let encoder = JSONEncoder()
-    encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-    try encoder.encode(results).write(to: URL(fileURLWithPath: jsonPath))
 }
