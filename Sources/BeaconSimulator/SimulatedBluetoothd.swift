@@ -54,6 +54,8 @@ public actor SimulatedBluetoothd {
         /// one connection does not touch the next.
         var generation = 0
         var removal: Task<Void, Never>?
+        /// The RSSI last announced (PropertiesChanged).
+        var reportedRSSI: Int16?
     }
 
     public init(bus: BusConnection, options: SimulatorOptions, fleet: [BeaconState]) {
@@ -340,8 +342,15 @@ public actor SimulatedBluetoothd {
                     adapters[index].devices[address]?.removal?.cancel()
                     adapters[index].devices[address]?.removal = nil
                     let jitter = Int16(Int(jitterRandom.next() % 7) - 3)
+                    let rssi = state.rssi + jitter
+                    // As bluetoothd: every change while some client has a
+                    // discovery filter (DuplicateData and the like), else
+                    // only changes of 8 dBm or more.
+                    let filtered = adapters[index].discoveryClients.contains { adapters[index].filters[$0] != nil }
+                    guard filtered || abs(Int(rssi) - Int(device.reportedRSSI ?? -127)) >= 8 else { continue }
+                    adapters[index].devices[address]?.reportedRSSI = rssi
                     try? await bus.setProperties(
-                        ["RSSI": .int16(state.rssi + jitter)], interface: "org.bluez.Device1", at: device.path)
+                        ["RSSI": .int16(rssi)], interface: "org.bluez.Device1", at: device.path)
                 } else {
                     await exportDevice(index, address)
                 }
@@ -398,7 +407,7 @@ public actor SimulatedBluetoothd {
     private func exportDevice(_ index: Int, _ address: String) async {
         guard let state = beacons[address]?.state else { return }
         let path = Self.devicePath(adapters[index].path, address)
-        adapters[index].devices[address] = Device(path: path)
+        adapters[index].devices[address] = Device(path: path, reportedRSSI: state.rssi)
         let properties: [String: BusValue] = [
             "Address": .string(address), "AddressType": "random", "Name": "SBeacon", "Alias": "SBeacon",
             "Paired": false, "Bonded": false, "Trusted": false, "Blocked": false, "LegacyPairing": false,

@@ -54,14 +54,10 @@ public actor BluetoothClient {
     public func start() async throws {
         let signals = try await bus.signals(matching: MatchRule(sender: Self.bluez))
         let owners = try await bus.nameOwnerChanges(of: Self.bluez)
-        listeners.append(
-            Task { [weak self] in
-                for await signal in signals { await self?.apply(signal) }
-            })
-        listeners.append(
-            Task { [weak self] in
-                for await change in owners { await self?.ownerChanged(change) }
-            })
+        // The loops run on this actor: a burst of signals (a connect brings
+        // some thirty InterfacesAdded) costs no hop per signal.
+        listeners.append(Task { [weak self] in await self?.follow(signals) })
+        listeners.append(Task { [weak self] in await self?.follow(owners) })
         try await reload()
     }
 
@@ -70,6 +66,14 @@ public actor BluetoothClient {
         for listener in listeners { listener.cancel() }
         listeners = []
         failWaiters(BlueZError(.bluetoothdGone, step: "stop"))
+    }
+
+    private func follow(_ signals: AsyncStream<BusSignal>) async {
+        for await signal in signals { apply(signal) }
+    }
+
+    private func follow(_ changes: AsyncCompactMapSequence<AsyncStream<BusSignal>, NameOwnerChanged>) async {
+        for await change in changes { await ownerChanged(change) }
     }
 
     private func reload() async throws {
@@ -292,8 +296,13 @@ public actor BluetoothClient {
     /// Filters discovery to LE with duplicates reported (so RSSI stays
     /// current) and an optional RSSI floor, then starts it. Discovery that
     /// this client already started is not an error.
-    public func startDiscovery(on adapter: Adapter, rssiFloor: Int16? = nil) async throws {
-        var filter: [String: BusValue] = ["Transport": "le", "DuplicateData": true]
+    ///
+    /// With `everyAdvert` false and no floor, the filter is cleared instead:
+    /// bluetoothd then announces an RSSI change only when it moves by 8 dBm
+    /// or more, which spares a long fleet run thousands of signals.
+    public func startDiscovery(on adapter: Adapter, rssiFloor: Int16? = nil, everyAdvert: Bool = true) async throws {
+        var filter: [String: BusValue] = [:]
+        if everyAdvert || rssiFloor != nil { filter = ["Transport": "le", "DuplicateData": true] }
         if let rssiFloor { filter["RSSI"] = .int16(rssiFloor) }
         try await call(
             adapter.path, "org.bluez.Adapter1", "SetDiscoveryFilter", [.propertyMap(filter)],

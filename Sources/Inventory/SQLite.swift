@@ -105,13 +105,26 @@ public final class Database {
         var statement: OpaquePointer?
         let code = sqlite3_prepare_v3(handle, sql, -1, 0, &statement, nil)
         guard code == SQLITE_OK, let statement else { throw error(code, sql) }
-        return Statement(database: self, handle: statement, sql: sql)
+        return Statement(connection: handle, handle: statement, sql: sql)
+    }
+
+    /// Statements prepared once and kept, by their SQL: the same few
+    /// statements run for every step of every device.
+    private var cache: [String: Statement] = [:]
+
+    private func cached(_ sql: String) throws -> Statement {
+        if let statement = cache[sql] { return statement }
+        let statement = try prepare(sql)
+        if cache.count > 64 { cache = [:] }
+        cache[sql] = statement
+        return statement
     }
 
     /// Runs one statement with bound parameters; returns the rows changed.
     @discardableResult
     public func run(_ sql: String, _ parameters: [SQLiteValue] = []) throws -> Int {
-        let statement = try prepare(sql)
+        let statement = try cached(sql)
+        defer { sqlite3_reset(statement.handle) }
         try statement.bind(parameters)
         while try statement.step() {}
         return Int(sqlite3_changes(handle))
@@ -119,7 +132,8 @@ public final class Database {
 
     /// Every row of a query, as column values.
     public func rows(_ sql: String, _ parameters: [SQLiteValue] = []) throws -> [[SQLiteValue]] {
-        let statement = try prepare(sql)
+        let statement = try cached(sql)
+        defer { sqlite3_reset(statement.handle) }
         try statement.bind(parameters)
         var rows: [[SQLiteValue]] = []
         while try statement.step() { rows.append(statement.row()) }
@@ -148,16 +162,23 @@ public final class Database {
     public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
 }
 
-/// A prepared statement; finalized when released.
+/// A prepared statement; finalized when released. It holds its
+/// connection's handle, not the `Database` (which caches statements): a
+/// connection closed with `sqlite3_close_v2` lives on until its last
+/// statement is finalized.
 public final class Statement {
-    let database: Database
+    let connection: OpaquePointer
     let handle: OpaquePointer
     public let sql: String
 
-    init(database: Database, handle: OpaquePointer, sql: String) {
-        self.database = database
+    init(connection: OpaquePointer, handle: OpaquePointer, sql: String) {
+        self.connection = connection
         self.handle = handle
         self.sql = sql
+    }
+
+    func error(_ code: Int32, _ sql: String?) -> SQLiteError {
+        SQLiteError(code: code, message: String(cString: sqlite3_errmsg(connection)), sql: sql)
     }
 
     deinit {
@@ -197,7 +218,7 @@ public final class Statement {
                         sqlite3_uint64(buffer.count), beaconbench_sqlite_transient())
                 }
             }
-            guard code == SQLITE_OK else { throw database.error(code, sql) }
+            guard code == SQLITE_OK else { throw error(code, sql) }
         }
     }
 
@@ -207,7 +228,7 @@ public final class Statement {
         switch code {
         case SQLITE_ROW: return true
         case SQLITE_DONE: return false
-        default: throw database.error(code, sql)
+        default: throw error(code, sql)
         }
     }
 

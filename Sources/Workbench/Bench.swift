@@ -136,10 +136,14 @@ public actor Bench {
     /// Discovery stays on while any scan or fleet run needs it: a device
     /// that vanished for a moment is found again, and BlueZ does not drop
     /// the devices it found while it runs.
-    public func beginDiscovery(rssiFloor: Int16? = nil) async throws {
+    public func beginDiscovery(rssiFloor: Int16? = nil, everyAdvert: Bool = true) async throws {
         discoveryUsers += 1
+        // A fleet run joining a scan keeps the scan's filter.
+        guard discoveryUsers == 1 || everyAdvert else { return }
         do {
-            for adapter in try await adapters() { try await client.startDiscovery(on: adapter, rssiFloor: rssiFloor) }
+            for adapter in try await adapters() {
+                try await client.startDiscovery(on: adapter, rssiFloor: rssiFloor, everyAdvert: everyAdvert)
+            }
         } catch {
             discoveryUsers -= 1
             throw error
@@ -251,7 +255,7 @@ public actor Bench {
         _ steps: [DeviceStep], on addresses: [String], run: Int64, concurrency: Int, dryRun: Bool,
         profiles: [String: Profile] = [:], progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
     ) async throws -> [DeviceRecap] {
-        try await beginDiscovery()
+        try await beginDiscovery(everyAdvert: false)
         let runner = FleetRunner(
             client: client, inventory: inventory, run: run, concurrency: concurrency, dryRun: dryRun,
             profiles: profiles, adapters: try await adapters().map(\.path), progress: progress)
