@@ -150,40 +150,51 @@ public actor Inventory {
     /// left nil keep their stored value.
     public func recordDevice(_ device: DeviceRecord) throws {
         let now = Self.timestamp(device.seenAt)
+        // One statement, one transaction; a NULL keeps what is stored.
         try database.run(
             """
-            INSERT INTO devices(address, mac_ending, first_seen, last_seen) VALUES (?, ?, ?, ?)
-            ON CONFLICT(address) DO UPDATE SET last_seen = excluded.last_seen
+            INSERT INTO devices(
+                address, mac_ending, first_seen, last_seen, major, minor, model, serial,
+                hardware_revision, firmware, battery, battery_at, calibrated, calibrated_at,
+                calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
+                config_cornering, config_braking, config_acceleration, config_duration,
+                config_enable, config_read_at
+            ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT(address) DO UPDATE SET
+                last_seen = excluded.last_seen, major = COALESCE(excluded.major, major),
+                minor = COALESCE(excluded.minor, minor), model = COALESCE(excluded.model, model),
+                serial = COALESCE(excluded.serial, serial),
+                hardware_revision = COALESCE(excluded.hardware_revision, hardware_revision),
+                firmware = COALESCE(excluded.firmware, firmware),
+                battery = COALESCE(excluded.battery, battery),
+                battery_at = COALESCE(excluded.battery_at, battery_at),
+                calibrated = COALESCE(excluded.calibrated, calibrated),
+                calibrated_at = COALESCE(excluded.calibrated_at, calibrated_at),
+                calibration_x = COALESCE(excluded.calibration_x, calibration_x),
+                calibration_y = COALESCE(excluded.calibration_y, calibration_y),
+                calibration_z = COALESCE(excluded.calibration_z, calibration_z),
+                time_offset_ms = COALESCE(excluded.time_offset_ms, time_offset_ms),
+                profile = COALESCE(excluded.profile, profile),
+                config_cornering = COALESCE(excluded.config_cornering, config_cornering),
+                config_braking = COALESCE(excluded.config_braking, config_braking),
+                config_acceleration = COALESCE(excluded.config_acceleration, config_acceleration),
+                config_duration = COALESCE(excluded.config_duration, config_duration),
+                config_enable = COALESCE(excluded.config_enable, config_enable),
+                config_read_at = COALESCE(excluded.config_read_at, config_read_at)
             """,
-            [.text(device.address), .text(device.macEnding), .text(now), .text(now)])
-        let updates: [(String, SQLiteValue?)] = [
-            ("major", device.identity.map { SQLiteValue($0.major) }),
-            ("minor", device.identity.map { SQLiteValue($0.minor) }),
-            ("model", device.model.map(SQLiteValue.text)), ("serial", device.serial.map(SQLiteValue.text)),
-            ("hardware_revision", device.hardwareRevision.map(SQLiteValue.text)),
-            ("firmware", device.firmware.map { .text($0.description) }),
-            ("battery", device.battery.map { SQLiteValue($0) }),
-            ("battery_at", device.battery.map { _ in .text(now) }),
-            ("calibrated", device.calibration.map { SQLiteValue($0.calibrated) }),
-            ("calibrated_at", device.calibratedAt.map { .text(Self.timestamp($0)) }),
-            ("calibration_x", device.calibration.map { SQLiteValue($0.vector.x) }),
-            ("calibration_y", device.calibration.map { SQLiteValue($0.vector.y) }),
-            ("calibration_z", device.calibration.map { SQLiteValue($0.vector.z) }),
-            ("time_offset_ms", device.timeOffset.map { .integer($0) }),
-            ("profile", device.profile.map(SQLiteValue.text)),
-            ("config_cornering", device.config.map { SQLiteValue($0.cornering) }),
-            ("config_braking", device.config.map { SQLiteValue($0.braking) }),
-            ("config_acceleration", device.config.map { SQLiteValue($0.acceleration) }),
-            ("config_duration", device.config.map { SQLiteValue($0.duration) }),
-            ("config_enable", device.config.map { SQLiteValue($0.enable.rawValue) }),
-            ("config_read_at", device.config.map { _ in .text(now) }),
-        ]
-        let present = updates.compactMap { column, value in value.map { (column, $0) } }
-        guard !present.isEmpty else { return }
-        // Column names come from the list above, never from outside.
-        let assignments = present.map { "\($0.0) = ?" }.joined(separator: ", ")
-        try database.run(
-            "UPDATE devices SET \(assignments) WHERE address = ?", present.map(\.1) + [.text(device.address)])
+            [
+                .text(device.address), .text(device.macEnding), .text(now), .text(now),
+                SQLiteValue(device.identity?.major), SQLiteValue(device.identity?.minor), SQLiteValue(device.model),
+                SQLiteValue(device.serial), SQLiteValue(device.hardwareRevision),
+                SQLiteValue(device.firmware?.description), SQLiteValue(device.battery),
+                device.battery == nil ? .null : .text(now), SQLiteValue(device.calibration?.calibrated),
+                SQLiteValue(device.calibratedAt.map(Self.timestamp)), SQLiteValue(device.calibration?.vector.x),
+                SQLiteValue(device.calibration?.vector.y), SQLiteValue(device.calibration?.vector.z),
+                SQLiteValue(device.timeOffset), SQLiteValue(device.profile), SQLiteValue(device.config?.cornering),
+                SQLiteValue(device.config?.braking), SQLiteValue(device.config?.acceleration),
+                SQLiteValue(device.config?.duration), SQLiteValue(device.config?.enable.rawValue),
+                device.config == nil ? .null : .text(now),
+            ])
     }
 
     /// A reading for trends (battery, RSSI, firmware).

@@ -17,7 +17,7 @@ public struct OutcomeRecord: Sendable, Equatable, Codable {
 extension Inventory {
     /// Every device, by address.
     public func devices() throws -> [DeviceRecord] {
-        try deviceRows(where: "", [])
+        try deviceRows(nil)
     }
 
     public func devicesByAddress() throws -> [String: DeviceRecord] {
@@ -26,21 +26,18 @@ extension Inventory {
 
     /// One device, by address or MAC ending.
     public func device(_ addressOrEnding: String) throws -> DeviceRecord? {
-        try deviceRows(
-            where: "WHERE address = ? OR mac_ending = ?",
-            [.text(addressOrEnding.uppercased()), .text(addressOrEnding.lowercased())]
-        ).first
+        try deviceRows(addressOrEnding).first
     }
 
-    private func deviceRows(where clause: String, _ parameters: [SQLiteValue]) throws -> [DeviceRecord] {
-        // `clause` is one of the fixed strings above; values are bound.
+    /// Every device, or those whose address or MAC ending is `name`.
+    private func deviceRows(_ name: String?) throws -> [DeviceRecord] {
         try database.rows(
             """
             SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
                    calibrated, calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
                    config_cornering, config_braking, config_acceleration, config_duration, config_enable
-            FROM devices \(clause) ORDER BY address
-            """, parameters
+            FROM devices WHERE ?1 IS NULL OR address = upper(?1) OR mac_ending = lower(?1) ORDER BY address
+            """, [SQLiteValue(name)]
         ).map { row in
             var record = DeviceRecord(
                 address: row[0].text ?? "",
@@ -94,18 +91,13 @@ extension Inventory {
     /// Step outcomes, newest first: of one device (address or MAC ending)
     /// or of all.
     public func outcomes(device: String? = nil, limit: Int = 50) throws -> [OutcomeRecord] {
-        let columns = "o.id, o.run_id, o.device, o.step, o.status, o.detail, o.error, o.started_at, o.duration_ms"
-        let rows =
-            if let device {
-                try database.rows(
-                    """
-                    SELECT \(columns) FROM outcomes o JOIN devices d ON d.address = o.device
-                    WHERE d.address = ? OR d.mac_ending = ? ORDER BY o.id DESC LIMIT ?
-                    """, [.text(device.uppercased()), .text(device.lowercased()), .integer(Int64(limit))])
-            } else {
-                try database.rows(
-                    "SELECT \(columns) FROM outcomes o ORDER BY o.id DESC LIMIT ?", [.integer(Int64(limit))])
-            }
+        let rows = try database.rows(
+            """
+            SELECT o.id, o.run_id, o.device, o.step, o.status, o.detail, o.error, o.started_at, o.duration_ms
+            FROM outcomes o LEFT JOIN devices d ON d.address = o.device
+            WHERE ?1 IS NULL OR d.address = upper(?1) OR d.mac_ending = lower(?1)
+            ORDER BY o.id DESC LIMIT ?2
+            """, [SQLiteValue(device), .integer(Int64(limit))])
         return rows.map { row in
             OutcomeRecord(
                 id: row[0].integer ?? 0, run: row[1].integer ?? 0, device: row[2].text, step: row[3].text ?? "",

@@ -1,0 +1,62 @@
+import Foundation
+import Testing
+
+/// SQL only with bound parameters: no string literal in the sources that
+/// holds SQL may also hold an interpolation.
+@Suite("SQL in the sources")
+struct SQLSourceTests {
+    static let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("Sources")
+
+    /// The string literals of a Swift file: multi-line ones, then the rest.
+    static func literals(_ text: String) -> [String] {
+        var found: [String] = []
+        var rest = text
+        while let open = rest.range(of: "\"\"\"") {
+            guard let close = rest[open.upperBound...].range(of: "\"\"\"") else { break }
+            found.append(String(rest[open.upperBound..<close.lowerBound]))
+            rest.removeSubrange(open.lowerBound..<close.upperBound)
+        }
+        for line in rest.split(separator: "\n") where !line.trimmingCharacters(in: .whitespaces).hasPrefix("//") {
+            let pieces = line.split(separator: "\"", omittingEmptySubsequences: false)
+            for index in stride(from: 1, to: pieces.count, by: 2) { found.append(String(pieces[index])) }
+        }
+        return found
+    }
+
+    static let sql = try! NSRegularExpression(
+        pattern: #"\b(SELECT\s.+\sFROM|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+TABLE|PRAGMA\s)"#,
+        options: [.dotMatchesLineSeparators])
+
+    static let allowed: Set<String> = ["PRAGMA user_version = \\(index + 1)"]
+
+    @Test func noSQLIsBuiltFromStrings() throws {
+        var files = 0
+        var statements = 0
+        var violations: [String] = []
+        let enumerator = try #require(FileManager.default.enumerator(atPath: Self.sources.path))
+        for case let file as String in enumerator where file.hasSuffix(".swift") {
+            files += 1
+            let text = try String(contentsOf: Self.sources.appendingPathComponent(file), encoding: .utf8)
+            for literal in Self.literals(text)
+            where Self.sql.firstMatch(in: literal, range: NSRange(literal.startIndex..., in: literal)) != nil {
+                statements += 1
+                // PRAGMA takes no parameters; the schema version is an Int.
+                if literal.contains("\\("), !Self.allowed.contains(literal) {
+                    violations.append("\(file): \(literal.prefix(80))")
+                }
+            }
+        }
+        #expect(files > 50)
+        #expect(statements > 20, "the scan found too few SQL statements to be looking in the right place")
+        #expect(violations.isEmpty, "SQL built from strings:\n\(violations.joined(separator: "\n"))")
+    }
+
+    @Test func theScanSeesAnInterpolation() {
+        let sample = "let x = \"SELECT a FROM t WHERE b = \\(value)\""
+        let found = Self.literals(sample).filter {
+            Self.sql.firstMatch(in: $0, range: NSRange($0.startIndex..., in: $0)) != nil && $0.contains("\\(")
+        }
+        #expect(found.count == 1)
+    }
+}
