@@ -153,6 +153,10 @@ public actor FleetRunner {
         var statuses: [Int: Inventory.StepStatus] = [:]
         var wouldChange: Set<Int> = []
         var skipReason: String?
+        /// Steps finished, in order: a reconnect goes on from here.
+        var completed = 0
+        /// Set by a failed `require`: the rest is skipped with this reason.
+        var skipping: String?
 
         mutating func record(_ index: Int, _ status: Inventory.StepStatus) {
             if statuses[index] != .changed { statuses[index] = status }
@@ -170,22 +174,31 @@ public actor FleetRunner {
             return recap
         }
         var tally = Tally()
-        var attempt = 1
+        var attempts = 1
+        var fruitless = 0
         var pause = retryBackoff
         while true {
+            let done = tally.completed
             do {
                 try await attemptSteps(address, steps, &tally)
                 break
             } catch {
-                guard attempt < deviceAttempts, Self.worthAnotherConnection(error), !Task.isCancelled else {
+                // A connection that got steps done resets the count: only
+                // `deviceAttempts` connections in a row without progress (or
+                // three times as many in all) give up.
+                fruitless = tally.completed > done ? 0 : fruitless + 1
+                guard fruitless < deviceAttempts, attempts < 3 * deviceAttempts, Self.worthAnotherConnection(error),
+                    !Task.isCancelled
+                else {
                     recap.failed = 1
                     recap.reason = "\(error)"
                     break
                 }
-                // Reconnect and go through the steps again: each is
-                // idempotent, so what was done is found done.
-                attempt += 1
+                // Reconnect and go on from the step that failed: the ones
+                // before it hold (each was read back).
+                attempts += 1
                 recap.retries += 1
+                if tally.completed > done { pause = retryBackoff }
                 try? await Task.sleep(for: pause)
                 pause = pause * 2
                 if let error = error as? BlueZError, error.busErrorName == .bluez.notReady {
@@ -264,13 +277,13 @@ public actor FleetRunner {
                 connected = true
                 if let connectStep { try? await inventory.finishStep(connectStep, .ok) }
                 let beacon = try await SBeacon(session)
-                var skipping: String?
-                for (index, step) in steps.enumerated() {
+                for (index, step) in steps.enumerated() where index >= tally.completed {
                     let id = try await inventory.beginStep(run: run, device: device, step: step.name)
-                    if let skipping {
+                    if let skipping = tally.skipping {
                         try await inventory.finishStep(id, .skipped, detail: skipping)
                         progress(.step(address: address, step: step.name, status: .skipped, detail: skipping))
                         tally.record(index, .skipped)
+                        tally.completed = index + 1
                         continue
                     }
                     let started = ContinuousClock.now
@@ -280,11 +293,12 @@ public actor FleetRunner {
                             id, status, detail: detail, durationMilliseconds: Self.milliseconds(since: started))
                         progress(.step(address: address, step: step.name, status: status, detail: detail))
                         tally.record(index, status)
+                        tally.completed = index + 1
                         if status == .skipped {
                             if dryRun, detail?.hasPrefix("dry run:") == true { tally.wouldChange.insert(index) }
                             switch step {
                             case .requireBattery, .requireFirmware:
-                                skipping = detail
+                                tally.skipping = detail
                                 tally.skipReason = detail
                             default: break
                             }
@@ -349,6 +363,11 @@ public actor FleetRunner {
             // Idempotent: a beacon that holds a plausible calibration keeps it.
             let current = try await beacon.readCalibration()
             if current.calibrated, Auditor.plausibleGravity.contains(current.vector.magnitude) {
+                // Recorded too: a calibration whose result was lost with
+                // the link (a retry finds it done) is still known.
+                var record = DeviceRecord(address: address)
+                record.calibration = current
+                try await inventory.recordDevice(record)
                 return (.unchanged, "already calibrated")
             }
             if dryRun { return (.skipped, "dry run: would calibrate") }
@@ -454,6 +473,8 @@ public actor FleetRunner {
     /// this run.
     private func allocateMinor(_ major: UInt16) async throws -> UInt16 {
         if nextMinor[major] == nil {
+            // Awaits below let other devices in: the base is set only by the
+            // first to come back, and handing out a minor has no await.
             let stored =
                 try await inventory.query(
                     "SELECT max(minor) FROM devices WHERE major = ?", [.integer(Int64(major))]
@@ -465,7 +486,7 @@ public actor FleetRunner {
                     else { return nil }
                     return Int64(advert.identity.minor)
                 }.max() ?? 0
-            nextMinor[major] = UInt16(clamping: max(stored, advertised) + 1)
+            if nextMinor[major] == nil { nextMinor[major] = UInt16(clamping: max(stored, advertised) + 1) }
         }
         let minor = nextMinor[major]!
         nextMinor[major] = minor &+ 1
