@@ -52,7 +52,10 @@ public struct BlueZError: Error, Sendable, CustomStringConvertible {
         case .bus(let error):
             switch error.name {
             // UnknownObject: the attribute went with a link that dropped.
-            case .bluez.inProgress, .bluez.notConnected, .noReply, .bluez.notReady, .unknownObject: return true
+            // NameHasNoOwner, ServiceUnknown: bluetoothd is restarting.
+            case .bluez.inProgress, .bluez.notConnected, .noReply, .bluez.notReady, .unknownObject, .nameHasNoOwner,
+                .serviceUnknown:
+                return true
             case .bluez.failed:
                 let message = error.message.lowercased()
                 return message.contains("le-connection-abort-by-local") || message.contains("not connected")

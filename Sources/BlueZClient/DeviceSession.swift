@@ -183,7 +183,11 @@ public struct DeviceSession: Sendable {
             let found = await client.gattObjects(under: path, interface: "org.bluez.GattCharacteristic1")
                 .first(where: { $0.uuid == wanted })
         else {
-            throw BlueZError(.missingAttribute("characteristic"), device: address, step: "find", characteristic: uuid)
+            // Gone with the link (or with bluetoothd) is not missing.
+            let linkUp = await client.object(path)?["org.bluez.Device1"]?["ServicesResolved"]?.bool ?? false
+            throw BlueZError(
+                linkUp ? .missingAttribute("characteristic") : .disconnected, device: address, step: "find",
+                characteristic: uuid)
         }
         return found.path
     }

@@ -100,6 +100,12 @@ public actor Bench {
         try await client.waitForAdapter(named: adapterName, timeout: .seconds(5))
     }
 
+    /// The adapters once bluetoothd has read them again (10 s at most).
+    func adaptersAfterRestart() async throws -> [Adapter] {
+        _ = try await client.waitForAdapter(named: adapterName, timeout: .seconds(10))
+        return try await adapters()
+    }
+
     /// The adapters this bench works with: the one named by `--adapter`,
     /// else every adapter with the central role (a fleet run spreads its
     /// devices over them).
@@ -256,6 +262,22 @@ public actor Bench {
         profiles: [String: Profile] = [:], progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
     ) async throws -> [DeviceRecap] {
         try await beginDiscovery(everyAdvert: false)
+        // bluetoothd restarting forgets discovery: start it again when it is
+        // back, so that devices are found once more.
+        let keeper = Task { [client] in
+            var generation = await client.bluetoothdGeneration
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(200))
+                let now = await client.bluetoothdGeneration
+                guard now != generation else { continue }
+                generation = now
+                guard let adapters = try? await self.adaptersAfterRestart() else { continue }
+                for adapter in adapters {
+                    try? await client.startDiscovery(on: adapter, everyAdvert: false)
+                }
+            }
+        }
+        defer { keeper.cancel() }
         let runner = FleetRunner(
             client: client, inventory: inventory, run: run, concurrency: concurrency, dryRun: dryRun,
             profiles: profiles, adapters: try await adapters().map(\.path), progress: progress)
