@@ -1,5 +1,5 @@
 # Shortcuts for the scripts in scripts/.
-.PHONY: test demo bench lint format
+.PHONY: test demo bench lint format fuzz
 
 test:
 	./scripts/test
@@ -15,3 +15,6 @@ lint:
 
 format:
 	swift format --in-place --recursive Package.swift Sources Tests
+
+fuzz:
+	./scripts/fuzz

@@ -61,6 +61,10 @@ let package = Package(
         // MARK: Thin executables.
         .executableTarget(name: "beaconbench", dependencies: ["Console"]),
         .executableTarget(name: "beaconbench-sim", dependencies: ["BeaconSimulator"]),
+        // libFuzzer targets (scripts/fuzz) or, built normally, a replayer of
+        // saved inputs (the test suite runs it over Tests/Fuzz).
+        .executableTarget(
+            name: "beaconbench-fuzz", dependencies: ["Console", "Profiles", "SBeaconProtocol", "DBusBinding"]),
         .executableTarget(
             name: "beaconbench-bench",
             dependencies: [

@@ -233,3 +233,44 @@ enum MessageCodec {
         }
     }
 }
+
+/// D-Bus messages in their wire form, for tools that hold bytes (fuzzing,
+/// captures): libdbus checks the framing, this binding decodes the body.
+public enum WireMessage {
+    /// Decodes a whole marshalled message's body.
+    /// - Throws: `BusError` `InvalidArgs` when libdbus rejects the bytes,
+    ///   else what `decodeBody` throws for a body this binding cannot carry.
+    public static func decodeBody(marshalled bytes: [UInt8]) throws -> [BusValue] {
+        var error = DBusError()
+        dbus_error_init(&error)
+        defer { dbus_error_free(&error) }
+        let message = bytes.withUnsafeBufferPointer { buffer in
+            buffer.baseAddress.map { base in
+                base.withMemoryRebound(to: CChar.self, capacity: buffer.count) {
+                    dbus_message_demarshal($0, Int32(clamping: buffer.count), &error)
+                }
+            } ?? nil
+        }
+        guard let message else { throw BusError(.invalidArgs, "not a D-Bus message") }
+        defer { dbus_message_unref(message) }
+        return try MessageCodec.decodeBody(of: message)
+    }
+
+    /// A message's wire form (to seed corpora).
+    public static func marshal(method: String, body: [BusValue]) throws -> [UInt8] {
+        guard let message = dbus_message_new_method_call("org.example.Fuzz", "/", "org.example.Fuzz", method) else {
+            throw BusError(.noMemory, "no message")
+        }
+        defer { dbus_message_unref(message) }
+        try MessageCodec.append(body, to: message)
+        var buffer: UnsafeMutablePointer<CChar>?
+        var length: Int32 = 0
+        guard dbus_message_marshal(message, &buffer, &length) != 0, let buffer else {
+            throw BusError(.noMemory, "cannot marshal")
+        }
+        defer { dbus_free(buffer) }
+        return buffer.withMemoryRebound(to: UInt8.self, capacity: Int(length)) {
+            Array(UnsafeBufferPointer(start: $0, count: Int(length)))
+        }
+    }
+}

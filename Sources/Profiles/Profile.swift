@@ -81,6 +81,13 @@ public enum ProfileLoader {
         guard let data = FileManager.default.contents(atPath: path) else {
             throw ProfileError(file: path, keyPath: "", message: "cannot be read")
         }
+        return try parse(data, name: name, file: path)
+    }
+
+    /// Checks a profile's text as if read from `file` (the name is the
+    /// file's without `.json`).
+    public static func parse(_ data: Data, name: String, file: String) throws -> Profile {
+        let path = file
         let object: Any
         do {
             object = try JSONSerialization.jsonObject(with: data, options: [])

@@ -261,7 +261,9 @@ public actor Bench {
         _ steps: [DeviceStep], on addresses: [String], run: Int64, concurrency: Int, dryRun: Bool,
         profiles: [String: Profile] = [:], progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
     ) async throws -> [DeviceRecap] {
-        try await beginDiscovery(everyAdvert: false)
+        // Discovery helps (a device that vanished for a moment is found
+        // again) but a run goes on without it: the devices known are known.
+        let discovering = (try? await beginDiscovery(everyAdvert: false)) != nil
         // bluetoothd restarting forgets discovery: start it again when it is
         // back, so that devices are found once more.
         let keeper = Task { [client] in
@@ -282,7 +284,7 @@ public actor Bench {
             client: client, inventory: inventory, run: run, concurrency: concurrency, dryRun: dryRun,
             profiles: profiles, adapters: try await adapters().map(\.path), progress: progress)
         let recaps = await runner.run(steps, on: addresses)
-        try? await Task { try await self.endDiscovery() }.value
+        if discovering { try? await Task { try await self.endDiscovery() }.value }
         return recaps
     }
 

@@ -89,6 +89,9 @@ public actor FleetRunner {
     let profiles: [String: Profile]
     /// Connections per device before a transient failure counts.
     let deviceAttempts: Int
+    /// No new connection for a device after this long (a peer that never
+    /// answers must not hold a run for ever).
+    let deviceDeadline: Duration
     let retryBackoff: Duration
     /// The adapters to spread devices over (empty: let the client choose).
     let adapters: [ObjectPath]
@@ -99,12 +102,14 @@ public actor FleetRunner {
 
     public init(
         client: BluetoothClient, inventory: Inventory, run: Int64, concurrency: Int, dryRun: Bool = false,
-        policy: ConnectPolicy = ConnectPolicy(requiredServices: SBeacon.requiredServices),
+        // The client retries a connect once; the runner's reconnects do the rest.
+        policy: ConnectPolicy = ConnectPolicy(attempts: 2, requiredServices: SBeacon.requiredServices),
         findTimeout: Duration = .seconds(15), profiles: [String: Profile] = [:], deviceAttempts: Int = 4,
-        retryBackoff: Duration = .seconds(1), adapters: [ObjectPath] = [],
+        deviceDeadline: Duration = .seconds(90), retryBackoff: Duration = .seconds(1), adapters: [ObjectPath] = [],
         progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
     ) {
         self.deviceAttempts = max(1, deviceAttempts)
+        self.deviceDeadline = deviceDeadline
         self.adapters = adapters
         self.retryBackoff = retryBackoff
         self.profiles = profiles
@@ -174,6 +179,7 @@ public actor FleetRunner {
             return recap
         }
         var tally = Tally()
+        let began = ContinuousClock.now
         var attempts = 1
         var fruitless = 0
         var pause = retryBackoff
@@ -188,7 +194,7 @@ public actor FleetRunner {
                 // three times as many in all) give up.
                 fruitless = tally.completed > done ? 0 : fruitless + 1
                 guard fruitless < deviceAttempts, attempts < 3 * deviceAttempts, Self.worthAnotherConnection(error),
-                    !Task.isCancelled
+                    ContinuousClock.now - began < deviceDeadline, !Task.isCancelled
                 else {
                     recap.failed = 1
                     recap.reason = "\(error)"
