@@ -24,14 +24,7 @@ extension Inventory {
             if let x = row[6].integer, let y = row[7].integer, let z = row[8].integer {
                 subject.calibrationVector = Vector(x: Int16(clamping: x), y: Int16(clamping: y), z: Int16(clamping: z))
             }
-            if let cornering = row[9].integer, let braking = row[10].integer, let acceleration = row[11].integer,
-                let duration = row[12].integer, let enable = row[13].integer
-            {
-                subject.config = DrivingBehaviourConfig(
-                    cornering: UInt16(clamping: cornering), braking: UInt16(clamping: braking),
-                    acceleration: UInt16(clamping: acceleration), duration: UInt16(clamping: duration),
-                    enable: .init(rawValue: UInt16(clamping: enable)))
-            }
+            subject.config = Self.config(row[9...13])
             subject.configReadAt = row[14].text.flatMap(Self.parseTimestamp)
             subject.lastSeen = row[15].text.flatMap(Self.parseTimestamp)
             return subject

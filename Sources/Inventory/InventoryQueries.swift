@@ -60,16 +60,18 @@ extension Inventory {
             record.calibratedAt = row[10].text.flatMap(Self.parseTimestamp)
             record.timeOffset = row[14].integer
             record.profile = row[15].text
-            if let cornering = row[16].integer, let braking = row[17].integer, let acceleration = row[18].integer,
-                let duration = row[19].integer, let enable = row[20].integer
-            {
-                record.config = DrivingBehaviourConfig(
-                    cornering: UInt16(clamping: cornering), braking: UInt16(clamping: braking),
-                    acceleration: UInt16(clamping: acceleration), duration: UInt16(clamping: duration),
-                    enable: .init(rawValue: UInt16(clamping: enable)))
-            }
+            record.config = Self.config(row[16...20])
             return record
         }
+    }
+
+    /// The five `config_*` columns, in their order, when all are set.
+    static func config(_ columns: ArraySlice<SQLiteValue>) -> DrivingBehaviourConfig? {
+        let values = columns.compactMap(\.integer).map { UInt16(clamping: $0) }
+        guard values.count == 5 else { return nil }
+        return DrivingBehaviourConfig(
+            cornering: values[0], braking: values[1], acceleration: values[2], duration: values[3],
+            enable: .init(rawValue: values[4]))
     }
 
     /// Devices whose provisioning began on this bench but did not finish:
