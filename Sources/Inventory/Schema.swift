@@ -131,6 +131,9 @@ enum Schema {
         }
         for (index, migration) in migrations.enumerated().dropFirst(current) {
             try database.inTransaction {
+                // Another process may have migrated the file while this one
+                // waited for the write lock: look again inside it.
+                guard try database.userVersion == index else { return }
                 try database.execute(migration.sql)
                 // A version number is not a value from outside: it is this
                 // array's index, so it can be written into the pragma.
