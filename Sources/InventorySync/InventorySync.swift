@@ -27,6 +27,7 @@ public enum InventorySync {
             throw SyncError("the local inventory: \(error)")
         }
         let server = try PostgresConnection(url)
+        try server.exec("SET client_min_messages TO warning")
         try migrate(server)
         try server.exec(
             """
@@ -44,7 +45,9 @@ public enum InventorySync {
             let rows: [[SQLiteValue]]
             do {
                 rows = try await inventory.query(
-                    table.select, [.integer(after), .text("[" + refresh.joined(separator: ",") + "]")])
+                    table.select,
+                    table.hasLocalID
+                        ? [.integer(after), .text("[" + refresh.joined(separator: ",") + "]")] : [.integer(after)])
             } catch {
                 throw SyncError("the local inventory: \(error)")
             }
@@ -73,7 +76,8 @@ public enum InventorySync {
             let current = cell.flatMap { Int($0) }
             if let current, current > ServerSchema.version {
                 throw SyncError(
-                    "the server's schema is version \(current), newer than this beaconbench knows (\(ServerSchema.version))")
+                    "the server's schema is version \(current), newer than this beaconbench knows (\(ServerSchema.version))"
+                )
             }
             if current == nil {
                 try server.exec("INSERT INTO beaconbench_schema (version) VALUES ($1)", [String(ServerSchema.version)])
@@ -93,7 +97,9 @@ public enum InventorySync {
     }
 
     /// Local ids the server holds as still running (to send again).
-    static func stillRunning(_ server: PostgresConnection, _ table: String, _ bench: String) throws(SyncError)
+    static func stillRunning(
+        _ server: PostgresConnection, _ table: String, _ bench: String
+    ) throws(SyncError)
         -> [String]
     {
         let sql =

@@ -35,11 +35,16 @@ final class PostgresConnection {
     func exec(_ sql: String, _ parameters: [String?] = []) throws(SyncError) -> [[String?]] {
         let copies = parameters.map { $0.map { strdup($0) } ?? nil }
         defer { for copy in copies { free(copy) } }
-        let result: OpaquePointer? = copies.withUnsafeBufferPointer { buffer in
-            buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: max(1, buffer.count)) {
-                PQexecParams(handle, sql, Int32(parameters.count), nil, parameters.isEmpty ? nil : $0, nil, nil, 0)
+        // Without parameters (the schema: several statements) PQexec; with
+        // them PQexecParams, which takes one statement.
+        let result: OpaquePointer? =
+            parameters.isEmpty
+            ? PQexec(handle, sql)
+            : copies.withUnsafeBufferPointer { buffer in
+                buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: max(1, buffer.count)) {
+                    PQexecParams(handle, sql, Int32(parameters.count), nil, parameters.isEmpty ? nil : $0, nil, nil, 0)
+                }
             }
-        }
         guard let result else { throw SyncError("the server connection failed: \(lastError)") }
         defer { PQclear(result) }
         switch PQresultStatus(result) {

@@ -25,20 +25,24 @@ final class PostgresServer: Sendable {
 
     /// Runs a PostgreSQL program as the `postgres` user when we are root
     /// (it refuses to run as root).
-    func asOwner(_ program: String, _ arguments: [String]) throws -> ToolOutput {
+    func asOwner(_ program: String, _ arguments: [String]) throws -> (status: Int32, log: String) {
+        // No pipes: the server started by pg_ctl would hold them open.
         let path = binaries + "/" + program
-        if getuid() == 0 {
-            return try runToolBlocking(
+        let log = directory + "/\(program).out"
+        let child =
+            getuid() == 0
+            ? try ChildProcess(
                 "/usr/bin/setpriv", ["--reuid=postgres", "--regid=postgres", "--init-groups", path] + arguments,
-                timeout: 120)
-        }
-        return try runToolBlocking(path, arguments, timeout: 120)
+                standardOutput: log, standardError: log + ".err")
+            : try ChildProcess(path, arguments, standardOutput: log, standardError: log + ".err")
+        let (status, _) = child.waitForExit()
+        return (status, (try? String(contentsOfFile: log + ".err", encoding: .utf8)) ?? "")
     }
 
     func initialize() throws {
         if getuid() == 0 { _ = try runToolBlocking("/bin/chown", ["-R", "postgres", directory]) }
         let made = try asOwner("initdb", ["-D", directory + "/data", "-A", "trust", "-U", "bench", "--no-sync"])
-        guard made.status == 0 else { throw TestSupportError("initdb: \(made.stderr)") }
+        guard made.status == 0 else { throw TestSupportError("initdb: \(made.log)") }
     }
 
     func start() throws {
@@ -48,7 +52,7 @@ final class PostgresServer: Sendable {
                 "-D", directory + "/data", "-l", directory + "/log", "-w", "-o",
                 "-k \(directory) -h '' -p \(port) -c fsync=off", "start",
             ])
-        guard started.status == 0 else { throw TestSupportError("pg_ctl start: \(started.stderr) \(started.stdout)") }
+        guard started.status == 0 else { throw TestSupportError("pg_ctl start: \(started.log)") }
     }
 
     func stop() {
@@ -92,7 +96,9 @@ struct SyncTests {
         try await withNewFleet(count: 6) { first in
             try await withNewFleet(count: 4) { second in
                 for bench in [first, second] {
-                    let run = try await bench.beaconbench(["run", bench.batch("provision-new.batch"), "--set", "scan=1s"])
+                    let run = try await bench.beaconbench([
+                        "run", bench.batch("provision-new.batch"), "--set", "scan=1s",
+                    ])
                     #expect(run.status == 0, "\(run.stderr)")
                     let sync = try await bench.beaconbench(["sync", "--to", server.url])
                     #expect(sync.status == 0, "\(sync.stderr)")
