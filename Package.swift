@@ -35,6 +35,11 @@ let package = Package(
             providers: [.apt(["libsqlite3-dev"])]
         ),
         .systemLibrary(
+            name: "CPostgres",
+            pkgConfig: "libpq",
+            providers: [.apt(["libpq-dev"])]
+        ),
+        .systemLibrary(
             name: "CReadline",
             pkgConfig: "readline",
             providers: [.apt(["libreadline-dev"])]
@@ -46,13 +51,17 @@ let package = Package(
         .target(name: "SBeaconProtocol"),
         .target(name: "Inventory", dependencies: ["CSQLite", "SBeaconProtocol", "Profiles"]),
         .target(name: "Profiles", dependencies: ["SBeaconProtocol"]),
+        // Pushing a bench's inventory to a shared PostgreSQL server.
+        .target(name: "InventorySync", dependencies: ["Inventory", "CPostgres"]),
         .target(
             name: "Workbench",
             dependencies: ["BlueZClient", "SBeaconProtocol", "Inventory", "Profiles"]
         ),
         .target(
             name: "Console",
-            dependencies: ["Workbench", "Inventory", "Profiles", "SBeaconProtocol", "LocalBus", "CReadline"]),
+            dependencies: [
+                "Workbench", "Inventory", "InventorySync", "Profiles", "SBeaconProtocol", "LocalBus", "CReadline",
+            ]),
         .target(name: "BeaconSimulator", dependencies: ["DBusBinding", "SBeaconProtocol"]),
         // A private dbus-daemon and the simulator as child processes, for
         // `beaconbench --sim`, the benchmarks and the tests.

@@ -334,6 +334,15 @@ public struct BatchParser {
                 throw fail(topic, "no command '\(topic.text)'")
             }
             return .help(command: arguments.first?.text)
+        case "sync":
+            guard arguments.count == 2, arguments[0].text == "--to" else {
+                throw fail(arguments.first ?? name, "usage: \(usage("sync"))")
+            }
+            let url = arguments[1].text
+            guard url.hasPrefix("postgresql://") || url.hasPrefix("postgres://") || url.contains("=") else {
+                throw fail(arguments[1], "sync wants a PostgreSQL URL (postgresql://…) or connection string")
+            }
+            return .sync(to: url)
         case "set":
             guard arguments.count == 2 else { throw fail(arguments.first ?? name, "usage: set NAME VALUE") }
             guard arguments[0].text.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" || $0 == "-" }) else {

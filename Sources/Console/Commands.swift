@@ -29,6 +29,8 @@ public enum Command: Sendable, Equatable {
     case profiles(ProfilesAction)
     case help(command: String?)
     case set(name: String, value: String)
+    /// `sync --to URL`: push the inventory to a PostgreSQL server.
+    case sync(to: String)
     case quit
 
     public enum MinorChoice: Sendable, Equatable { case auto, fixed(UInt16) }
@@ -138,6 +140,10 @@ public struct CommandSpec: Sendable {
         .init(
             name: "profiles", usage: "profiles list | show NAME | check", summary: "the profiles and their checks",
             example: "profiles show truck"),
+        .init(
+            name: "sync", usage: "sync --to postgresql://…",
+            summary: "push the inventory to a shared PostgreSQL server (idempotent, resumable)",
+            example: "sync --to postgresql://depot.example/fleet"),
         .init(
             name: "set", usage: "set NAME VALUE", summary: "set a variable for ${NAME} in later lines",
             example: "set profile van"),

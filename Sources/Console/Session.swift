@@ -2,6 +2,7 @@ import BlueZClient
 import DBusBinding
 import Foundation
 import Inventory
+import InventorySync
 import LocalBus
 import Profiles
 import SBeaconProtocol
@@ -228,6 +229,7 @@ public actor Session {
         case .profiles(let action): profilesCommand(action)
         case .help(let name): help(name)
         case .set(let name, let value): variables[name] = value
+        case .sync(let url): try await sync(to: url)
         case .quit: break
         default: break
         }
@@ -584,6 +586,26 @@ public actor Session {
             }
         } catch {
             throw ConsoleFailure(.infrastructure, "log: \(error)")
+        }
+    }
+
+    // MARK: Sync
+
+    /// Pushes the inventory; the URL (it may hold a password) is never printed.
+    private func sync(to url: String) async throws(ConsoleFailure) {
+        let inventory = try inventory()
+        let report: InventorySync.Report
+        do {
+            report = try await InventorySync.push(inventory, to: url)
+        } catch {
+            throw ConsoleFailure(.infrastructure, "sync: \(error.message) (the local inventory is unchanged)")
+        }
+        let order = ["devices", "runs", "outcomes", "readings", "trips", "events", "incidents"]
+        if terminal.json {
+            terminal.jsonLine(["sync": ["bench": report.benchID, "sent": report.sent]])
+        } else {
+            let counts = order.map { "\($0) \(report.sent[$0] ?? 0)" }.joined(separator: ", ")
+            terminal.result("synced bench \(report.benchID): sent \(counts)")
         }
     }
 
