@@ -113,8 +113,7 @@ enum BatchChecks {
         var selected = false
         for located in commands {
             if case .select = located.command { selected = true }
-            let actsOnDevices =
-                located.command.isDeviceStep || located.command == .watch(seconds: 0) || isWatch(located)
+            let actsOnDevices = located.command.isDeviceStep || isWatch(located)
             if actsOnDevices, located.devices.isEmpty, !selected {
                 throw BatchError(
                     file: file, line: located.line, column: located.column,

@@ -12,40 +12,14 @@ struct StockClientTests {
     static let peers = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Peers").path
 
-    struct RunningSimulator {
-        let bus: PrivateBus
-        let process: ChildProcess
-        let readyLine: String
-        let output: String
-
-        var environment: [String: String] { bus.clientEnvironment }
+    /// The built simulator on a private bus (LocalBus' launcher, as `beaconbench --sim` uses it).
+    static func startSimulator(_ arguments: [String]) async throws -> SimulatorProcess {
+        try SimulatorProcess.start(executable: builtProduct("beaconbench-sim"), arguments: arguments)
     }
 
-    static func startSimulator(_ arguments: [String]) async throws -> RunningSimulator {
-        let bus = try PrivateBus.start()
-        let output = bus.directory + "/sim.out"
-        let process = try ChildProcess(
-            builtProduct("beaconbench-sim"), ["--bus", bus.address] + arguments, standardOutput: output)
-        for _ in 0..<1000 {
-            if let text = try? String(contentsOfFile: output, encoding: .utf8),
-                let line = text.split(separator: "\n").first
-            {
-                return RunningSimulator(bus: bus, process: process, readyLine: String(line), output: output)
-            }
-            guard process.isRunning else { break }
-            try await Task.sleep(for: .milliseconds(10))
-        }
-        process.terminate()
-        bus.stop()
-        throw TestSupportError("beaconbench-sim did not print its ready line")
-    }
+    static func stop(_ simulator: SimulatorProcess) { simulator.stop() }
 
-    static func stop(_ simulator: RunningSimulator) {
-        simulator.process.terminate()
-        simulator.bus.stop()
-    }
-
-    static func controlReport(_ simulator: RunningSimulator, _ address: String) async throws -> SimulatorControl.Report
+    static func controlReport(_ simulator: SimulatorProcess, _ address: String) async throws -> SimulatorControl.Report
     {
         let connection = try await BusConnection.connect(.address(simulator.bus.address))
         defer { Task { await connection.close() } }
@@ -74,9 +48,10 @@ struct StockClientTests {
         let simulator = try await Self.startSimulator(["--count", "2", "--seed", "11"])
         defer { Self.stop(simulator) }
         let scan = try await runTool(
-            "bluetoothctl", ["--timeout", "2", "scan", "on"], environment: simulator.environment, timeout: 30)
+            "bluetoothctl", ["--timeout", "2", "scan", "on"], environment: simulator.bus.clientEnvironment, timeout: 30)
         #expect(scan.stdout.contains("Discovery started"))
-        let devices = try await runTool("bluetoothctl", ["devices"], environment: simulator.environment, timeout: 30)
+        let devices = try await runTool(
+            "bluetoothctl", ["devices"], environment: simulator.bus.clientEnvironment, timeout: 30)
         let addresses = devices.stdout.split(separator: "\n").compactMap { line -> String? in
             let fields = line.split(separator: " ")
             return fields.count >= 3 && fields[0] == "Device" && fields[2] == "SBeacon" ? String(fields[1]) : nil
@@ -88,7 +63,8 @@ struct StockClientTests {
              echo "select-attribute 00002a19-0000-1000-8000-00805f9b34fb"; sleep 1; echo "read"; sleep 1;
              echo "back"; echo "disconnect \(address)"; sleep 1; echo "quit") | bluetoothctl
             """
-        let session = try await runTool("/bin/sh", ["-c", script], environment: simulator.environment, timeout: 60)
+        let session = try await runTool(
+            "/bin/sh", ["-c", script], environment: simulator.bus.clientEnvironment, timeout: 60)
         let text = session.stdout.replacingOccurrences(of: "\u{1B}[K", with: "")
             .replacingOccurrences(of: "\u{1B}\\[[0-9;]*m", with: "", options: .regularExpression)
         #expect(text.contains("Connection successful"))
@@ -109,7 +85,7 @@ struct StockClientTests {
         let simulator = try await Self.startSimulator(["--count", "3", "--seed", "5"])
         defer { Self.stop(simulator) }
         let run = try await runTool(
-            "python3", ["\(Self.peers)/bleak_client.py"], environment: simulator.environment, timeout: 120)
+            "python3", ["\(Self.peers)/bleak_client.py"], environment: simulator.bus.clientEnvironment, timeout: 120)
         #expect(run.status == 0, "\(run.stderr)")
         var lines: [String: String] = [:]
         for line in run.stdout.split(separator: "\n") {
