@@ -77,7 +77,8 @@ let package = Package(
         .executableTarget(
             name: "beaconbench-bench",
             dependencies: [
-                "DBusBinding", "TestSupport", "LocalBus", "BeaconSimulator", "Inventory", "Profiles", "SBeaconProtocol",
+                "DBusBinding", "TestSupport", "LocalBus", "BeaconSimulator", "Inventory", "InventorySync", "Profiles",
+                "SBeaconProtocol",
             ]),
 
         // MARK: Tests and what they share.

@@ -82,7 +82,7 @@ public enum BeaconbenchMain {
         let commands: [LocatedCommand]
         do {
             commands = try BatchParser(file: file, overrides: overrides, profiles: Set(profiles.keys)).parse(text)
-            try BatchChecks.check(commands, file: file)
+            try BatchChecks.check(commands, file: file, serverInventory: invocation.inventoryIsServer)
         } catch {
             terminal.message("\(error)")
             return ExitStatus.badInput.rawValue
@@ -109,9 +109,14 @@ public enum BeaconbenchMain {
 /// Checks of a whole batch beyond each line's own: device commands need
 /// devices.
 enum BatchChecks {
-    static func check(_ commands: [LocatedCommand], file: String) throws(BatchError) {
+    static func check(_ commands: [LocatedCommand], file: String, serverInventory: Bool = false) throws(BatchError) {
         var selected = false
         for located in commands {
+            if serverInventory, !located.command.onlyReadsTheInventory {
+                throw BatchError(
+                    file: file, line: located.line, column: located.column,
+                    message: Session.serverIsReadOnly(Format.stepName(located.command)))
+            }
             if case .select = located.command { selected = true }
             let actsOnDevices = located.command.isDeviceStep || isWatch(located)
             if actsOnDevices, located.devices.isEmpty, !selected {

@@ -48,6 +48,16 @@ public enum Command: Sendable, Equatable {
     /// One way to choose devices (see `DeviceSelector`).
     public typealias Selector = DeviceSelector
 
+    /// Whether the command only reads the inventory (or nothing at all),
+    /// so that it can run against a shared server inventory.
+    public var onlyReadsTheInventory: Bool {
+        switch self {
+        case .inventory, .log, .profiles, .help, .set, .quit: true
+        case .audit(_, let source): source == .inventory
+        default: false
+        }
+    }
+
     /// Whether the command acts on each selected device (a device step of
     /// a batch, run by the fleet runner per device).
     public var isDeviceStep: Bool {

@@ -199,6 +199,18 @@ enum Format {
         "address", "ending", "major.minor", "firmware", "battery", "calibrated", "profile", "last seen",
     ]
 
+    /// The device table; with a column of benches when the records come
+    /// from a server inventory.
+    static func recordTable(_ records: [DeviceRecord]) -> (header: [String], rows: [[String]]) {
+        let benches = records.contains { $0.benches != nil }
+        return (
+            recordHeader + (benches ? ["benches"] : []),
+            records.map { record in
+                recordRow(record) + (benches ? [(record.benches ?? []).map(shortBench).joined(separator: " ")] : [])
+            }
+        )
+    }
+
     static func recordRow(_ record: DeviceRecord) -> [String] {
         [
             record.address, record.macEnding, record.identity.map { "\($0.major).\($0.minor)" } ?? "-",
@@ -207,6 +219,9 @@ enum Format {
             timestamp(record.seenAt),
         ]
     }
+
+    /// A bench id as tables show it: its first eight characters.
+    static func shortBench(_ id: String) -> String { String(id.prefix(8)) }
 
     static func recordDetail(_ record: DeviceRecord) -> [String] {
         var lines = [
@@ -225,6 +240,9 @@ enum Format {
         lines.append("profile      \(record.profile ?? "-")")
         lines.append("config       \(record.config?.description ?? "-")")
         lines.append("last seen    \(timestamp(record.seenAt))")
+        if let benches = record.benches {
+            lines.append("benches      \(benches.joined(separator: ", ")) (latest first)")
+        }
         return lines
     }
 
@@ -232,6 +250,7 @@ enum Format {
         var object: [String: Any] = [
             "address": record.address, "mac_ending": record.macEnding, "last_seen": timestamp(record.seenAt),
         ]
+        if let benches = record.benches { object["benches"] = benches }
         if let identity = record.identity {
             object["major"] = Int(identity.major)
             object["minor"] = Int(identity.minor)
@@ -257,6 +276,16 @@ enum Format {
 
     static let outcomeHeader = ["run", "device", "step", "status", "ms", "detail"]
 
+    /// The outcome table; with the bench and start time in front when the
+    /// outcomes come from a server inventory (several benches' histories).
+    static func outcomeTable(_ outcomes: [OutcomeRecord]) -> (header: [String], rows: [[String]]) {
+        guard outcomes.contains(where: { $0.bench != nil }) else { return (outcomeHeader, outcomes.map(outcomeRow)) }
+        return (
+            ["bench", "started"] + outcomeHeader,
+            outcomes.map { [shortBench($0.bench ?? "-"), String($0.startedAt.prefix(19))] + outcomeRow($0) }
+        )
+    }
+
     static func outcomeRow(_ outcome: OutcomeRecord) -> [String] {
         [
             String(outcome.run), outcome.device ?? "-", outcome.step, outcome.status,
@@ -270,6 +299,7 @@ enum Format {
             "started_at": outcome.startedAt,
         ]
         if let device = outcome.device { object["device"] = device }
+        if let bench = outcome.bench { object["bench"] = bench }
         if let detail = outcome.detail { object["detail"] = detail }
         if let error = outcome.error { object["error"] = error }
         if let duration = outcome.durationMilliseconds { object["duration_ms"] = duration }

@@ -1,4 +1,5 @@
 import Foundation
+import InventorySync
 
 /// The command line, parsed: global options (each with an environment
 /// variable) and what to do.
@@ -30,6 +31,8 @@ public struct Invocation: Sendable, Equatable {
     public var bus: Bus = .system
     public var adapter: String?
     public var inventoryPath: String?
+    /// Whether `--inventory` names a PostgreSQL server (read commands only).
+    public var inventoryIsServer: Bool { inventoryPath.map(ServerInventory.isServerURL) ?? false }
     public var profileDirectories: [String] = []
     public var concurrency: Int?
     public var json = false

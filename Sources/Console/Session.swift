@@ -28,6 +28,7 @@ public actor Session {
     private var selectionText = ""
     private var bench: Bench?
     private var inventoryHandle: Inventory?
+    private var serverHandle: ServerInventory?
     private var runID: Int64?
     private var simulator: SimulatorProcess?
     /// Recaps of this session's device commands, merged per device.
@@ -57,10 +58,11 @@ public actor Session {
 
     // MARK: Resources
 
-    /// The inventory, opened on first use.
+    /// The bench's own inventory, opened on first use.
     func inventory() throws(ConsoleFailure) -> Inventory {
         if let inventoryHandle { return inventoryHandle }
         let path = invocation.inventoryPath ?? Paths.defaultInventory()
+        if invocation.inventoryIsServer { throw ConsoleFailure(.badInput, Self.serverIsReadOnly(nil)) }
         do {
             try Paths.makeParent(of: path)
             let inventory = try Inventory(path: path)
@@ -69,6 +71,27 @@ public actor Session {
         } catch {
             throw ConsoleFailure(.infrastructure, "cannot open the inventory \(path): \(error)")
         }
+    }
+
+    /// What the read commands read: the server when `--inventory` names
+    /// one, else the bench's own inventory.
+    func reader() throws(ConsoleFailure) -> any InventoryReader {
+        guard invocation.inventoryIsServer, let url = invocation.inventoryPath else { return try inventory() }
+        if let serverHandle { return serverHandle }
+        do {
+            let server = try ServerInventory(url: url)
+            serverHandle = server
+            return server
+        } catch {
+            throw ConsoleFailure(.infrastructure, "the server inventory: \(error.message)")
+        }
+    }
+
+    /// Why a command cannot run against a server inventory.
+    static func serverIsReadOnly(_ command: String?) -> String {
+        (command.map { "'\($0)' needs" } ?? "this needs")
+            + " a bench's own inventory: --inventory names a PostgreSQL server, which beaconbench only reads"
+            + " (inventory, log, audit); benches write their SQLite inventory and 'sync --to' the server"
     }
 
     /// The bench, opened on first use (and the simulator started first when
@@ -212,6 +235,9 @@ public actor Session {
 
     private func carryOut(_ located: LocatedCommand) async throws(ConsoleFailure) {
         let command = located.command
+        if invocation.inventoryIsServer, !command.onlyReadsTheInventory {
+            throw ConsoleFailure(.badInput, Self.serverIsReadOnly(Format.stepName(command)))
+        }
         if command.isDeviceStep {
             let targets = located.devices.isEmpty ? nil : located.devices
             try await runDeviceSteps([located], on: targets)
@@ -521,7 +547,7 @@ public actor Session {
 
     private func inventorySubjects() async throws(ConsoleFailure) -> [AuditSubject] {
         do {
-            return try await inventory().auditSubjects()
+            return try await reader().auditSubjects()
         } catch let error as ConsoleFailure {
             throw error
         } catch {
@@ -540,7 +566,7 @@ public actor Session {
     // MARK: Inventory and log
 
     private func inventoryCommand(_ action: Command.InventoryAction) async throws(ConsoleFailure) {
-        let inventory = try inventory()
+        let inventory = try reader()
         do {
             switch action {
             case .list:
@@ -548,8 +574,9 @@ public actor Session {
                 if terminal.json {
                     for device in devices { terminal.jsonLine(Format.recordJSON(device)) }
                 } else {
-                    for line in table(Format.recordHeader, devices.map(Format.recordRow)) { terminal.result(line) }
-                    terminal.message("\(devices.count) device\(devices.count == 1 ? "" : "s") in \(inventory.path)")
+                    let (header, rows) = Format.recordTable(devices)
+                    for line in table(header, rows) { terminal.result(line) }
+                    terminal.message("\(devices.count) device\(devices.count == 1 ? "" : "s") in \(inventory.location)")
                 }
             case .show(let name):
                 guard let device = try await inventory.device(name) else {
@@ -563,10 +590,12 @@ public actor Session {
                 } else {
                     for line in Format.recordDetail(device) { terminal.result(line) }
                     terminal.result("")
-                    for line in table(Format.outcomeHeader, outcomes.map(Format.outcomeRow)) { terminal.result(line) }
+                    let (header, rows) = Format.outcomeTable(outcomes)
+                    for line in table(header, rows) { terminal.result(line) }
                 }
-            case .exportCSV: terminal.result(try await inventory.exportDevicesCSV().trimmingCharacters(in: .newlines))
-            case .exportJSON: terminal.result(try await inventory.exportDevicesJSON().trimmingCharacters(in: .newlines))
+            case .exportCSV: terminal.result(try await inventory.deviceTable().csv().trimmingCharacters(in: .newlines))
+            case .exportJSON:
+                terminal.result(try await inventory.deviceTable().json().trimmingCharacters(in: .newlines))
             }
         } catch let error as ConsoleFailure {
             throw error
@@ -576,13 +605,14 @@ public actor Session {
     }
 
     private func log(_ device: String?) async throws(ConsoleFailure) {
-        let inventory = try inventory()
+        let inventory = try reader()
         do {
             let outcomes = try await inventory.outcomes(device: device, limit: device == nil ? 50 : 200)
             if terminal.json {
                 for outcome in outcomes { terminal.jsonLine(Format.outcomeJSON(outcome)) }
             } else {
-                for line in table(Format.outcomeHeader, outcomes.map(Format.outcomeRow)) { terminal.result(line) }
+                let (header, rows) = Format.outcomeTable(outcomes)
+                for line in table(header, rows) { terminal.result(line) }
             }
         } catch {
             throw ConsoleFailure(.infrastructure, "log: \(error)")
@@ -595,12 +625,17 @@ public actor Session {
     private func sync(to url: String) async throws(ConsoleFailure) {
         let inventory = try inventory()
         let report: InventorySync.Report
+        let terminal = self.terminal
         do {
-            report = try await InventorySync.push(inventory, to: url)
+            report = try await InventorySync.push(inventory, to: url) { table, sent in
+                if terminal.errorIsTerminal { terminal.status("sync: \(table) \(sent)…") }
+            }
+            terminal.status(nil)
         } catch {
+            terminal.status(nil)
             throw ConsoleFailure(.infrastructure, "sync: \(error.message) (the local inventory is unchanged)")
         }
-        let order = ["devices", "runs", "outcomes", "readings", "trips", "events", "incidents"]
+        let order = InventorySync.tableNames
         if terminal.json {
             terminal.jsonLine(["sync": ["bench": report.benchID, "sent": report.sent]])
         } else {

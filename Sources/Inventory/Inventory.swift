@@ -324,6 +324,9 @@ public struct DeviceRecord: Sendable {
     public var timeOffset: Int64?
     public var profile: String?
     public var config: DrivingBehaviourConfig?
+    /// The benches that know the device, latest first (a server inventory
+    /// only; nil for a bench's own).
+    public var benches: [String]?
 
     public init(address: String, seenAt: Date = Date()) {
         self.address = address.uppercased()

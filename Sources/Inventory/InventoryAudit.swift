@@ -14,21 +14,7 @@ extension Inventory {
                    config_enable, config_read_at, last_seen
             FROM devices ORDER BY address
             """
-        ).map { row in
-            var subject = AuditSubject(address: row[0].text ?? "")
-            subject.assignedProfile = row[1].text
-            subject.battery = row[2].integer.map { UInt8(clamping: $0) }
-            subject.firmware = row[3].text.flatMap { try? FirmwareVersion($0) }
-            subject.calibrated = row[4].integer.map { $0 != 0 }
-            subject.calibratedAt = row[5].text.flatMap(Self.parseTimestamp)
-            if let x = row[6].integer, let y = row[7].integer, let z = row[8].integer {
-                subject.calibrationVector = Vector(x: Int16(clamping: x), y: Int16(clamping: y), z: Int16(clamping: z))
-            }
-            subject.config = Self.config(row[9...13])
-            subject.configReadAt = row[14].text.flatMap(Self.parseTimestamp)
-            subject.lastSeen = row[15].text.flatMap(Self.parseTimestamp)
-            return subject
-        }
+        ).map(DeviceRows.auditSubject)
     }
 
     /// Assigns a profile to a device.
@@ -37,62 +23,24 @@ extension Inventory {
             "UPDATE devices SET profile = ? WHERE address = ?", [.text(profile), .text(address.uppercased())])
     }
 
-    /// Devices as CSV: every column of `devices`, RFC 4180 quoting.
-    public func exportDevicesCSV() throws -> String {
+    /// Every column of every device, by address.
+    public func deviceTable() throws -> DeviceTable {
         let statement = try database.prepare("SELECT * FROM devices ORDER BY address")
-        var lines: [String] = []
-        var header: [String] = []
-        while try statement.step() {
-            if header.isEmpty { header = statement.columnNames() }
-            lines.append(
-                statement.row().map { value in
-                    switch value {
-                    case .null: ""
-                    case .integer(let v): "\(v)"
-                    case .real(let v): "\(v)"
-                    case .text(let v): AuditExport.csvField(v)
-                    case .blob(let v): v.map { String(format: "%02x", $0) }.joined()
-                    }
-                }.joined(separator: ","))
-        }
-        if header.isEmpty {
-            header = try database.rows("SELECT name FROM pragma_table_info('devices')").compactMap { $0.first?.text }
-        }
-        return ([header.joined(separator: ",")] + lines).joined(separator: "\n") + "\n"
+        var rows: [[SQLiteValue]] = []
+        while try statement.step() { rows.append(statement.row()) }
+        return DeviceTable(columns: statement.columnNames(), rows: rows)
     }
+
+    /// Devices as CSV: every column of `devices`, RFC 4180 quoting.
+    public func exportDevicesCSV() throws -> String { try deviceTable().csv() }
 
     /// Devices as a JSON array of objects, one key per column (null where unknown).
-    public func exportDevicesJSON() throws -> String {
-        let statement = try database.prepare("SELECT * FROM devices ORDER BY address")
-        var objects: [String] = []
-        while try statement.step() {
-            let names = statement.columnNames()
-            let fields = zip(names, statement.row()).map { name, value -> String in
-                let rendered: String =
-                    switch value {
-                    case .null: "null"
-                    case .integer(let v): "\(v)"
-                    case .real(let v): "\(v)"
-                    case .text(let v): Self.jsonString(v)
-                    case .blob(let v): Self.jsonString(v.map { String(format: "%02x", $0) }.joined())
-                    }
-                return "\(Self.jsonString(name)): \(rendered)"
-            }
-            objects.append("  {" + fields.joined(separator: ", ") + "}")
-        }
-        return "[\n" + objects.joined(separator: ",\n") + (objects.isEmpty ? "]\n" : "\n]\n")
-    }
-
-    static func jsonString(_ text: String) -> String {
-        let data = (try? JSONSerialization.data(withJSONObject: [text], options: [.fragmentsAllowed])) ?? Data()
-        let array = String(decoding: data, as: UTF8.self)
-        return String(array.dropFirst().dropLast())
-    }
+    public func exportDevicesJSON() throws -> String { try deviceTable().json() }
 
     /// Parses the inventory's own timestamps (`2026-11-30T09:41:07.123Z`),
     /// with arithmetic rather than a calendar: audits parse tens of
     /// thousands of them.
-    static func parseTimestamp(_ text: String) -> Date? {
+    public static func parseTimestamp(_ text: String) -> Date? {
         var numbers: [Int] = []
         numbers.reserveCapacity(7)
         var current = 0

@@ -12,6 +12,28 @@ public struct OutcomeRecord: Sendable, Equatable, Codable {
     public var error: String?
     public var startedAt: String
     public var durationMilliseconds: Int64?
+    /// The bench that recorded it (a server inventory); nil for a bench's own.
+    public var bench: String?
+
+    public init(
+        id: Int64, run: Int64, device: String?, step: String, status: String, detail: String?, error: String?,
+        startedAt: String, durationMilliseconds: Int64?, bench: String? = nil
+    ) {
+        self.id = id
+        self.run = run
+        self.device = device
+        self.step = step
+        self.status = status
+        self.detail = detail
+        self.error = error
+        self.startedAt = startedAt
+        self.durationMilliseconds = durationMilliseconds
+        self.bench = bench
+    }
+}
+
+extension Inventory: InventoryReader {
+    public nonisolated var location: String { path }
 }
 
 extension Inventory {
@@ -38,40 +60,7 @@ extension Inventory {
                    config_cornering, config_braking, config_acceleration, config_duration, config_enable
             FROM devices WHERE ?1 IS NULL OR address = upper(?1) OR mac_ending = lower(?1) ORDER BY address
             """, [SQLiteValue(name)]
-        ).map { row in
-            var record = DeviceRecord(
-                address: row[0].text ?? "",
-                seenAt: row[1].text.flatMap(Self.parseTimestamp) ?? Date(timeIntervalSince1970: 0))
-            if let major = row[2].integer, let minor = row[3].integer {
-                record.identity = BeaconIdentity(major: UInt16(clamping: major), minor: UInt16(clamping: minor))
-            }
-            record.model = row[4].text
-            record.serial = row[5].text
-            record.hardwareRevision = row[6].text
-            record.firmware = row[7].text.flatMap { try? FirmwareVersion($0) }
-            record.battery = row[8].integer.map { UInt8(clamping: $0) }
-            if let calibrated = row[9].integer {
-                record.calibration = CalibrationState(
-                    calibrated: calibrated != 0, calibratedAt: 0,
-                    vector: Vector(
-                        x: Int16(clamping: row[11].integer ?? 0), y: Int16(clamping: row[12].integer ?? 0),
-                        z: Int16(clamping: row[13].integer ?? 0)))
-            }
-            record.calibratedAt = row[10].text.flatMap(Self.parseTimestamp)
-            record.timeOffset = row[14].integer
-            record.profile = row[15].text
-            record.config = Self.config(row[16...20])
-            return record
-        }
-    }
-
-    /// The five `config_*` columns, in their order, when all are set.
-    static func config(_ columns: ArraySlice<SQLiteValue>) -> DrivingBehaviourConfig? {
-        let values = columns.compactMap(\.integer).map { UInt16(clamping: $0) }
-        guard values.count == 5 else { return nil }
-        return DrivingBehaviourConfig(
-            cornering: values[0], braking: values[1], acceleration: values[2], duration: values[3],
-            enable: .init(rawValue: values[4]))
+        ).map(DeviceRows.record)
     }
 
     /// Devices whose provisioning began on this bench but did not finish:
@@ -100,11 +89,6 @@ extension Inventory {
             WHERE ?1 IS NULL OR d.address = upper(?1) OR d.mac_ending = lower(?1)
             ORDER BY o.id DESC LIMIT ?2
             """, [SQLiteValue(device), .integer(Int64(limit))])
-        return rows.map { row in
-            OutcomeRecord(
-                id: row[0].integer ?? 0, run: row[1].integer ?? 0, device: row[2].text, step: row[3].text ?? "",
-                status: row[4].text ?? "", detail: row[5].text, error: row[6].text, startedAt: row[7].text ?? "",
-                durationMilliseconds: row[8].integer)
-        }
+        return rows.map(DeviceRows.outcome)
     }
 }

@@ -6,10 +6,13 @@ import Inventory
 /// Every row is keyed on the server by the bench's id (generated once per
 /// inventory) and its local key, and written with an upsert, so a sync that
 /// is repeated or was cut short sends rows again harmlessly: nothing is
-/// duplicated, nothing lost. Rows go in transactions of `batchSize`; a sync
-/// that fails part-way keeps what it committed and the next one goes on
-/// from the server's highest local id per table, plus the runs and steps the
-/// server still has as `running` (they may have finished since).
+/// duplicated, nothing lost. Rows go in chunks of `chunkSize`, one
+/// statement (one transaction) each, in local id order; a sync that fails
+/// part-way keeps what it committed and the next one goes on from the
+/// server's highest local id per table, after sending again the runs and
+/// steps the server still has as `running` (they may have finished since).
+/// Devices and pulled records, which change in place or have no local id,
+/// are sent whole each time.
 public enum InventorySync {
     public struct Report: Sendable, Equatable {
         public var benchID: String
@@ -17,8 +20,12 @@ public enum InventorySync {
         public var sent: [String: Int] = [:]
     }
 
+    /// Tables in the order they are sent (devices first: outcomes name them).
+    public static var tableNames: [String] { ServerSchema.tables.map(\.name) }
+
     public static func push(
-        _ inventory: Inventory, to url: String, batchSize: Int = 500
+        _ inventory: Inventory, to url: String, chunkSize: Int = 5_000,
+        progress: (_ table: String, _ sent: Int) -> Void = { _, _ in }
     ) async throws(SyncError) -> Report {
         let benchID: String
         do {
@@ -27,7 +34,6 @@ public enum InventorySync {
             throw SyncError("the local inventory: \(error)")
         }
         let server = try PostgresConnection(url)
-        try server.exec("SET client_min_messages TO warning")
         try migrate(server)
         try server.exec(
             """
@@ -36,28 +42,28 @@ public enum InventorySync {
             """, [benchID, ProcessInfo.processInfo.hostName])
         var report = Report(benchID: benchID)
         for table in ServerSchema.tables {
-            var after: Int64 = 0
-            var refresh: [String] = []
-            if table.hasLocalID {
-                after = try maxLocalID(server, table.name, benchID)
-                refresh = try stillRunning(server, table.name, benchID)
-            }
-            let rows: [[SQLiteValue]]
-            do {
-                rows = try await inventory.query(
-                    table.select,
-                    table.hasLocalID
-                        ? [.integer(after), .text("[" + refresh.joined(separator: ",") + "]")] : [.integer(after)])
-            } catch {
-                throw SyncError("the local inventory: \(error)")
-            }
             var sent = 0
-            for start in stride(from: 0, to: rows.count, by: batchSize) {
-                let batch = rows[start..<min(rows.count, start + batchSize)]
-                try server.transaction { () throws(SyncError) in
-                    for row in batch { try server.exec(table.upsert, [benchID] + row.map(text)) }
+            var cursor: Int64 = 0
+            if table.cursorIsLocalID {
+                cursor = try maxLocalID(server, table.name, benchID)
+                if let refresh = table.refresh {
+                    let running = try stillRunning(server, table.name, benchID)
+                    if !running.isEmpty {
+                        let rows = try await local(
+                            inventory, refresh, [.text("[" + running.joined(separator: ",") + "]")])
+                        try send(rows, of: table, bench: benchID, to: server)
+                        sent += rows.count
+                    }
                 }
-                sent += batch.count
+            }
+            while true {
+                let rows = try await local(inventory, table.select, [.integer(cursor), .integer(Int64(chunkSize))])
+                guard let last = rows.last?.first?.integer else { break }
+                try send(rows, of: table, bench: benchID, to: server)
+                sent += rows.count
+                cursor = last
+                progress(table.name, sent)
+                if rows.count < chunkSize { break }
             }
             report.sent[table.name] = sent
         }
@@ -67,20 +73,44 @@ public enum InventorySync {
         return report
     }
 
+    static func local(
+        _ inventory: Inventory, _ sql: String, _ parameters: [SQLiteValue]
+    ) async throws(SyncError) -> [[SQLiteValue]] {
+        do {
+            return try await inventory.query(sql, parameters)
+        } catch {
+            throw SyncError("the local inventory: \(error)")
+        }
+    }
+
+    /// One upsert: the bench id, then each column's values as one array.
+    static func send(
+        _ rows: [[SQLiteValue]], of table: ServerSchema.Table, bench: String, to server: PostgresConnection
+    ) throws(SyncError) {
+        let offset = table.cursorIsLocalID ? 0 : 1
+        var arrays: [String?] = [bench]
+        for column in table.types.indices {
+            arrays.append(PostgresArray.literal(rows.lazy.map { text($0[column + offset]) }))
+        }
+        try server.exec(table.upsert, arrays)
+    }
+
     static func migrate(_ server: PostgresConnection) throws(SyncError) {
+        try server.exec("SET client_min_messages TO warning")
         try server.transaction { () throws(SyncError) in
             // One bench at a time creates or migrates the schema.
             try server.exec("SELECT pg_advisory_xact_lock(7205190011)")
-            try server.exec(ServerSchema.create)
-            let cell = try server.exec("SELECT max(version) FROM beaconbench_schema").first?.first ?? nil
-            let current = cell.flatMap { Int($0) }
-            if let current, current > ServerSchema.version {
+            try server.exec("CREATE TABLE IF NOT EXISTS beaconbench_schema (version INTEGER NOT NULL)")
+            let cell = try server.exec("SELECT coalesce(max(version), 0) FROM beaconbench_schema").first?.first ?? nil
+            let current = cell.flatMap { Int($0) } ?? 0
+            if current > ServerSchema.version {
                 throw SyncError(
                     "the server's schema is version \(current), newer than this beaconbench knows (\(ServerSchema.version))"
                 )
             }
-            if current == nil {
-                try server.exec("INSERT INTO beaconbench_schema (version) VALUES ($1)", [String(ServerSchema.version)])
+            for (index, migration) in ServerSchema.migrations.enumerated().dropFirst(current) {
+                try server.exec(migration.sql)
+                try server.exec("INSERT INTO beaconbench_schema (version) VALUES ($1)", [String(index + 1)])
             }
         }
     }
@@ -103,11 +133,9 @@ public enum InventorySync {
         -> [String]
     {
         let sql =
-            switch table {
-            case "runs": "SELECT local_id FROM runs WHERE bench_id = $1 AND status = 'running'"
-            case "outcomes": "SELECT local_id FROM outcomes WHERE bench_id = $1 AND status = 'running'"
-            default: "SELECT local_id FROM readings WHERE false AND bench_id = $1"
-            }
+            table == "runs"
+            ? "SELECT local_id FROM runs WHERE bench_id = $1 AND status = 'running'"
+            : "SELECT local_id FROM outcomes WHERE bench_id = $1 AND status = 'running'"
         return try server.exec(sql, [bench]).compactMap { $0.first ?? nil }
     }
 
@@ -119,5 +147,34 @@ public enum InventorySync {
         case .text(let text): text
         case .blob(let bytes): bytes.map { String(format: "%02x", $0) }.joined()
         }
+    }
+}
+
+/// PostgreSQL's text form of a one-dimensional array, the value of one
+/// array parameter: every element quoted (so no text is read as NULL or
+/// as syntax), `"` and `\` escaped with a backslash, NULL unquoted.
+enum PostgresArray {
+    static func literal<S: Sequence>(_ elements: S) -> String where S.Element == String? {
+        var bytes: [UInt8] = [UInt8(ascii: "{")]
+        bytes.reserveCapacity(4_096)
+        var first = true
+        for element in elements {
+            if !first { bytes.append(UInt8(ascii: ",")) }
+            first = false
+            guard var element else {
+                bytes.append(contentsOf: "NULL".utf8)
+                continue
+            }
+            bytes.append(UInt8(ascii: "\""))
+            element.withUTF8 { utf8 in
+                for byte in utf8 {
+                    if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { bytes.append(UInt8(ascii: "\\")) }
+                    bytes.append(byte)
+                }
+            }
+            bytes.append(UInt8(ascii: "\""))
+        }
+        bytes.append(UInt8(ascii: "}"))
+        return String(decoding: bytes, as: UTF8.self)
     }
 }

@@ -1,5 +1,6 @@
 import CPostgres
 import Foundation
+import Inventory
 
 /// Why a sync could not be done; never holds a password (libpq's messages
 /// do not, and the connection string is never repeated).
@@ -33,6 +34,47 @@ final class PostgresConnection {
     /// rows as text.
     @discardableResult
     func exec(_ sql: String, _ parameters: [String?] = []) throws(SyncError) -> [[String?]] {
+        try run(sql, parameters) { result in
+            (0..<PQntuples(result)).map { row in
+                (0..<PQnfields(result)).map { column in
+                    PQgetisnull(result, row, column) == 1 ? nil : String(cString: PQgetvalue(result, row, column))
+                }
+            }
+        }
+    }
+
+    /// Runs one query; returns its column names and its rows, integers as
+    /// integers (by the columns' types), everything else as text.
+    func query(
+        _ sql: String, _ parameters: [String?] = []
+    ) throws(SyncError) -> (
+        columns: [String], rows: [[SQLiteValue]]
+    ) {
+        try run(sql, parameters) { result in
+            let columns = (0..<PQnfields(result))
+            let integer = columns.map { [20, 21, 23].contains(PQftype(result, $0)) }
+            let names = columns.map { String(cString: PQfname(result, $0)) }
+            let rows = (0..<PQntuples(result)).map { row in
+                columns.map { column -> SQLiteValue in
+                    guard PQgetisnull(result, row, column) == 0, let value = PQgetvalue(result, row, column) else {
+                        return .null
+                    }
+                    if integer[Int(column)] { return .integer(Int64(strtoll(value, nil, 10))) }
+                    let length = Int(PQgetlength(result, row, column))
+                    return .text(
+                        value.withMemoryRebound(to: UInt8.self, capacity: length) {
+                            String(decoding: UnsafeBufferPointer(start: $0, count: length), as: UTF8.self)
+                        })
+                }
+            }
+            return (names, rows)
+        }
+    }
+
+    /// Sends one statement and hands its successful result to `read`.
+    private func run<T>(
+        _ sql: String, _ parameters: [String?], read: (OpaquePointer) -> T
+    ) throws(SyncError) -> T {
         let copies = parameters.map { $0.map { strdup($0) } ?? nil }
         defer { for copy in copies { free(copy) } }
         // Without parameters (the schema: several statements) PQexec; with
@@ -42,26 +84,39 @@ final class PostgresConnection {
             ? PQexec(handle, sql)
             : copies.withUnsafeBufferPointer { buffer in
                 buffer.baseAddress!.withMemoryRebound(to: UnsafePointer<CChar>?.self, capacity: max(1, buffer.count)) {
-                    PQexecParams(handle, sql, Int32(parameters.count), nil, parameters.isEmpty ? nil : $0, nil, nil, 0)
+                    PQexecParams(handle, sql, Int32(parameters.count), nil, $0, nil, nil, 0)
                 }
             }
-        guard let result else { throw SyncError("the server connection failed: \(lastError)") }
+        guard let result else { throw SyncError("lost the connection to the server: \(lastError)") }
         defer { PQclear(result) }
         switch PQresultStatus(result) {
-        case PGRES_COMMAND_OK: return []
-        case PGRES_TUPLES_OK:
-            let rows = Int(PQntuples(result))
-            let columns = Int(PQnfields(result))
-            return (0..<rows).map { row in
-                (0..<columns).map { column in
-                    PQgetisnull(result, Int32(row), Int32(column)) == 1
-                        ? nil : String(cString: PQgetvalue(result, Int32(row), Int32(column)))
-                }
-            }
+        case PGRES_COMMAND_OK, PGRES_TUPLES_OK: return read(result)
         default:
             let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
+            if PQstatus(handle) != CONNECTION_OK {
+                throw SyncError("lost the connection to the server: \(message.isEmpty ? lastError : message)")
+            }
             throw SyncError(message.isEmpty ? "the server refused: \(lastError)" : message)
         }
+    }
+
+    /// A connection string's server and database, without user or password:
+    /// `PostgreSQL fleet on depot.example:5432`.
+    static func describe(_ conninfo: String) -> String {
+        var facts: [String: String] = [:]
+        if let options = PQconninfoParse(conninfo, nil) {
+            var option = options
+            while let keyword = option.pointee.keyword {
+                if let value = option.pointee.val { facts[String(cString: keyword)] = String(cString: value) }
+                option += 1
+            }
+            PQconninfoFree(options)
+        }
+        let environment = ProcessInfo.processInfo.environment
+        let database = facts["dbname"] ?? environment["PGDATABASE"] ?? "the default database"
+        let host = facts["host"] ?? environment["PGHOST"] ?? "the local socket"
+        let port = facts["port"] ?? environment["PGPORT"]
+        return "PostgreSQL \(database) on \(host)\(port.map { ":" + $0 } ?? "")"
     }
 
     var lastError: String {

@@ -4,12 +4,19 @@ import Inventory
 /// The server's schema and the statements that fill it: every local table
 /// with the bench's id in front of its key, so that rows from many benches
 /// never collide and a row sent twice is the same row. Versioned like the
-/// SQLite schema (docs/inventory.md); the SQL is written out in full, values
-/// are parameters.
+/// SQLite schema: ordered, append-only migrations, each applied in one
+/// transaction that records its number in `beaconbench_schema`
+/// (docs/inventory.md). The SQL is written out in full; values are
+/// parameters, a batch of rows travelling as one array per column.
 enum ServerSchema {
-    static let version = 1
+    static let migrations: [(name: String, sql: String)] = [
+        ("initial schema", initial),
+        ("merged fleet view and read indexes", mergedFleet),
+    ]
 
-    static let create = """
+    static var version: Int { migrations.count }
+
+    static let initial = """
         CREATE TABLE IF NOT EXISTS beaconbench_schema (version INTEGER NOT NULL);
         CREATE TABLE IF NOT EXISTS benches (
             bench_id  TEXT PRIMARY KEY,
@@ -128,25 +135,90 @@ enum ServerSchema {
             SELECT DISTINCT ON (address) * FROM devices ORDER BY address, last_seen DESC, bench_id;
         """
 
-    /// A table's statements: read locally (rows after a local id, or all),
-    /// write on the server.
+    /// Version 2: a beacon seen on several benches is one device in
+    /// `fleet_devices`, each fact taken from the bench that observed it
+    /// last (docs/inventory.md, "Several benches"); indexes for `log` and
+    /// for merging by address.
+    static let mergedFleet = """
+        CREATE INDEX IF NOT EXISTS devices_by_address ON devices (address, last_seen);
+        CREATE INDEX IF NOT EXISTS devices_by_ending ON devices (mac_ending);
+        CREATE INDEX IF NOT EXISTS outcomes_by_device ON outcomes (device, started_at);
+        CREATE INDEX IF NOT EXISTS outcomes_by_start ON outcomes (started_at);
+        DROP VIEW IF EXISTS fleet_devices;
+        CREATE VIEW fleet_devices AS
+        SELECT
+            address, seen[3] AS mac_ending, identity[3]::bigint AS major, identity[4]::bigint AS minor,
+            model[3] AS model, serial[3] AS serial, hardware_revision[3] AS hardware_revision,
+            firmware[3] AS firmware, first_seen, last_seen, battery[3]::bigint AS battery,
+            battery[1] AS battery_at, calibration[3]::bigint AS calibrated, calibration[4] AS calibrated_at,
+            calibration[5]::bigint AS calibration_x, calibration[6]::bigint AS calibration_y,
+            calibration[7]::bigint AS calibration_z, time_offset[3]::bigint AS time_offset_ms,
+            profile[3] AS profile, config[3]::bigint AS config_cornering, config[4]::bigint AS config_braking,
+            config[5]::bigint AS config_acceleration, config[6]::bigint AS config_duration,
+            config[7]::bigint AS config_enable, config[1] AS config_read_at, benches
+        FROM (
+            -- Each fact: the greatest [when observed, bench, values…] of the
+            -- rows that know it, so the latest observation wins (ties: the
+            -- greater bench id), in one pass without sorting each group.
+            SELECT
+                address,
+                max(ARRAY[last_seen, bench_id, mac_ending]) AS seen,
+                max(ARRAY[last_seen, bench_id, major::text, minor::text])
+                    FILTER (WHERE major IS NOT NULL AND minor IS NOT NULL) AS identity,
+                max(ARRAY[last_seen, bench_id, model]) FILTER (WHERE model IS NOT NULL) AS model,
+                max(ARRAY[last_seen, bench_id, serial]) FILTER (WHERE serial IS NOT NULL) AS serial,
+                max(ARRAY[last_seen, bench_id, hardware_revision])
+                    FILTER (WHERE hardware_revision IS NOT NULL) AS hardware_revision,
+                max(ARRAY[last_seen, bench_id, firmware]) FILTER (WHERE firmware IS NOT NULL) AS firmware,
+                min(first_seen) AS first_seen,
+                max(last_seen) AS last_seen,
+                max(ARRAY[battery_at, bench_id, battery::text])
+                    FILTER (WHERE battery IS NOT NULL AND battery_at IS NOT NULL) AS battery,
+                max(ARRAY[coalesce(greatest(battery_at, config_read_at, calibrated_at), ''), bench_id,
+                    calibrated::text, calibrated_at, calibration_x::text, calibration_y::text,
+                    calibration_z::text]) FILTER (WHERE calibrated IS NOT NULL) AS calibration,
+                max(ARRAY[coalesce(greatest(battery_at, config_read_at, calibrated_at), ''), bench_id,
+                    time_offset_ms::text]) FILTER (WHERE time_offset_ms IS NOT NULL) AS time_offset,
+                max(ARRAY[coalesce(config_read_at, ''), bench_id, profile]) FILTER (WHERE profile IS NOT NULL)
+                    AS profile,
+                max(ARRAY[config_read_at, bench_id, config_cornering::text, config_braking::text,
+                    config_acceleration::text, config_duration::text, config_enable::text])
+                    FILTER (WHERE config_read_at IS NOT NULL) AS config,
+                string_agg(bench_id, ' ' ORDER BY last_seen DESC, bench_id DESC) AS benches
+            FROM devices GROUP BY address
+        ) AS merged;
+        """
+
+    /// A table's statements. Locally, rows are read in chunks after a
+    /// cursor (the local id, or the rowid for tables keyed otherwise): `?1`
+    /// is the cursor, `?2` the chunk size, and the first column is the
+    /// cursor's value. On the server, one upsert per chunk: `$1` is the
+    /// bench id, then one array per column sent.
     struct Table {
         var name: String
-        /// Local SELECT; `?1` is the first local id to send (tables with ids).
         var select: String
+        /// Rows the server holds as still running, sent again (`?1`: a
+        /// JSON array of local ids); nil for tables with no running rows.
+        var refresh: String?
         var upsert: String
-        var hasLocalID: Bool
+        /// The server column types of the columns sent, in order.
+        var types: [ColumnType]
+        /// Whether the cursor is the local id (sent as `local_id`) or only a
+        /// rowid to page with (not sent).
+        var cursorIsLocalID: Bool
     }
+
+    enum ColumnType { case text, bigint }
 
     static let tables: [Table] = [
         Table(
             name: "devices",
             select: """
-                SELECT address, mac_ending, major, minor, model, serial, hardware_revision, firmware,
+                SELECT rowid, address, mac_ending, major, minor, model, serial, hardware_revision, firmware,
                     first_seen, last_seen, battery, battery_at, calibrated, calibrated_at, calibration_x,
                     calibration_y, calibration_z, time_offset_ms, profile, config_cornering, config_braking,
-                    config_acceleration, config_duration, config_enable, config_read_at FROM devices WHERE ?1
-                    IS NOT NULL
+                    config_acceleration, config_duration, config_enable, config_read_at
+                FROM devices WHERE rowid > ?1 ORDER BY rowid LIMIT ?2
                 """,
             upsert: """
                 INSERT INTO devices (bench_id, address, mac_ending, major, minor, model, serial,
@@ -154,9 +226,11 @@ enum ServerSchema {
                     calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
                     config_cornering, config_braking, config_acceleration, config_duration, config_enable,
                     config_read_at)
-                VALUES ($1, $2, $3, $4::bigint, $5::bigint, $6, $7, $8, $9, $10, $11, $12::bigint, $13,
-                    $14::bigint, $15, $16::bigint, $17::bigint, $18::bigint, $19::bigint, $20, $21::bigint,
-                    $22::bigint, $23::bigint, $24::bigint, $25::bigint, $26)
+                SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[],
+                    $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::text[],
+                    $14::bigint[], $15::text[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[],
+                    $20::text[], $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[], $25::bigint[],
+                    $26::text[])
                 ON CONFLICT (bench_id, address) DO UPDATE SET mac_ending = excluded.mac_ending, major =
                     excluded.major, minor = excluded.minor, model = excluded.model, serial = excluded.serial,
                     hardware_revision = excluded.hardware_revision, firmware = excluded.firmware, first_seen =
@@ -169,98 +243,122 @@ enum ServerSchema {
                     excluded.config_acceleration, config_duration = excluded.config_duration, config_enable =
                     excluded.config_enable, config_read_at = excluded.config_read_at
                 """,
-            hasLocalID: false),
+            types: [
+                .text, .text, .bigint, .bigint, .text, .text, .text, .text, .text, .text, .bigint, .text, .bigint,
+                .text, .bigint, .bigint, .bigint, .bigint, .text, .bigint, .bigint, .bigint, .bigint, .bigint, .text,
+            ],
+            cursorIsLocalID: false),
         Table(
             name: "runs",
             select: """
                 SELECT id, started_at, ended_at, command, sha256, operator, host, pid, adapter, options, status
-                    FROM runs WHERE id > ?1 OR id IN (SELECT value FROM json_each(?2)) ORDER BY id
+                FROM runs WHERE id > ?1 ORDER BY id LIMIT ?2
+                """,
+            refresh: """
+                SELECT id, started_at, ended_at, command, sha256, operator, host, pid, adapter, options, status
+                FROM runs WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY id
                 """,
             upsert: """
                 INSERT INTO runs (bench_id, local_id, started_at, ended_at, command, sha256, operator, host,
                     pid, adapter, options, status)
-                VALUES ($1, $2::bigint, $3, $4, $5, $6, $7, $8, $9::bigint, $10, $11, $12)
+                SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
+                    $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[], $12::text[])
                 ON CONFLICT (bench_id, local_id) DO UPDATE SET started_at = excluded.started_at, ended_at =
                     excluded.ended_at, command = excluded.command, sha256 = excluded.sha256, operator =
                     excluded.operator, host = excluded.host, pid = excluded.pid, adapter = excluded.adapter,
                     options = excluded.options, status = excluded.status
                 """,
-            hasLocalID: true),
+            types: [.bigint, .text, .text, .text, .text, .text, .text, .bigint, .text, .text, .text],
+            cursorIsLocalID: true),
         Table(
             name: "outcomes",
             select: """
                 SELECT id, run_id, device, step, status, detail, error, before, after, started_at, ended_at,
-                    duration_ms FROM outcomes WHERE id > ?1 OR id IN (SELECT value FROM json_each(?2)) ORDER BY
-                    id
+                    duration_ms
+                FROM outcomes WHERE id > ?1 ORDER BY id LIMIT ?2
+                """,
+            refresh: """
+                SELECT id, run_id, device, step, status, detail, error, before, after, started_at, ended_at,
+                    duration_ms
+                FROM outcomes WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY id
                 """,
             upsert: """
                 INSERT INTO outcomes (bench_id, local_id, run_id, device, step, status, detail, error, before,
                     after, started_at, ended_at, duration_ms)
-                VALUES ($1, $2::bigint, $3::bigint, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::bigint)
+                SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[],
+                    $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[])
                 ON CONFLICT (bench_id, local_id) DO UPDATE SET run_id = excluded.run_id, device =
                     excluded.device, step = excluded.step, status = excluded.status, detail = excluded.detail,
                     error = excluded.error, before = excluded.before, after = excluded.after, started_at =
                     excluded.started_at, ended_at = excluded.ended_at, duration_ms = excluded.duration_ms
                 """,
-            hasLocalID: true),
+            types: [.bigint, .bigint, .text, .text, .text, .text, .text, .text, .text, .text, .text, .bigint],
+            cursorIsLocalID: true),
         Table(
             name: "readings",
             select: """
-                SELECT id, device, at, battery, rssi, firmware FROM readings WHERE id > ?1 OR id IN (SELECT
-                    value FROM json_each(?2)) ORDER BY id
+                SELECT id, device, at, battery, rssi, firmware FROM readings WHERE id > ?1 ORDER BY id LIMIT ?2
                 """,
             upsert: """
                 INSERT INTO readings (bench_id, local_id, device, at, battery, rssi, firmware)
-                VALUES ($1, $2::bigint, $3, $4, $5::bigint, $6::bigint, $7)
+                SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
+                    $7::text[])
                 ON CONFLICT (bench_id, local_id) DO UPDATE SET device = excluded.device, at = excluded.at,
                     battery = excluded.battery, rssi = excluded.rssi, firmware = excluded.firmware
                 """,
-            hasLocalID: true),
+            types: [.bigint, .text, .text, .bigint, .bigint, .text],
+            cursorIsLocalID: true),
         Table(
             name: "trips",
             select: """
-                SELECT device, start_ms, end_ms, beacon_index, pulled_at FROM trips WHERE ?1 IS NOT NULL
+                SELECT rowid, device, start_ms, end_ms, beacon_index, pulled_at FROM trips WHERE rowid > ?1
+                ORDER BY rowid LIMIT ?2
                 """,
             upsert: """
                 INSERT INTO trips (bench_id, device, start_ms, end_ms, beacon_index, pulled_at)
-                VALUES ($1, $2, $3::bigint, $4::bigint, $5::bigint, $6)
+                SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[])
                 ON CONFLICT (bench_id, device, start_ms, end_ms) DO UPDATE SET beacon_index =
                     excluded.beacon_index, pulled_at = excluded.pulled_at
                 """,
-            hasLocalID: false),
+            types: [.text, .bigint, .bigint, .bigint, .text],
+            cursorIsLocalID: false),
         Table(
             name: "events",
             select: """
-                SELECT device, at_ms, type, duration_ms, average_mg, maximum_mg, x_mg, y_mg, z_mg,
-                    beacon_index, pulled_at FROM events WHERE ?1 IS NOT NULL
+                SELECT rowid, device, at_ms, type, duration_ms, average_mg, maximum_mg, x_mg, y_mg, z_mg,
+                    beacon_index, pulled_at
+                FROM events WHERE rowid > ?1 ORDER BY rowid LIMIT ?2
                 """,
             upsert: """
                 INSERT INTO events (bench_id, device, at_ms, type, duration_ms, average_mg, maximum_mg, x_mg,
                     y_mg, z_mg, beacon_index, pulled_at)
-                VALUES ($1, $2, $3::bigint, $4, $5::bigint, $6::bigint, $7::bigint, $8::bigint, $9::bigint,
-                    $10::bigint, $11::bigint, $12)
+                SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[],
+                    $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], $11::bigint[], $12::text[])
                 ON CONFLICT (bench_id, device, at_ms, type, beacon_index) DO UPDATE SET duration_ms =
                     excluded.duration_ms, average_mg = excluded.average_mg, maximum_mg = excluded.maximum_mg,
                     x_mg = excluded.x_mg, y_mg = excluded.y_mg, z_mg = excluded.z_mg, pulled_at =
                     excluded.pulled_at
                 """,
-            hasLocalID: false),
+            types: [.text, .bigint, .text, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .text],
+            cursorIsLocalID: false),
         Table(
             name: "incidents",
             select: """
-                SELECT device, incident_id, at_ms, max_resultant, avg_resultant, x_mg, y_mg, z_mg, samples,
-                    pulled_at FROM incidents WHERE ?1 IS NOT NULL
+                SELECT rowid, device, incident_id, at_ms, max_resultant, avg_resultant, x_mg, y_mg, z_mg,
+                    samples, pulled_at
+                FROM incidents WHERE rowid > ?1 ORDER BY rowid LIMIT ?2
                 """,
             upsert: """
                 INSERT INTO incidents (bench_id, device, incident_id, at_ms, max_resultant, avg_resultant,
                     x_mg, y_mg, z_mg, samples, pulled_at)
-                VALUES ($1, $2, $3::bigint, $4::bigint, $5::bigint, $6::bigint, $7::bigint, $8::bigint,
-                    $9::bigint, $10, $11)
+                SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[],
+                    $7::bigint[], $8::bigint[], $9::bigint[], $10::text[], $11::text[])
                 ON CONFLICT (bench_id, device, incident_id, at_ms) DO UPDATE SET max_resultant =
                     excluded.max_resultant, avg_resultant = excluded.avg_resultant, x_mg = excluded.x_mg, y_mg
                     = excluded.y_mg, z_mg = excluded.z_mg, samples = excluded.samples, pulled_at =
                     excluded.pulled_at
                 """,
-            hasLocalID: false),
+            types: [.text, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .text, .text],
+            cursorIsLocalID: false),
     ]
 }

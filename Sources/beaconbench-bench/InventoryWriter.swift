@@ -78,10 +78,7 @@ func inventoryBenchmark() async throws -> [Measurement] {
     }
     let outcomesNeeded = 1_000_000 - (batches * 1000 + single)
     for _ in 0..<(outcomesNeeded / 1000) { try await inventory.recordOutcomes(run: run, batch) }
-    let profiles = try ProfileLoader.loadAll(from: [
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("profiles").path
-    ])
+    let profiles = try shippedProfiles()
     let audits = 5
     started = ContinuousClock.now
     var findings = 0
@@ -109,4 +106,12 @@ func inventoryBenchmark() async throws -> [Measurement] {
 
 func seconds(_ duration: Duration) -> Double {
     Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+}
+
+/// The profiles in the repository's `profiles/`.
+func shippedProfiles() throws -> [String: Profile] {
+    try ProfileLoader.loadAll(from: [
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("profiles").path
+    ])
 }

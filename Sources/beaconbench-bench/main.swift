@@ -2,7 +2,7 @@
 // `scripts/bench` (release build). Each scenario starts its own private
 // dbus-daemon; nothing touches the machine's buses.
 //
-//   beaconbench-bench dbus|inventory [--seconds S] [--json FILE]
+//   beaconbench-bench all|dbus|inventory|sync [--quick] [--seconds S] [--json FILE]
 //   beaconbench-bench inventory-writer PATH   (the crash-safety test's writer)
 import DBusBinding
 import Foundation
@@ -144,6 +144,7 @@ struct Report: Codable {
     var startup: StartupResult?
     var dbus: [Measurement] = []
     var inventory: [Measurement] = []
+    var sync: SyncResult?
 }
 
 func machineDescription() -> String {
@@ -232,6 +233,12 @@ func allBenchmarks(quick: Bool, seconds: Double) async throws -> Report {
                 goal: goal?.text ?? "-", met: goal?.met))
     }
 
+    // 4b. Sync to a PostgreSQL server, and an audit of the fleet there.
+    log("sync to PostgreSQL")
+    let sync = try await syncBenchmark()
+    report.sync = sync
+    report.rows += syncRows(sync)
+
     // 5. D-Bus round trips.
     log("D-Bus round trips")
     report.dbus = try await dbusBenchmark(seconds: seconds)
@@ -274,7 +281,7 @@ while !arguments.isEmpty {
     case "--quick": quick = true
     default:
         FileHandle.standardError.write(
-            Data("usage: beaconbench-bench all|dbus|inventory [--quick] [--seconds S] [--json FILE]\n".utf8))
+            Data("usage: beaconbench-bench all|dbus|inventory|sync [--quick] [--seconds S] [--json FILE]\n".utf8))
         exit(1)
     }
 }
@@ -296,6 +303,10 @@ case "all":
                 + "\(run.connects) connects, \(run.requests) ATT requests, \(run.calibrations) calibrations")
     }
     if let jsonPath { try encoder.encode(report).write(to: URL(fileURLWithPath: jsonPath)) }
+case "sync":
+    let result = try await syncBenchmark()
+    printRows(syncRows(result))
+    if let jsonPath { try encoder.encode(result).write(to: URL(fileURLWithPath: jsonPath)) }
 case "dbus", "inventory":
     let results =
         scenario == "dbus" ? try await dbusBenchmark(seconds: durationSeconds) : try await inventoryBenchmark()
@@ -303,6 +314,6 @@ case "dbus", "inventory":
     if let jsonPath { try encoder.encode(results).write(to: URL(fileURLWithPath: jsonPath)) }
 default:
     FileHandle.standardError.write(
-        Data("error: unknown scenario '\(scenario)' (known: all, dbus, inventory)\n".utf8))
+        Data("error: unknown scenario '\(scenario)' (known: all, dbus, inventory, sync)\n".utf8))
     exit(1)
 }

@@ -78,9 +78,17 @@ struct ConsoleFixture {
     /// A fleet file of `count` factory-new beacons; the last two cannot be
     /// provisioned (battery 20 %, firmware 1.0.6).
     static func newFleet(count: Int, in directory: String) throws -> String {
-        let entries = (1...count).map { index -> [String: Any] in
+        try newFleet(numbers: Array(1...count), in: directory)
+    }
+
+    /// The same with beacons numbered `numbers` (addresses C0:FE:00:00:HH:LL);
+    /// the last two cannot be provisioned.
+    static func newFleet(numbers: [Int], in directory: String) throws -> String {
+        let count = numbers.count
+        let entries = numbers.enumerated().map { position, number -> [String: Any] in
+            let index = position + 1
             var entry: [String: Any] = [
-                "address": String(format: "C0:FE:00:00:%02X:%02X", index / 256, index % 256), "factoryDefault": true,
+                "address": String(format: "C0:FE:00:00:%02X:%02X", number / 256, number % 256), "factoryDefault": true,
                 "calibrated": false, "battery": 80, "firmware": "1.0.8", "major": 1, "minor": 1,
             ]
             if index == count - 1 { entry["battery"] = 20 }
@@ -105,10 +113,17 @@ struct ConsoleFixture {
 func withNewFleet(
     count: Int, simulatorOptions: [String] = [], _ body: (ConsoleFixture) async throws -> Void
 ) async throws {
+    try await withNewFleet(numbers: Array(1...count), simulatorOptions: simulatorOptions, body)
+}
+
+/// The same with the beacons numbered `numbers` (see `newFleet`).
+func withNewFleet(
+    numbers: [Int], simulatorOptions: [String] = [], _ body: (ConsoleFixture) async throws -> Void
+) async throws {
     let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("fleet-\(UUID().uuidString)").path
     try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(atPath: scratch) }
-    let fleet = try ConsoleFixture.newFleet(count: count, in: scratch)
+    let fleet = try ConsoleFixture.newFleet(numbers: numbers, in: scratch)
     try await withResource(
         { try ConsoleFixture.start(["--fleet", fleet] + simulatorOptions) }, stop: { $0.stop() }, body)
 }

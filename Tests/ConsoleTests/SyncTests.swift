@@ -1,136 +1,379 @@
+import BeaconSimulator
+import DBusBinding
 import Foundation
 import Inventory
 import LocalBus
 import TestSupport
 import Testing
 
-/// A PostgreSQL server of the test's own: initdb into a temporary
-/// directory, listening only on a Unix socket there.
-final class PostgresServer: Sendable {
-    let directory: String
-    let port = 54_329
-    let binaries: String
+/// A bench's inventory against the server, row by row: every table, every
+/// column, the bench's rows only (`id` locally is `local_id` there).
+enum RowByRow {
+    static let tables = ["devices", "runs", "outcomes", "readings", "trips", "events", "incidents"]
 
-    var url: String { "postgresql:///postgres?host=\(directory)&port=\(port)&user=bench" }
-
-    init() throws {
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("pg-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
-        guard let version = versions.sorted().last else {
-            throw TestSupportError("PostgreSQL is not installed (apt-get install postgresql)")
+    /// The differences (empty when the server holds exactly the bench's rows).
+    static func differences(
+        _ inventory: Inventory, _ server: LocalPostgres, bench: String
+    ) async throws -> [String] {
+        var differences: [String] = []
+        for table in tables {
+            let columns = try await inventory.query(
+                "SELECT name FROM pragma_table_info(?1) ORDER BY cid", [.text(table)]
+            )
+            .compactMap { $0.first?.text }
+            let local = try await inventory.query("SELECT \(columns.joined(separator: ", ")) FROM \(table)").map {
+                row in
+                row.map { value -> String in
+                    switch value {
+                    case .null: "\\N"
+                    case .integer(let number): String(number)
+                    case .real(let number): String(number)
+                    case .text(let text): text
+                    case .blob(let bytes): bytes.map { String(format: "%02x", $0) }.joined()
+                    }
+                }
+            }
+            let serverColumns = columns.map { $0 == "id" ? "local_id" : $0 }
+            let remote = try server.rows(
+                "SELECT \(serverColumns.joined(separator: ", ")) FROM \(table) WHERE bench_id = '\(bench)'")
+            let localCounts = Dictionary(local.map { ($0, 1) }, uniquingKeysWith: +)
+            let remoteCounts = Dictionary(remote.map { ($0, 1) }, uniquingKeysWith: +)
+            if local.count != remote.count {
+                differences.append("\(table): \(local.count) rows here, \(remote.count) on the server")
+            }
+            for (row, count) in localCounts where remoteCounts[row] != count {
+                differences.append("\(table): missing or changed on the server: \(row.prefix(4))")
+            }
+            for (row, count) in remoteCounts where localCounts[row] != count {
+                differences.append("\(table): on the server only (or twice): \(row.prefix(4))")
+            }
         }
-        binaries = "/usr/lib/postgresql/\(version)/bin"
-    }
-
-    /// Runs a PostgreSQL program as the `postgres` user when we are root
-    /// (it refuses to run as root).
-    func asOwner(_ program: String, _ arguments: [String]) throws -> (status: Int32, log: String) {
-        // No pipes: the server started by pg_ctl would hold them open.
-        let path = binaries + "/" + program
-        let log = directory + "/\(program).out"
-        let child =
-            getuid() == 0
-            ? try ChildProcess(
-                "/usr/bin/setpriv", ["--reuid=postgres", "--regid=postgres", "--init-groups", path] + arguments,
-                standardOutput: log, standardError: log + ".err")
-            : try ChildProcess(path, arguments, standardOutput: log, standardError: log + ".err")
-        let (status, _) = child.waitForExit()
-        return (status, (try? String(contentsOfFile: log + ".err", encoding: .utf8)) ?? "")
-    }
-
-    func initialize() throws {
-        if getuid() == 0 { _ = try runToolBlocking("/bin/chown", ["-R", "postgres", directory]) }
-        let made = try asOwner("initdb", ["-D", directory + "/data", "-A", "trust", "-U", "bench", "--no-sync"])
-        guard made.status == 0 else { throw TestSupportError("initdb: \(made.log)") }
-    }
-
-    func start() throws {
-        let started = try asOwner(
-            "pg_ctl",
-            [
-                "-D", directory + "/data", "-l", directory + "/log", "-w", "-o",
-                "-k \(directory) -h '' -p \(port) -c fsync=off", "start",
-            ])
-        guard started.status == 0 else { throw TestSupportError("pg_ctl start: \(started.log)") }
-    }
-
-    func stop() {
-        _ = try? asOwner("pg_ctl", ["-D", directory + "/data", "-m", "immediate", "-w", "stop"])
-    }
-
-    func remove() {
-        stop()
-        try? FileManager.default.removeItem(atPath: directory)
-    }
-
-    /// One number from the server.
-    func count(_ sql: String) throws -> Int {
-        let result = try runToolBlocking("/usr/bin/psql", [url, "-Atc", sql])
-        guard result.status == 0, let value = Int(result.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) else {
-            throw TestSupportError("psql: \(result.stderr)")
-        }
-        return value
+        return differences
     }
 }
 
-@Suite("sync to a PostgreSQL server", .serialized)
-struct SyncTests {
-    static func localCount(_ inventory: Inventory, _ table: String) async throws -> Int {
-        let sql =
-            switch table {
-            case "devices": "SELECT count(*) FROM devices"
-            case "runs": "SELECT count(*) FROM runs"
-            default: "SELECT count(*) FROM outcomes"
-            }
-        return Int(try await inventory.query(sql).first?.first?.integer ?? -1)
+/// A bench inventory of many rows, written directly (for syncs that take
+/// long enough to be cut short): devices, a finished run with `outcomes`
+/// step outcomes whose text is made to trip up quoting, readings, and a
+/// run still going with steps still running.
+struct LargeInventory {
+    let inventory: Inventory
+    let path: String
+    let openRun: Int64
+    var running: [Int64] = []
+
+    static let awkward = [
+        "plain", "with \"quotes\"", "back\\slash", "{braces},commas", "NULL", "", "new\nline", "tab\there",
+        "unicode: ‡ é 🚗", "'single' quotes", "\\N",
+    ]
+
+    init(path: String, devices: Int, outcomes: Int) async throws {
+        self.path = path
+        inventory = try Inventory(path: path)
+        for number in 0..<devices {
+            var device = DeviceRecord(address: Self.address(number))
+            device.battery = UInt8(30 + number % 70)
+            device.profile = number % 3 == 0 ? nil : "car"
+            device.serial = Self.awkward[number % Self.awkward.count]
+            try await inventory.recordDevice(device)
+            try await inventory.recordReading(
+                address: device.address, at: Date(), battery: device.battery, rssi: -60, firmware: "1.0.8")
+        }
+        let run = try await inventory.beginRun(.init(command: "large inventory"))
+        var written = 0
+        while written < outcomes {
+            let count = min(1_000, outcomes - written)
+            try await inventory.recordOutcomes(
+                run: run,
+                (written..<(written + count)).map { index in
+                    (
+                        device: index % 5 == 0 ? nil : Self.address(index % max(1, devices)),
+                        step: "apply car", status: .changed,
+                        detail: index % 7 == 0 ? nil : "\(index) " + Self.awkward[index % Self.awkward.count]
+                    )
+                })
+            written += count
+        }
+        try await inventory.endRun(run, .finished)
+        openRun = try await inventory.beginRun(.init(command: "still going"))
+        for _ in 0..<3 { try await beginStep() }
     }
 
-    @Test func twoBenchesSyncIdempotentlyAndAServerDownIsExit3() async throws {
-        let server = try PostgresServer()
-        defer { server.remove() }
-        try server.initialize()
-        try server.start()
+    static func address(_ number: Int) -> String {
+        String(format: "C2:00:%02X:%02X:%02X:00", number >> 16 & 0xFF, number >> 8 & 0xFF, number & 0xFF)
+    }
 
-        // Two benches; the second's four beacons were on the first bench too.
-        try await withNewFleet(count: 6) { first in
-            try await withNewFleet(count: 4) { second in
-                for bench in [first, second] {
-                    let run = try await bench.beaconbench([
-                        "run", bench.batch("provision-new.batch"), "--set", "scan=1s",
+    /// More happens on the bench between syncs: a running step finishes, another begins, rows are added.
+    mutating func moreWork(_ round: Int) async throws {
+        if !running.isEmpty {
+            try await inventory.finishStep(running.removeFirst(), .ok, detail: "finished in round \(round)")
+        }
+        try await beginStep()
+        try await inventory.recordOutcomes(
+            run: openRun, (0..<500).map { (device: nil, step: "round \(round)", status: .ok, detail: "r\($0)") })
+    }
+
+    private mutating func beginStep() async throws {
+        running.append(try await inventory.beginStep(run: openRun, device: Self.address(0), step: "verify car"))
+    }
+
+    func count(_ table: String) async throws -> Int {
+        let sql = table == "outcomes" ? "SELECT count(*) FROM outcomes" : "SELECT count(*) FROM devices"
+        return Int(try await inventory.query(sql).first?.first?.integer ?? -1)
+    }
+}
+
+/// Runs the built beaconbench as a child process that can be killed.
+func beaconbenchProcess(_ arguments: [String], directory: String) throws -> ChildProcess {
+    try ChildProcess(
+        builtProduct("beaconbench"), arguments, standardOutput: directory + "/out",
+        standardError: directory + "/err")
+}
+
+func scratchDirectory(_ name: String) throws -> String {
+    let path = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+@Suite("several benches, one PostgreSQL server", .serialized)
+struct SyncTests {
+    /// Three benches provision separate fleets; beacon 4 is on the first
+    /// bench and, later, on the second (as a van, another major). All sync
+    /// (twice). The server then holds each bench's rows exactly, and read
+    /// through `--inventory postgresql://…` it is one fleet: each beacon
+    /// once, the shared one as the second bench left it, with both
+    /// benches' history; the audit agrees with the benches' own.
+    @Test func threeBenchesOneFleet() async throws {
+        let server = try LocalPostgres()
+        defer { server.remove() }
+        try server.start()
+        let shared = "C0:FE:00:00:00:04"
+
+        var exports: [[String: [String: Any]]] = []
+        var audits: [[String: [String: Any]]] = []
+        var benchIDs: [String] = []
+        var sharedOutcomes = 0
+        var localDevices = 0
+        let fleets: [(numbers: [Int], options: [String])] = [
+            ([1, 2, 3, 4, 5, 6], []),
+            ([4, 20, 21, 22, 23], ["--set", "profile=van", "--set", "major=200"]),
+            ([40, 41, 42, 43], []),
+        ]
+        for (index, fleet) in fleets.enumerated() {
+            try await withNewFleet(numbers: fleet.numbers) { bench in
+                let run = try await bench.beaconbench(
+                    ["run", bench.batch("provision-new.batch"), "--set", "scan=1s"] + fleet.options)
+                #expect(run.status == 0, "bench \(index + 1): \(run.stderr)")
+                if index == 2 {
+                    // The third bench also pulls records from a beacon that drove.
+                    let connection = try await BusConnection.connect(.address(bench.busAddress))
+                    _ = try await connection.call(
+                        SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Drive",
+                        [.string("C0:FE:00:00:00:28"), .uint32(40), .uint32(4)])
+                    await connection.close()
+                    let pull = try await bench.beaconbench([
+                        "run", bench.batch("pull-records.batch"), "--set", "scan=1s",
                     ])
-                    #expect(run.status == 0, "\(run.stderr)")
+                    #expect(pull.status == 0, "\(pull.stderr)")
+                }
+                for _ in 0..<2 {
                     let sync = try await bench.beaconbench(["sync", "--to", server.url])
                     #expect(sync.status == 0, "\(sync.stderr)")
                     #expect(sync.stdout.hasPrefix("synced bench "), "\(sync.stdout)")
                     #expect(!sync.stdout.contains(server.url) && !sync.stderr.contains(server.url))
-                    // Again: nothing is duplicated.
-                    #expect(try await bench.beaconbench(["sync", "--to", server.url]).status == 0)
                 }
-                for bench in [first, second] {
-                    let inventory = try Inventory(path: bench.inventoryPath)
-                    let id = try await inventory.benchID()
-                    for table in ["devices", "runs", "outcomes"] {
-                        let remote = try server.count("SELECT count(*) FROM \(table) WHERE bench_id = '\(id)'")
-                        #expect(remote == (try await Self.localCount(inventory, table)), "\(table) of \(id)")
-                    }
-                }
-                // The fleet, once per beacon however many benches saw it.
-                #expect(try server.count("SELECT count(*) FROM fleet_devices") == 6)
-                #expect(try server.count("SELECT count(*) FROM devices") == 10)
-                #expect(try server.count("SELECT count(*) FROM benches") == 2)
+                let inventory = try Inventory(path: bench.inventoryPath)
+                let id = try await inventory.benchID()
+                benchIDs.append(id)
+                let differences = try await RowByRow.differences(inventory, server, bench: id)
+                #expect(differences.isEmpty, "bench \(index + 1): \(differences.prefix(5))")
+                sharedOutcomes += try await inventory.outcomes(device: shared, limit: 10_000).count
+                localDevices += try await inventory.devices().count
 
-                // The server down: a clear error, exit 3, the local inventory untouched.
-                server.stop()
-                let before = try await Self.localCount(try Inventory(path: first.inventoryPath), "outcomes")
-                let down = try await first.beaconbench(["sync", "--to", server.url])
-                #expect(down.status == 3, "\(down.stderr)")
-                #expect(down.stderr.contains("cannot connect to the server"), "\(down.stderr)")
-                #expect(try await Self.localCount(try Inventory(path: first.inventoryPath), "outcomes") == before)
-                // Back up: the next sync completes.
-                try server.start()
-                #expect(try await first.beaconbench(["sync", "--to", server.url]).status == 0)
+                let export = try await bench.beaconbench(["inventory", "export", "--json"])
+                let objects =
+                    try JSONSerialization.jsonObject(with: Data(export.stdout.utf8)) as? [[String: Any]] ?? []
+                exports.append(Dictionary(uniqueKeysWithValues: objects.map { ($0["address"] as? String ?? "", $0) }))
+                let audit = try await bench.beaconbench(["--json", "audit"])
+                #expect(audit.status == 2, "two beacons per bench could not be provisioned: \(audit.stderr)")
+                audits.append(Self.byAddress(ConsoleFixture.jsonLines(audit.stdout)))
+                #expect(audits.last?.count == fleet.numbers.count, "\(audit.stdout)")
             }
         }
+        #expect(try server.count("SELECT count(*) FROM benches") == 3)
+        #expect(try server.count("SELECT count(*) FROM trips") > 0, "the third bench's trips reached the server")
+
+        // The office: the same commands against the server.
+        let office = try ConsoleFixture.start(nil)
+        defer { office.stop() }
+        func officeRun(_ arguments: [String]) async throws -> ToolOutput {
+            try await runTool(
+                builtProduct("beaconbench"), ["--inventory", server.url] + arguments, environment: office.environment)
+        }
+        let export = try await officeRun(["inventory", "export", "--json"])
+        #expect(export.status == 0, "\(export.stderr)")
+        let fleet = try JSONSerialization.jsonObject(with: Data(export.stdout.utf8)) as? [[String: Any]] ?? []
+        let addresses = fleet.compactMap { $0["address"] as? String }
+        #expect(addresses.count == Set(addresses).count, "each beacon once")
+        #expect(addresses.count == localDevices - 1, "14 beacons: 6 + 5 + 4, one of them on two benches")
+        for device in fleet {
+            let address = device["address"] as? String ?? ""
+            // The bench whose record wins: the second for the shared beacon, else the only one.
+            let owner = address == shared ? 1 : try #require(exports.firstIndex { $0[address] != nil })
+            let local = try #require(exports[owner][address])
+            for (column, value) in local where column != "first_seen" {
+                #expect(
+                    "\(value)" == "\(device[column] ?? NSNull())",
+                    "\(address) \(column): server \(device[column] ?? "nil")")
+            }
+            let benches = (device["benches"] as? String ?? "").split(separator: " ").map(String.init)
+            if address == shared {
+                #expect(benches == [benchIDs[1], benchIDs[0]], "latest bench first")
+                #expect(device["profile"] as? String == "van" && device["major"] as? Int == 200)
+                #expect(device["first_seen"] as? String == exports[0][address]?["first_seen"] as? String)
+            } else {
+                #expect(benches == [benchIDs[owner]])
+                #expect(device["first_seen"] as? String == local["first_seen"] as? String)
+            }
+        }
+
+        // The audit from the server is the benches' audits, merged.
+        let audit = try await officeRun(["--json", "audit"])
+        #expect(audit.status == 2, "\(audit.stderr)")
+        let merged = Self.byAddress(ConsoleFixture.jsonLines(audit.stdout))
+        #expect(merged.count == addresses.count)
+        for (address, report) in merged {
+            let owner = address == shared ? 1 : try #require(audits.firstIndex { $0[address] != nil })
+            let local = try #require(audits[owner][address])
+            #expect(try Self.canonical(report) == Self.canonical(local), "\(address)")
+        }
+
+        // History kept: the shared beacon's log holds both benches' steps.
+        let log = try await officeRun(["--json", "log", shared])
+        #expect(log.status == 0, "\(log.stderr)")
+        let steps = ConsoleFixture.jsonLines(log.stdout)
+        #expect(steps.count == sharedOutcomes)
+        #expect(Set(steps.compactMap { $0["bench"] as? String }) == [benchIDs[0], benchIDs[1]])
+        let show = try await officeRun(["inventory", "show", shared])
+        #expect(show.stdout.contains("benches      \(benchIDs[1]), \(benchIDs[0])"), "\(show.stdout)")
+
+        // The server is only read: device commands are refused before anything runs.
+        let runsBefore = try server.count("SELECT count(*) FROM runs")
+        let refused = try await officeRun(["apply", "car", shared])
+        #expect(refused.status == 1 && refused.stderr.contains("a bench's own inventory"), "\(refused.stderr)")
+        let batch = office.directory + "/office.batch"
+        try "audit\nselect all\napply car\n".write(toFile: batch, atomically: true, encoding: .utf8)
+        let refusedBatch = try await officeRun(["run", batch])
+        #expect(refusedBatch.status == 1, "\(refusedBatch.stderr)")
+        #expect((refusedBatch.stdout + refusedBatch.stderr).contains("office.batch:2:"), "\(refusedBatch.stderr)")
+        #expect(try server.count("SELECT count(*) FROM runs") == runsBefore)
+    }
+
+    /// A JSON object as text with sorted keys, to compare.
+    static func canonical(_ object: [String: Any]) throws -> String {
+        String(decoding: try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]), as: UTF8.self)
+    }
+
+    /// Audit lines by device.
+    static func byAddress(_ lines: [[String: Any]]) -> [String: [String: Any]] {
+        Dictionary(
+            lines.compactMap { line in (line["device"] as? String).map { ($0, line) } },
+            uniquingKeysWith: { first, _ in first })
+    }
+
+    /// A sync killed (SIGKILL) at random moments, again and again, while the
+    /// bench goes on working between attempts; then one that completes. The
+    /// server holds every row once, as the bench holds it now.
+    @Test func syncsKilledAtRandomPointsLoseAndDuplicateNothing() async throws {
+        let server = try LocalPostgres()
+        defer { server.remove() }
+        try server.start()
+        let directory = try scratchDirectory("sync-kill")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        var bench = try await LargeInventory(path: directory + "/inventory.sqlite", devices: 2_000, outcomes: 150_000)
+        let id = try await bench.inventory.benchID()
+
+        var killedWhileRunning = 0
+        var serverCounts: [Int] = []
+        var generator = SystemRandomNumberGenerator()
+        for round in 0..<8 {
+            let sync = try beaconbenchProcess(
+                ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
+            try await Task.sleep(for: .milliseconds(Int.random(in: 30...1_500, using: &generator)))
+            if sync.isRunning { killedWhileRunning += 1 }
+            kill(sync.pid, SIGKILL)
+            _ = sync.waitForExit()
+            serverCounts.append((try? server.count("SELECT count(*) FROM outcomes WHERE bench_id = '\(id)'")) ?? 0)
+            try await bench.moreWork(round)
+        }
+        #expect(killedWhileRunning > 0, "no sync was cut short: the test would prove nothing")
+        let last = try beaconbenchProcess(
+            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
+        #expect(last.waitForExit().status == 0)
+        let differences = try await RowByRow.differences(bench.inventory, server, bench: id)
+        #expect(differences.isEmpty, "after kills leaving \(serverCounts) outcomes: \(differences.prefix(5))")
+        #expect(try server.count("SELECT count(*) FROM outcomes") == (try await bench.count("outcomes")))
+    }
+
+    /// The server stops (immediate shutdown) in the middle of a sync: exit
+    /// 3 with a clear error, the bench's inventory unchanged to the byte;
+    /// once the server is back, the next sync completes.
+    @Test func serverStoppedDuringASyncIsExit3AndTheNextSyncCompletes() async throws {
+        let server = try LocalPostgres()
+        defer { server.remove() }
+        try server.start()
+        let directory = try scratchDirectory("sync-stop")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let bench = try await LargeInventory(path: directory + "/inventory.sqlite", devices: 1_000, outcomes: 300_000)
+        let id = try await bench.inventory.benchID()
+        let before = try await runTool("/usr/bin/sqlite3", [bench.path, ".dump"])
+
+        let sync = try beaconbenchProcess(
+            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
+        // Wait until outcomes are arriving, then pull the plug.
+        let deadline = ContinuousClock.now + .seconds(60)
+        while sync.isRunning, ContinuousClock.now < deadline,
+            (try? server.count("SELECT count(*) FROM outcomes WHERE bench_id = '\(id)'")) ?? 0 == 0
+        {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let stoppedDuring = sync.isRunning
+        server.stop()
+        let status = sync.waitForExit().status
+        #expect(stoppedDuring, "the sync ended before the server stopped: the test would prove nothing")
+        #expect(status >> 8 == 3, "exit status \(status >> 8)")
+        let errors = (try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? ""
+        #expect(errors.contains("sync: lost the connection to the server"), "\(errors)")
+        #expect(errors.contains("the local inventory is unchanged"))
+        #expect(!errors.contains(server.url))
+        let after = try await runTool("/usr/bin/sqlite3", [bench.path, ".dump"])
+        #expect(before.stdout == after.stdout, "the local inventory changed")
+
+        try server.start()
+        let again = try beaconbenchProcess(
+            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
+        #expect(again.waitForExit().status == 0)
+        let differences = try await RowByRow.differences(bench.inventory, server, bench: id)
+        #expect(differences.isEmpty, "\(differences.prefix(5))")
+    }
+
+    /// The server down before a sync starts: exit 3, nothing changed here.
+    @Test func serverDownIsExit3() async throws {
+        let server = try LocalPostgres()
+        defer { server.remove() }
+        let directory = try scratchDirectory("sync-down")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let bench = try await LargeInventory(path: directory + "/inventory.sqlite", devices: 10, outcomes: 100)
+        let before = try await bench.count("outcomes")
+        let sync = try beaconbenchProcess(
+            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
+        #expect(sync.waitForExit().status >> 8 == 3)
+        let errors = (try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? ""
+        #expect(errors.contains("cannot connect to the server"), "\(errors)")
+        #expect(try await bench.count("outcomes") == before)
+        // Reading a server that is down is exit 3 too.
+        let read = try beaconbenchProcess(["--inventory", server.url, "audit"], directory: directory)
+        #expect(read.waitForExit().status >> 8 == 3)
     }
 }

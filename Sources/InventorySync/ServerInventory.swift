@@ -1,0 +1,108 @@
+import Foundation
+import Inventory
+import Profiles
+
+/// The shared PostgreSQL inventory that benches sync to, read as one
+/// fleet: `--inventory postgresql://…` for `inventory`, `log` and `audit`.
+/// A beacon known to several benches is one device (the `fleet_devices`
+/// view: each fact from the bench that observed it last); its history is
+/// every bench's outcomes, newest first. Read-only: benches write their own
+/// SQLite file and sync it here.
+public actor ServerInventory: InventoryReader {
+    private let server: PostgresConnection
+    public nonisolated let location: String
+
+    /// Connects and checks the schema: a server no bench has synced to is
+    /// an error, one an older beaconbench wrote is migrated first (which
+    /// needs the right to), one a newer beaconbench wrote is refused.
+    public init(url: String) throws(SyncError) {
+        location = PostgresConnection.describe(url)
+        server = try PostgresConnection(url)
+        let exists = try server.exec("SELECT to_regclass('beaconbench_schema') IS NOT NULL").first?.first ?? nil
+        guard exists == "t" else {
+            throw SyncError("\(location) holds no beaconbench inventory: sync a bench to it first")
+        }
+        let version = try server.exec("SELECT coalesce(max(version), 0) FROM beaconbench_schema").first?.first ?? nil
+        if version.flatMap({ Int($0) }) != ServerSchema.version { try InventorySync.migrate(server) }
+    }
+
+    /// Whether `text` names a server rather than a file.
+    public static func isServerURL(_ text: String) -> Bool {
+        text.hasPrefix("postgresql://") || text.hasPrefix("postgres://")
+    }
+
+    public func devices() throws -> [DeviceRecord] {
+        try server.query(
+            """
+            SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
+                calibrated, calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
+                config_cornering, config_braking, config_acceleration, config_duration, config_enable, benches
+            FROM fleet_devices ORDER BY address
+            """
+        ).rows.map(Self.record)
+    }
+
+    public func device(_ addressOrEnding: String) throws -> DeviceRecord? {
+        guard let address = try address(of: addressOrEnding) else { return nil }
+        return try server.query(
+            """
+            SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
+                calibrated, calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
+                config_cornering, config_braking, config_acceleration, config_duration, config_enable, benches
+            FROM fleet_devices WHERE address = $1
+            """, [address]
+        ).rows.first.map(Self.record)
+    }
+
+    /// The address a name stands for: itself, or the device with that MAC
+    /// ending on any bench.
+    private func address(of name: String) throws(SyncError) -> String? {
+        let found = try server.exec(
+            "SELECT DISTINCT address FROM devices WHERE address = upper($1) OR mac_ending = lower($1) LIMIT 2",
+            [name])
+        return found.count == 1 ? found[0][0] : nil
+    }
+
+    static func record(_ row: [SQLiteValue]) -> DeviceRecord {
+        var record = DeviceRows.record(row)
+        record.benches = row[21].text?.split(separator: " ").map(String.init)
+        return record
+    }
+
+    public func outcomes(device: String?, limit: Int) throws -> [OutcomeRecord] {
+        let rows: [[SQLiteValue]]
+        if let device {
+            guard let address = try address(of: device) else { return [] }
+            rows = try server.query(
+                """
+                SELECT local_id, run_id, device, step, status, detail, error, started_at, duration_ms, bench_id
+                FROM outcomes WHERE device = $1 ORDER BY started_at DESC, bench_id, local_id DESC LIMIT $2
+                """, [address, String(limit)]
+            ).rows
+        } else {
+            rows = try server.query(
+                """
+                SELECT local_id, run_id, device, step, status, detail, error, started_at, duration_ms, bench_id
+                FROM outcomes ORDER BY started_at DESC, bench_id, local_id DESC LIMIT $1
+                """, [String(limit)]
+            ).rows
+        }
+        return rows.map(DeviceRows.outcome)
+    }
+
+    public func auditSubjects() throws -> [AuditSubject] {
+        try server.query(
+            """
+            SELECT address, profile, battery, firmware, calibrated, calibrated_at, calibration_x, calibration_y,
+                calibration_z, config_cornering, config_braking, config_acceleration, config_duration,
+                config_enable, config_read_at, last_seen
+            FROM fleet_devices ORDER BY address
+            """
+        ).rows.map(DeviceRows.auditSubject)
+    }
+
+    public func deviceTable() throws -> DeviceTable {
+        let (columns, rows) = try server.query("SELECT * FROM fleet_devices ORDER BY address")
+        return DeviceTable(columns: columns, rows: rows)
+    }
+}

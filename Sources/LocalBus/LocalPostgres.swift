@@ -1,0 +1,112 @@
+import Foundation
+
+/// A PostgreSQL server of one's own, from Debian's packages: initdb into a
+/// temporary directory, listening only on a Unix socket there, no
+/// authentication (the socket directory is private). For the sync tests
+/// and benchmarks; when run as root, the server runs as the `postgres`
+/// user (it refuses root).
+public final class LocalPostgres: Sendable {
+    public let directory: String
+    public let port: Int
+    let binaries: String
+
+    /// The URL a client connects with: database `postgres`, user `bench`.
+    public var url: String { "postgresql:///postgres?host=\(directory)&port=\(port)&user=bench" }
+
+    /// Creates the cluster (not started). `port` only names the socket file.
+    public init(port: Int = 54_329) throws {
+        self.port = port
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("pg-\(UUID().uuidString)").path
+        let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
+        guard let version = versions.sorted(by: { (Int($0) ?? 0) < (Int($1) ?? 0) }).last else {
+            throw LocalBusError("PostgreSQL is not installed (scripts/install-deps installs it)")
+        }
+        binaries = "/usr/lib/postgresql/\(version)/bin"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        if getuid() == 0 { chownToPostgres(directory) }
+        let made = try asOwner("initdb", ["-D", directory + "/data", "-A", "trust", "-U", "bench", "--no-sync"])
+        guard made.status == 0 else { throw LocalBusError("initdb: \(made.log)") }
+    }
+
+    /// Starts the server and waits until it accepts connections.
+    public func start() throws {
+        let started = try asOwner(
+            "pg_ctl",
+            [
+                "-D", directory + "/data", "-l", directory + "/log", "-w", "-o",
+                "-k \(directory) -h '' -p \(port) -c fsync=off -c synchronous_commit=off", "start",
+            ])
+        guard started.status == 0 else { throw LocalBusError("pg_ctl start: \(started.log)") }
+    }
+
+    /// Stops the server at once (like a crash or a pulled cable: clients
+    /// see their connection closed).
+    public func stop() {
+        _ = try? asOwner("pg_ctl", ["-D", directory + "/data", "-m", "immediate", "-w", "stop"])
+    }
+
+    /// Stops the server and deletes the cluster.
+    public func remove() {
+        stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Runs `sql` with psql; its unaligned output (fields separated by
+    /// U+001F, rows by U+001E, NULL as `\N`).
+    public func psql(_ sql: String) throws -> String {
+        let output = directory + "/psql-\(UUID().uuidString).out"
+        defer {
+            try? FileManager.default.removeItem(atPath: output)
+            try? FileManager.default.removeItem(atPath: output + ".err")
+        }
+        let child = try ChildProcess(
+            binaries + "/psql",
+            [
+                url, "-X", "-q", "-A", "-t", "-F", "\u{1F}", "-R", "\u{1E}", "-P", "null=\\N", "-v", "ON_ERROR_STOP=1",
+                "-c", sql,
+            ],
+            standardOutput: output, standardError: output + ".err")
+        let (status, _) = child.waitForExit()
+        guard status == 0 else {
+            throw LocalBusError("psql: " + ((try? String(contentsOfFile: output + ".err", encoding: .utf8)) ?? ""))
+        }
+        return (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+    }
+
+    /// The rows of a query, each a list of fields (NULL as `\N`).
+    public func rows(_ sql: String) throws -> [[String]] {
+        var text = try psql(sql)
+        if text.hasSuffix("\n") { text.removeLast() }
+        guard !text.isEmpty else { return [] }
+        return text.split(separator: "\u{1E}", omittingEmptySubsequences: false).map {
+            $0.split(separator: "\u{1F}", omittingEmptySubsequences: false).map(String.init)
+        }
+    }
+
+    /// One number from the server.
+    public func count(_ sql: String) throws -> Int {
+        let text = try psql(sql).trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let value = Int(text) else { throw LocalBusError("psql: not a number: \(text)") }
+        return value
+    }
+
+    /// Runs a PostgreSQL program, as the `postgres` user when we are root.
+    /// No pipes: the server that pg_ctl starts would hold them open.
+    func asOwner(_ program: String, _ arguments: [String]) throws -> (status: Int32, log: String) {
+        let path = binaries + "/" + program
+        let log = directory + "/\(program).out"
+        let child =
+            getuid() == 0
+            ? try ChildProcess(
+                "/usr/bin/setpriv", ["--reuid=postgres", "--regid=postgres", "--init-groups", path] + arguments,
+                standardOutput: log, standardError: log + ".err")
+            : try ChildProcess(path, arguments, standardOutput: log, standardError: log + ".err")
+        let (status, _) = child.waitForExit()
+        return (status, (try? String(contentsOfFile: log + ".err", encoding: .utf8)) ?? "")
+    }
+
+    private func chownToPostgres(_ path: String) {
+        guard let user = getpwnam("postgres") else { return }
+        chown(path, user.pointee.pw_uid, user.pointee.pw_gid)
+    }
+}
