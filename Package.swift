@@ -90,8 +90,8 @@ let package = Package(
         .testTarget(
             name: "ConsoleTests",
             dependencies: [
-                "Console", "Profiles", "SBeaconProtocol", "Workbench", "Inventory", "BeaconSimulator", "DBusBinding",
-                "TestSupport",
+                "Console", "Profiles", "SBeaconProtocol", "Workbench", "Inventory", "InventorySync", "BeaconSimulator",
+                "DBusBinding", "TestSupport",
             ]),
         .testTarget(
             name: "WorkbenchTests",

@@ -627,9 +627,17 @@ public actor Session {
         let report: InventorySync.Report
         let terminal = self.terminal
         do {
-            report = try await InventorySync.push(inventory, to: url) { table, sent in
-                if terminal.errorIsTerminal { terminal.status("sync: \(table) \(sent)…") }
-            }
+            report = try await InventorySync.push(
+                inventory, to: url,
+                progress: { table, sent in
+                    if terminal.errorIsTerminal { terminal.status("sync: \(table) \(sent)…") }
+                },
+                retrying: { error, wait, attempt in
+                    terminal.status(nil)
+                    terminal.warning(
+                        "sync: \(error.message); trying again in \(Self.seconds(Double(wait.components.seconds)))"
+                            + " (attempt \(attempt))")
+                })
             terminal.status(nil)
         } catch {
             terminal.status(nil)

@@ -23,9 +23,38 @@ public enum InventorySync {
     /// Tables in the order they are sent (devices first: outcomes name them).
     public static var tableNames: [String] { ServerSchema.tables.map(\.name) }
 
+    /// Pushes, trying again after a connection failure (`retries` times,
+    /// waiting 1 s, 2 s, 4 s…): each attempt resumes where the last one
+    /// stopped. Other errors (a schema newer than this program, a refused
+    /// statement) end it at once.
     public static func push(
-        _ inventory: Inventory, to url: String, chunkSize: Int = 5_000,
-        progress: (_ table: String, _ sent: Int) -> Void = { _, _ in }
+        _ inventory: Inventory, to url: String, chunkSize: Int = 5_000, retries: Int = 3,
+        progress: (_ table: String, _ sent: Int) -> Void = { _, _ in },
+        retrying: (_ error: SyncError, _ wait: Duration, _ attempt: Int) -> Void = { _, _, _ in }
+    ) async throws(SyncError) -> Report {
+        var firstFailure: SyncError?
+        var attempt = 1
+        while true {
+            do {
+                return try await pushOnce(inventory, to: url, chunkSize: chunkSize, progress: progress)
+            } catch {
+                guard error.isConnectionFailure, attempt <= retries, !Task.isCancelled else {
+                    guard let firstFailure, firstFailure.message != error.message else { throw error }
+                    throw SyncError(
+                        "\(firstFailure.message); then, after \(attempt - 1) more attempt\(attempt == 2 ? "" : "s"): \(error.message)",
+                        isConnectionFailure: true)
+                }
+                firstFailure = firstFailure ?? error
+                let wait = Duration.seconds(1 << (attempt - 1))
+                retrying(error, wait, attempt + 1)
+                try? await Task.sleep(for: wait)
+                attempt += 1
+            }
+        }
+    }
+
+    static func pushOnce(
+        _ inventory: Inventory, to url: String, chunkSize: Int, progress: (_ table: String, _ sent: Int) -> Void
     ) async throws(SyncError) -> Report {
         let benchID: String
         do {

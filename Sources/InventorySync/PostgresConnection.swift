@@ -6,7 +6,13 @@ import Inventory
 /// do not, and the connection string is never repeated).
 public struct SyncError: Error, Sendable, CustomStringConvertible {
     public var message: String
-    public init(_ message: String) { self.message = message }
+    /// The server could not be reached or the connection broke: worth
+    /// trying again (a sync resumes where it stopped).
+    public var isConnectionFailure: Bool
+    public init(_ message: String, isConnectionFailure: Bool = false) {
+        self.message = message
+        self.isConnectionFailure = isConnectionFailure
+    }
     public var description: String { message }
 }
 
@@ -17,13 +23,33 @@ final class PostgresConnection {
 
     /// Connects with a `postgresql://…` URL or a `key=value` string; libpq
     /// adds the `PG*` environment variables and `~/.pgpass`, and TLS as the
-    /// string asks (`sslmode=…`).
+    /// string asks (`sslmode=…`). Unless the string or the environment says
+    /// otherwise, connecting gives up after 10 s and a dead network is
+    /// noticed within about 30 s (TCP keepalives and user timeout), so no
+    /// call waits for ever.
     init(_ conninfo: String) throws(SyncError) {
-        guard let connection = PQconnectdb(conninfo) else { throw SyncError("libpq could not allocate a connection") }
+        let environment = ProcessInfo.processInfo.environment
+        var defaults: [(keyword: String, value: String)] = [
+            ("keepalives", "1"), ("keepalives_idle", "10"), ("keepalives_interval", "5"), ("keepalives_count", "3"),
+            ("tcp_user_timeout", "30000"),
+        ]
+        if environment["PGCONNECT_TIMEOUT"] == nil { defaults.append(("connect_timeout", "10")) }
+        if environment["PGAPPNAME"] == nil { defaults.append(("application_name", "beaconbench")) }
+        // Given before `dbname`, which holds the caller's string: what that
+        // string sets wins (libpq: later entries override earlier ones).
+        let keywords = (defaults.map(\.keyword) + ["dbname"]).map { strdup($0) } + [nil]
+        let values = (defaults.map(\.value) + [conninfo]).map { strdup($0) } + [nil]
+        defer { for pointer in keywords + values { free(pointer) } }
+        let connection = keywords.map { UnsafePointer($0) }.withUnsafeBufferPointer { keywordBuffer in
+            values.map { UnsafePointer($0) }.withUnsafeBufferPointer { valueBuffer in
+                PQconnectdbParams(keywordBuffer.baseAddress, valueBuffer.baseAddress, 1)
+            }
+        }
+        guard let connection else { throw SyncError("libpq could not allocate a connection") }
         guard PQstatus(connection) == CONNECTION_OK else {
             let message = String(cString: PQerrorMessage(connection)).trimmingCharacters(in: .whitespacesAndNewlines)
             PQfinish(connection)
-            throw SyncError("cannot connect to the server: \(message)")
+            throw SyncError("cannot connect to the server: \(message)", isConnectionFailure: true)
         }
         handle = connection
     }
@@ -87,14 +113,18 @@ final class PostgresConnection {
                     PQexecParams(handle, sql, Int32(parameters.count), nil, $0, nil, nil, 0)
                 }
             }
-        guard let result else { throw SyncError("lost the connection to the server: \(lastError)") }
+        guard let result else {
+            throw SyncError("lost the connection to the server: \(lastError)", isConnectionFailure: true)
+        }
         defer { PQclear(result) }
         switch PQresultStatus(result) {
         case PGRES_COMMAND_OK, PGRES_TUPLES_OK: return read(result)
         default:
             let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
             if PQstatus(handle) != CONNECTION_OK {
-                throw SyncError("lost the connection to the server: \(message.isEmpty ? lastError : message)")
+                throw SyncError(
+                    "lost the connection to the server: \(message.isEmpty ? lastError : message)",
+                    isConnectionFailure: true)
             }
             throw SyncError(message.isEmpty ? "the server refused: \(lastError)" : message)
         }

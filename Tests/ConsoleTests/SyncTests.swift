@@ -6,6 +6,8 @@ import LocalBus
 import TestSupport
 import Testing
 
+@testable import InventorySync
+
 /// A bench's inventory against the server, row by row: every table, every
 /// column, the bench's rows only (`id` locally is `local_id` there).
 enum RowByRow {
@@ -345,6 +347,8 @@ struct SyncTests {
         #expect(status >> 8 == 3, "exit status \(status >> 8)")
         let errors = (try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? ""
         #expect(errors.contains("sync: lost the connection to the server"), "\(errors)")
+        #expect(errors.contains("trying again in 1 s (attempt 2)"), "\(errors)")
+        #expect(errors.contains("then, after 3 more attempts: cannot connect to the server"), "\(errors)")
         #expect(errors.contains("the local inventory is unchanged"))
         #expect(!errors.contains(server.url))
         let after = try await runTool("/usr/bin/sqlite3", [bench.path, ".dump"])
@@ -356,6 +360,77 @@ struct SyncTests {
         #expect(again.waitForExit().status == 0)
         let differences = try await RowByRow.differences(bench.inventory, server, bench: id)
         #expect(differences.isEmpty, "\(differences.prefix(5))")
+    }
+
+    /// A network that drops for a moment: the server goes away in the
+    /// middle of a sync and comes back; the sync tries again by itself,
+    /// resumes, and completes.
+    @Test func aSyncRidesOutAShortOutage() async throws {
+        let server = try LocalPostgres()
+        defer { server.remove() }
+        try server.start()
+        let directory = try scratchDirectory("sync-outage")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let bench = try await LargeInventory(path: directory + "/inventory.sqlite", devices: 500, outcomes: 200_000)
+        let id = try await bench.inventory.benchID()
+        let sync = try beaconbenchProcess(
+            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
+        let deadline = ContinuousClock.now + .seconds(60)
+        while sync.isRunning, ContinuousClock.now < deadline,
+            (try? server.count("SELECT count(*) FROM outcomes WHERE bench_id = '\(id)'")) ?? 0 == 0
+        {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(sync.isRunning, "the sync ended before the outage: the test would prove nothing")
+        server.stop()
+        try server.start()
+        #expect(sync.waitForExit().status == 0)
+        let errors = (try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? ""
+        #expect(errors.contains("trying again in"), "\(errors)")
+        let differences = try await RowByRow.differences(bench.inventory, server, bench: id)
+        #expect(differences.isEmpty, "\(differences.prefix(5))")
+    }
+
+    /// A server that an older beaconbench created (schema version 1, its
+    /// rows) is migrated by the next sync and keeps its rows; a server
+    /// that a newer one migrated is refused, for sync and for reading; a
+    /// server no bench has synced to reads as an error, not as an empty fleet.
+    @Test func theServerSchemaIsMigratedAndANewerOneRefused() async throws {
+        let server = try LocalPostgres()
+        defer { server.remove() }
+        try server.start()
+        let directory = try scratchDirectory("sync-migrate")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let unsynced = try beaconbenchProcess(["--inventory", server.url, "inventory", "list"], directory: directory)
+        #expect(unsynced.waitForExit().status >> 8 == 3)
+        #expect(
+            try String(contentsOfFile: directory + "/err", encoding: .utf8).contains("holds no beaconbench inventory"))
+
+        _ = try server.psql(ServerSchema.migrations[0].sql)
+        _ = try server.psql(
+            """
+            INSERT INTO beaconbench_schema VALUES (1);
+            INSERT INTO benches VALUES ('old-bench', 'old-host', NULL);
+            INSERT INTO devices (bench_id, address, mac_ending, first_seen, last_seen, profile)
+                VALUES ('old-bench', 'C3:00:00:00:00:01', '0001', '2026-01-01T00:00:00.000Z',
+                    '2026-01-01T00:00:00.000Z', 'truck');
+            """)
+        let bench = try await LargeInventory(path: directory + "/inventory.sqlite", devices: 20, outcomes: 100)
+        let sync = try beaconbenchProcess(
+            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
+        #expect(sync.waitForExit().status == 0)
+        #expect(try server.count("SELECT max(version) FROM beaconbench_schema") == ServerSchema.version)
+        #expect(try server.count("SELECT count(*) FROM fleet_devices WHERE benches = 'old-bench'") == 1)
+        #expect(try server.count("SELECT count(*) FROM fleet_devices") == 21)
+
+        _ = try server.psql("INSERT INTO beaconbench_schema VALUES (99)")
+        let newer = try beaconbenchProcess(
+            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
+        #expect(newer.waitForExit().status >> 8 == 3)
+        #expect(try String(contentsOfFile: directory + "/err", encoding: .utf8).contains("newer than this beaconbench"))
+        let read = try beaconbenchProcess(["--inventory", server.url, "audit"], directory: directory)
+        #expect(read.waitForExit().status >> 8 == 3)
+        #expect(try String(contentsOfFile: directory + "/err", encoding: .utf8).contains("newer than this beaconbench"))
     }
 
     /// The server down before a sync starts: exit 3, nothing changed here.
