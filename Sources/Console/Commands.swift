@@ -48,6 +48,36 @@ public enum Command: Sendable, Equatable {
     /// One way to choose devices (see `DeviceSelector`).
     public typealias Selector = DeviceSelector
 
+    /// The word the command is written with (its `help` entry).
+    public var keyword: String {
+        switch self {
+        case .scan, .backgroundScan: "scan"
+        case .devices: "devices"
+        case .select: "select"
+        case .info: "info"
+        case .require: "require"
+        case .syncTime: "sync-time"
+        case .calibrate: "calibrate"
+        case .identity: "identity"
+        case .apply: "apply"
+        case .verify: "verify"
+        case .audit: "audit"
+        case .trips: "trips"
+        case .events: "events"
+        case .incidents: "incidents"
+        case .watch: "watch"
+        case .reboot: "reboot"
+        case .factoryReset: "factory-reset"
+        case .inventory: "inventory"
+        case .log: "log"
+        case .profiles: "profiles"
+        case .help: "help"
+        case .set: "set"
+        case .sync: "sync"
+        case .quit: "quit"
+        }
+    }
+
     /// Whether the command only reads the inventory (or nothing at all),
     /// so that it can run against a shared server inventory.
     public var onlyReadsTheInventory: Bool {

@@ -59,7 +59,8 @@ public struct Invocation: Sendable, Equatable {
         options (environment variable in brackets):
           --bus system|session|ADDRESS  the D-Bus bus of bluetoothd (default system) [BEACONBENCH_BUS]
           --adapter hciN                the adapter (default: the first powered one) [BEACONBENCH_ADAPTER]
-          --inventory PATH              the SQLite inventory (default $XDG_DATA_HOME/beaconbench/inventory.sqlite)
+          --inventory PATH|URL          the SQLite inventory (default $XDG_DATA_HOME/beaconbench/inventory.sqlite),
+                                        or postgresql://… to read a shared server (inventory, log, audit)
                                         [BEACONBENCH_INVENTORY]
           --profiles DIR                a profile directory, repeatable (default ./profiles when present, else
                                         $XDG_CONFIG_HOME/beaconbench/profiles; the shipped ones always)

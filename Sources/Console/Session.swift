@@ -236,7 +236,7 @@ public actor Session {
     private func carryOut(_ located: LocatedCommand) async throws(ConsoleFailure) {
         let command = located.command
         if invocation.inventoryIsServer, !command.onlyReadsTheInventory {
-            throw ConsoleFailure(.badInput, Self.serverIsReadOnly(Format.stepName(command)))
+            throw ConsoleFailure(.badInput, Self.serverIsReadOnly(Format.stepName(command, keywordOnly: true)))
         }
         if command.isDeviceStep {
             let targets = located.devices.isEmpty ? nil : located.devices

@@ -441,14 +441,18 @@ struct SyncTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let bench = try await LargeInventory(path: directory + "/inventory.sqlite", devices: 10, outcomes: 100)
         let before = try await bench.count("outcomes")
-        let sync = try beaconbenchProcess(
-            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
+        // A password in the URL is never repeated, not even in errors.
+        let url = server.url + "&password=s3cret-never-printed"
+        let sync = try beaconbenchProcess(["--inventory", bench.path, "sync", "--to", url], directory: directory)
         #expect(sync.waitForExit().status >> 8 == 3)
         let errors = (try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? ""
+        let output = (try? String(contentsOfFile: directory + "/out", encoding: .utf8)) ?? ""
         #expect(errors.contains("cannot connect to the server"), "\(errors)")
+        #expect(!(errors + output).contains("s3cret"))
         #expect(try await bench.count("outcomes") == before)
         // Reading a server that is down is exit 3 too.
-        let read = try beaconbenchProcess(["--inventory", server.url, "audit"], directory: directory)
+        let read = try beaconbenchProcess(["--inventory", url, "audit"], directory: directory)
         #expect(read.waitForExit().status >> 8 == 3)
+        #expect(!(try String(contentsOfFile: directory + "/err", encoding: .utf8)).contains("s3cret"))
     }
 }
