@@ -125,17 +125,61 @@ struct LargeInventory {
     }
 }
 
-/// Runs the built beaconbench as a child process that can be killed.
-func beaconbenchProcess(_ arguments: [String], directory: String) throws -> ChildProcess {
-    try ChildProcess(
-        builtProduct("beaconbench"), arguments, standardOutput: directory + "/out",
-        standardError: directory + "/err")
-}
-
 func scratchDirectory(_ name: String) throws -> String {
     let path = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(UUID().uuidString)").path
     try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
     return path
+}
+
+/// A test's own PostgreSQL server and scratch directory, where the built
+/// beaconbench runs as a child process that can be killed.
+struct SyncScene {
+    let server: LocalPostgres
+    let directory: String
+
+    /// beaconbench with `arguments`; its output goes to `stdout` and `stderr`.
+    func beaconbench(_ arguments: [String]) throws -> ChildProcess {
+        try ChildProcess(
+            builtProduct("beaconbench"), arguments, standardOutput: directory + "/out",
+            standardError: directory + "/err")
+    }
+
+    /// `beaconbench --inventory BENCH sync --to URL` (the server's URL unless given).
+    func sync(_ bench: LargeInventory, to url: String? = nil) throws -> ChildProcess {
+        try beaconbench(["--inventory", bench.path, "sync", "--to", url ?? server.url])
+    }
+
+    /// Starts a sync, and returns once its outcome rows are arriving on
+    /// the server (or it has ended, or a minute has passed).
+    func syncUnderWay(_ bench: LargeInventory) async throws -> ChildProcess {
+        let id = try await bench.inventory.benchID()
+        let sync = try sync(bench)
+        let deadline = ContinuousClock.now + .seconds(60)
+        while sync.isRunning, ContinuousClock.now < deadline,
+            (try? server.count("SELECT count(*) FROM outcomes WHERE bench_id = '\(id)'")) ?? 0 == 0
+        {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return sync
+    }
+
+    var stdout: String { (try? String(contentsOfFile: directory + "/out", encoding: .utf8)) ?? "" }
+    var stderr: String { (try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? "" }
+
+    /// The bench's rows that differ from the server's.
+    func differences(_ bench: LargeInventory) async throws -> [String] {
+        try await RowByRow.differences(bench.inventory, server, bench: try await bench.inventory.benchID())
+    }
+}
+
+/// A scene for `body` (its server started unless `started` is false), removed after.
+func withSyncScene(_ name: String, started: Bool = true, _ body: (SyncScene) async throws -> Void) async throws {
+    let server = try LocalPostgres()
+    defer { server.remove() }
+    if started { try server.start() }
+    let directory = try scratchDirectory(name)
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    try await body(SyncScene(server: server, directory: directory))
 }
 
 @Suite("several benches, one PostgreSQL server", .serialized)
@@ -288,107 +332,77 @@ struct SyncTests {
     /// bench goes on working between attempts; then one that completes. The
     /// server holds every row once, as the bench holds it now.
     @Test func syncsKilledAtRandomPointsLoseAndDuplicateNothing() async throws {
-        let server = try LocalPostgres()
-        defer { server.remove() }
-        try server.start()
-        let directory = try scratchDirectory("sync-kill")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        var bench = try await LargeInventory(path: directory + "/inventory.sqlite", devices: 2_000, outcomes: 150_000)
-        let id = try await bench.inventory.benchID()
-
-        var killedWhileRunning = 0
-        var serverCounts: [Int] = []
-        var generator = SystemRandomNumberGenerator()
-        for round in 0..<8 {
-            let sync = try beaconbenchProcess(
-                ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
-            try await Task.sleep(for: .milliseconds(Int.random(in: 30...1_500, using: &generator)))
-            if sync.isRunning { killedWhileRunning += 1 }
-            kill(sync.pid, SIGKILL)
-            _ = sync.waitForExit()
-            serverCounts.append((try? server.count("SELECT count(*) FROM outcomes WHERE bench_id = '\(id)'")) ?? 0)
-            try await bench.moreWork(round)
+        try await withSyncScene("sync-kill") { scene in
+            var bench = try await LargeInventory(
+                path: scene.directory + "/inventory.sqlite", devices: 2_000, outcomes: 150_000)
+            let id = try await bench.inventory.benchID()
+            var killedWhileRunning = 0
+            var serverCounts: [Int] = []
+            var generator = SystemRandomNumberGenerator()
+            for round in 0..<8 {
+                let sync = try scene.sync(bench)
+                try await Task.sleep(for: .milliseconds(Int.random(in: 30...1_500, using: &generator)))
+                if sync.isRunning { killedWhileRunning += 1 }
+                kill(sync.pid, SIGKILL)
+                _ = sync.waitForExit()
+                serverCounts.append(
+                    (try? scene.server.count("SELECT count(*) FROM outcomes WHERE bench_id = '\(id)'")) ?? 0)
+                try await bench.moreWork(round)
+            }
+            #expect(killedWhileRunning > 0, "no sync was cut short: the test would prove nothing")
+            #expect(try scene.sync(bench).waitForExit().status == 0)
+            let differences = try await scene.differences(bench)
+            #expect(differences.isEmpty, "after kills leaving \(serverCounts) outcomes: \(differences.prefix(5))")
+            #expect(try scene.server.count("SELECT count(*) FROM outcomes") == (try await bench.count("outcomes")))
         }
-        #expect(killedWhileRunning > 0, "no sync was cut short: the test would prove nothing")
-        let last = try beaconbenchProcess(
-            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
-        #expect(last.waitForExit().status == 0)
-        let differences = try await RowByRow.differences(bench.inventory, server, bench: id)
-        #expect(differences.isEmpty, "after kills leaving \(serverCounts) outcomes: \(differences.prefix(5))")
-        #expect(try server.count("SELECT count(*) FROM outcomes") == (try await bench.count("outcomes")))
     }
 
-    /// The server stops (immediate shutdown) in the middle of a sync: exit
-    /// 3 with a clear error, the bench's inventory unchanged to the byte;
-    /// once the server is back, the next sync completes.
+    /// The server stops (immediate shutdown) in the middle of a sync: after
+    /// trying again three times, exit 3 with a clear error, the bench's
+    /// inventory unchanged to the byte; once the server is back, the next
+    /// sync completes.
     @Test func serverStoppedDuringASyncIsExit3AndTheNextSyncCompletes() async throws {
-        let server = try LocalPostgres()
-        defer { server.remove() }
-        try server.start()
-        let directory = try scratchDirectory("sync-stop")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let bench = try await LargeInventory(path: directory + "/inventory.sqlite", devices: 1_000, outcomes: 300_000)
-        let id = try await bench.inventory.benchID()
-        let before = try await runTool("/usr/bin/sqlite3", [bench.path, ".dump"])
+        try await withSyncScene("sync-stop") { scene in
+            let bench = try await LargeInventory(
+                path: scene.directory + "/inventory.sqlite", devices: 1_000, outcomes: 300_000)
+            let before = try await runTool("/usr/bin/sqlite3", [bench.path, ".dump"])
+            let sync = try await scene.syncUnderWay(bench)
+            #expect(sync.isRunning, "the sync ended before the server stopped: the test would prove nothing")
+            scene.server.stop()
+            let status = sync.waitForExit().status
+            #expect(status >> 8 == 3, "exit status \(status >> 8)")
+            let errors = scene.stderr
+            #expect(errors.contains("sync: lost the connection to the server"), "\(errors)")
+            #expect(errors.contains("trying again in 1 s (attempt 2)"), "\(errors)")
+            #expect(errors.contains("then, after 3 more attempts: cannot connect to the server"), "\(errors)")
+            #expect(errors.contains("the local inventory is unchanged"))
+            #expect(!errors.contains(scene.server.url))
+            let after = try await runTool("/usr/bin/sqlite3", [bench.path, ".dump"])
+            #expect(before.stdout == after.stdout, "the local inventory changed")
 
-        let sync = try beaconbenchProcess(
-            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
-        // Wait until outcomes are arriving, then pull the plug.
-        let deadline = ContinuousClock.now + .seconds(60)
-        while sync.isRunning, ContinuousClock.now < deadline,
-            (try? server.count("SELECT count(*) FROM outcomes WHERE bench_id = '\(id)'")) ?? 0 == 0
-        {
-            try await Task.sleep(for: .milliseconds(20))
+            try scene.server.start()
+            #expect(try scene.sync(bench).waitForExit().status == 0)
+            let differences = try await scene.differences(bench)
+            #expect(differences.isEmpty, "\(differences.prefix(5))")
         }
-        let stoppedDuring = sync.isRunning
-        server.stop()
-        let status = sync.waitForExit().status
-        #expect(stoppedDuring, "the sync ended before the server stopped: the test would prove nothing")
-        #expect(status >> 8 == 3, "exit status \(status >> 8)")
-        let errors = (try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? ""
-        #expect(errors.contains("sync: lost the connection to the server"), "\(errors)")
-        #expect(errors.contains("trying again in 1 s (attempt 2)"), "\(errors)")
-        #expect(errors.contains("then, after 3 more attempts: cannot connect to the server"), "\(errors)")
-        #expect(errors.contains("the local inventory is unchanged"))
-        #expect(!errors.contains(server.url))
-        let after = try await runTool("/usr/bin/sqlite3", [bench.path, ".dump"])
-        #expect(before.stdout == after.stdout, "the local inventory changed")
-
-        try server.start()
-        let again = try beaconbenchProcess(
-            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
-        #expect(again.waitForExit().status == 0)
-        let differences = try await RowByRow.differences(bench.inventory, server, bench: id)
-        #expect(differences.isEmpty, "\(differences.prefix(5))")
     }
 
     /// A network that drops for a moment: the server goes away in the
     /// middle of a sync and comes back; the sync tries again by itself,
     /// resumes, and completes.
     @Test func aSyncRidesOutAShortOutage() async throws {
-        let server = try LocalPostgres()
-        defer { server.remove() }
-        try server.start()
-        let directory = try scratchDirectory("sync-outage")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let bench = try await LargeInventory(path: directory + "/inventory.sqlite", devices: 500, outcomes: 200_000)
-        let id = try await bench.inventory.benchID()
-        let sync = try beaconbenchProcess(
-            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
-        let deadline = ContinuousClock.now + .seconds(60)
-        while sync.isRunning, ContinuousClock.now < deadline,
-            (try? server.count("SELECT count(*) FROM outcomes WHERE bench_id = '\(id)'")) ?? 0 == 0
-        {
-            try await Task.sleep(for: .milliseconds(20))
+        try await withSyncScene("sync-outage") { scene in
+            let bench = try await LargeInventory(
+                path: scene.directory + "/inventory.sqlite", devices: 500, outcomes: 200_000)
+            let sync = try await scene.syncUnderWay(bench)
+            #expect(sync.isRunning, "the sync ended before the outage: the test would prove nothing")
+            scene.server.stop()
+            try scene.server.start()
+            #expect(sync.waitForExit().status == 0)
+            #expect(scene.stderr.contains("trying again in"), "\(scene.stderr)")
+            let differences = try await scene.differences(bench)
+            #expect(differences.isEmpty, "\(differences.prefix(5))")
         }
-        #expect(sync.isRunning, "the sync ended before the outage: the test would prove nothing")
-        server.stop()
-        try server.start()
-        #expect(sync.waitForExit().status == 0)
-        let errors = (try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? ""
-        #expect(errors.contains("trying again in"), "\(errors)")
-        let differences = try await RowByRow.differences(bench.inventory, server, bench: id)
-        #expect(differences.isEmpty, "\(differences.prefix(5))")
     }
 
     /// A server that an older beaconbench created (schema version 1, its
@@ -396,63 +410,51 @@ struct SyncTests {
     /// that a newer one migrated is refused, for sync and for reading; a
     /// server no bench has synced to reads as an error, not as an empty fleet.
     @Test func theServerSchemaIsMigratedAndANewerOneRefused() async throws {
-        let server = try LocalPostgres()
-        defer { server.remove() }
-        try server.start()
-        let directory = try scratchDirectory("sync-migrate")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let unsynced = try beaconbenchProcess(["--inventory", server.url, "inventory", "list"], directory: directory)
-        #expect(unsynced.waitForExit().status >> 8 == 3)
-        #expect(
-            try String(contentsOfFile: directory + "/err", encoding: .utf8).contains("holds no beaconbench inventory"))
+        try await withSyncScene("sync-migrate") { scene in
+            let server = scene.server
+            #expect(
+                try scene.beaconbench(["--inventory", server.url, "inventory", "list"]).waitForExit().status >> 8 == 3)
+            #expect(scene.stderr.contains("holds no beaconbench inventory"), "\(scene.stderr)")
 
-        _ = try server.psql(ServerSchema.migrations[0].sql)
-        _ = try server.psql(
-            """
-            INSERT INTO beaconbench_schema VALUES (1);
-            INSERT INTO benches VALUES ('old-bench', 'old-host', NULL);
-            INSERT INTO devices (bench_id, address, mac_ending, first_seen, last_seen, profile)
-                VALUES ('old-bench', 'C3:00:00:00:00:01', '0001', '2026-01-01T00:00:00.000Z',
-                    '2026-01-01T00:00:00.000Z', 'truck');
-            """)
-        let bench = try await LargeInventory(path: directory + "/inventory.sqlite", devices: 20, outcomes: 100)
-        let sync = try beaconbenchProcess(
-            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
-        #expect(sync.waitForExit().status == 0)
-        #expect(try server.count("SELECT max(version) FROM beaconbench_schema") == ServerSchema.version)
-        #expect(try server.count("SELECT count(*) FROM fleet_devices WHERE benches = 'old-bench'") == 1)
-        #expect(try server.count("SELECT count(*) FROM fleet_devices") == 21)
+            _ = try server.psql(ServerSchema.migrations[0].sql)
+            _ = try server.psql(
+                """
+                INSERT INTO beaconbench_schema VALUES (1);
+                INSERT INTO benches VALUES ('old-bench', 'old-host', NULL);
+                INSERT INTO devices (bench_id, address, mac_ending, first_seen, last_seen, profile)
+                    VALUES ('old-bench', 'C3:00:00:00:00:01', '0001', '2026-01-01T00:00:00.000Z',
+                        '2026-01-01T00:00:00.000Z', 'truck');
+                """)
+            let bench = try await LargeInventory(
+                path: scene.directory + "/inventory.sqlite", devices: 20, outcomes: 100)
+            #expect(try scene.sync(bench).waitForExit().status == 0)
+            #expect(try server.count("SELECT max(version) FROM beaconbench_schema") == ServerSchema.version)
+            #expect(try server.count("SELECT count(*) FROM fleet_devices WHERE benches = 'old-bench'") == 1)
+            #expect(try server.count("SELECT count(*) FROM fleet_devices") == 21)
 
-        _ = try server.psql("INSERT INTO beaconbench_schema VALUES (99)")
-        let newer = try beaconbenchProcess(
-            ["--inventory", bench.path, "sync", "--to", server.url], directory: directory)
-        #expect(newer.waitForExit().status >> 8 == 3)
-        #expect(try String(contentsOfFile: directory + "/err", encoding: .utf8).contains("newer than this beaconbench"))
-        let read = try beaconbenchProcess(["--inventory", server.url, "audit"], directory: directory)
-        #expect(read.waitForExit().status >> 8 == 3)
-        #expect(try String(contentsOfFile: directory + "/err", encoding: .utf8).contains("newer than this beaconbench"))
+            _ = try server.psql("INSERT INTO beaconbench_schema VALUES (99)")
+            #expect(try scene.sync(bench).waitForExit().status >> 8 == 3)
+            #expect(scene.stderr.contains("newer than this beaconbench"), "\(scene.stderr)")
+            #expect(try scene.beaconbench(["--inventory", server.url, "audit"]).waitForExit().status >> 8 == 3)
+            #expect(scene.stderr.contains("newer than this beaconbench"), "\(scene.stderr)")
+        }
     }
 
-    /// The server down before a sync starts: exit 3, nothing changed here.
+    /// The server down before a sync starts: exit 3, nothing changed here,
+    /// and a password in the URL never repeated, not even in errors.
     @Test func serverDownIsExit3() async throws {
-        let server = try LocalPostgres()
-        defer { server.remove() }
-        let directory = try scratchDirectory("sync-down")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let bench = try await LargeInventory(path: directory + "/inventory.sqlite", devices: 10, outcomes: 100)
-        let before = try await bench.count("outcomes")
-        // A password in the URL is never repeated, not even in errors.
-        let url = server.url + "&password=s3cret-never-printed"
-        let sync = try beaconbenchProcess(["--inventory", bench.path, "sync", "--to", url], directory: directory)
-        #expect(sync.waitForExit().status >> 8 == 3)
-        let errors = (try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? ""
-        let output = (try? String(contentsOfFile: directory + "/out", encoding: .utf8)) ?? ""
-        #expect(errors.contains("cannot connect to the server"), "\(errors)")
-        #expect(!(errors + output).contains("s3cret"))
-        #expect(try await bench.count("outcomes") == before)
-        // Reading a server that is down is exit 3 too.
-        let read = try beaconbenchProcess(["--inventory", url, "audit"], directory: directory)
-        #expect(read.waitForExit().status >> 8 == 3)
-        #expect(!(try String(contentsOfFile: directory + "/err", encoding: .utf8)).contains("s3cret"))
+        try await withSyncScene("sync-down", started: false) { scene in
+            let bench = try await LargeInventory(
+                path: scene.directory + "/inventory.sqlite", devices: 10, outcomes: 100)
+            let before = try await bench.count("outcomes")
+            let url = scene.server.url + "&password=s3cret-never-printed"
+            #expect(try scene.sync(bench, to: url).waitForExit().status >> 8 == 3)
+            #expect(scene.stderr.contains("cannot connect to the server"), "\(scene.stderr)")
+            #expect(!(scene.stderr + scene.stdout).contains("s3cret"))
+            #expect(try await bench.count("outcomes") == before)
+            // Reading a server that is down is exit 3 too.
+            #expect(try scene.beaconbench(["--inventory", url, "audit"]).waitForExit().status >> 8 == 3)
+            #expect(!scene.stderr.contains("s3cret"))
+        }
     }
 }
