@@ -55,12 +55,13 @@ public actor ServerInventory: InventoryReader {
     }
 
     /// The address a name stands for: itself, or the device with that MAC
-    /// ending on any bench.
+    /// ending on any bench (the first by address, as in a bench's own
+    /// inventory, when endings repeat).
     private func address(of name: String) throws(SyncError) -> String? {
         let found = try server.exec(
-            "SELECT DISTINCT address FROM devices WHERE address = upper($1) OR mac_ending = lower($1) LIMIT 2",
+            "SELECT address FROM devices WHERE address = upper($1) OR mac_ending = lower($1) ORDER BY address LIMIT 1",
             [name])
-        return found.count == 1 ? found[0][0] : nil
+        return found.first?.first ?? nil
     }
 
     static func record(_ row: [SQLiteValue]) -> DeviceRecord {

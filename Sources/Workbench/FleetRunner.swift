@@ -345,12 +345,22 @@ public actor FleetRunner {
             return (.ok, Self.describe(info))
         case .requireBattery(let minimum):
             let battery = try await beacon.readBattery()
+            // What was read is known from now on (audits use it).
+            var record = DeviceRecord(address: address)
+            record.battery = battery
+            try await inventory.recordDevice(record)
+            try await inventory.recordReading(address: address, at: Date(), battery: battery, rssi: nil, firmware: nil)
             return battery >= minimum
                 ? (.ok, "battery \(battery) %") : (.skipped, "battery \(battery) % is below \(minimum) %")
         case .requireFirmware(let minimum):
             let text = String(
                 decoding: try await beacon.session.read(SBeaconUUID.firmwareRevision.rawValue), as: UTF8.self)
             let version = (try? FirmwareVersion(text)) ?? FirmwareVersion(major: 0, minor: 0, patch: 0)
+            if let readable = try? FirmwareVersion(text) {
+                var record = DeviceRecord(address: address)
+                record.firmware = readable
+                try await inventory.recordDevice(record)
+            }
             return version >= minimum
                 ? (.ok, "firmware \(version)") : (.skipped, "firmware \(text) is older than \(minimum)")
         case .syncTime:

@@ -58,6 +58,9 @@ struct EndToEndTests {
                     #expect(record.calibration?.calibrated == true)
                     #expect(record.calibration?.vector.z == report.calibration.z)
                     #expect(record.timeOffset == report.timeOffset)
+                    // What the requirements read is known too.
+                    #expect(record.firmware?.description == report.firmware)
+                    #expect(record.battery.map { abs(Int($0) - Int(report.battery)) <= 1 } == true, "\(address)")
                 } else {
                     #expect(recap["changed"] as? Int == 0)
                     #expect((recap["reason"] as? String)?.isEmpty == false)
