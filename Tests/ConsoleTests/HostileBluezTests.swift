@@ -30,8 +30,13 @@ struct HostileBluezTests {
                 ["--bus", bus.address, "--inventory", fixture.inventoryPath] + arguments,
                 environment: fixture.environment, timeout: 240)
         }
+        // Listed first: the vanishing device is gone once its `info` has run.
+        let listed = try await run(["--json", "devices"])
+        #expect(listed.status == 0, "\(listed.stderr)")
+        // Only the four that advertise the SBeacon UUID; the rest are ignored.
+        #expect(ConsoleFixture.jsonLines(listed.stdout).count == 4, "\(listed.stdout)")
+
         async let scan = run(["scan", "1s"])
-        async let devices = run(["--json", "devices"])
         async let wrongReply = run(["info", "C0:00:00:00:00:03"])
         async let noReply = run(["info", "C0:00:00:00:00:04"])
         async let vanishing = run(["info", "C0:00:00:00:00:05"])
@@ -41,10 +46,6 @@ struct HostileBluezTests {
         let scanned = try await scan
         #expect(scanned.status == 3, "\(scanned.stderr)")
         #expect(scanned.stderr.contains("error:"))
-        let listed = try await devices
-        #expect(listed.status == 0, "\(listed.stderr)")
-        // Only the four that advertise the SBeacon UUID; the rest are ignored.
-        #expect(ConsoleFixture.jsonLines(listed.stdout).count == 4, "\(listed.stdout)")
         for (name, result, reason) in [
             ("wrong reply", try await wrongReply, "connect"), ("no reply", try await noReply, "no answer within"),
             ("vanishing", try await vanishing, "gone"), ("half a GATT tree", try await halfTree, "is missing"),
