@@ -158,8 +158,9 @@ public actor Inventory {
                 hardware_revision, firmware, battery, battery_at, calibrated, calibrated_at,
                 calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
                 config_cornering, config_braking, config_acceleration, config_duration,
-                config_enable, config_read_at
-            ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                config_enable, config_read_at, identity_at, description_at, firmware_at,
+                calibration_read_at, time_offset_at
+            ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             ON CONFLICT(address) DO UPDATE SET
                 last_seen = excluded.last_seen, major = COALESCE(excluded.major, major),
                 minor = COALESCE(excluded.minor, minor), model = COALESCE(excluded.model, model),
@@ -180,7 +181,12 @@ public actor Inventory {
                 config_acceleration = COALESCE(excluded.config_acceleration, config_acceleration),
                 config_duration = COALESCE(excluded.config_duration, config_duration),
                 config_enable = COALESCE(excluded.config_enable, config_enable),
-                config_read_at = COALESCE(excluded.config_read_at, config_read_at)
+                config_read_at = COALESCE(excluded.config_read_at, config_read_at),
+                identity_at = COALESCE(excluded.identity_at, identity_at),
+                description_at = COALESCE(excluded.description_at, description_at),
+                firmware_at = COALESCE(excluded.firmware_at, firmware_at),
+                calibration_read_at = COALESCE(excluded.calibration_read_at, calibration_read_at),
+                time_offset_at = COALESCE(excluded.time_offset_at, time_offset_at)
             """,
             [
                 .text(device.address), .text(device.macEnding), .text(now), .text(now),
@@ -194,6 +200,11 @@ public actor Inventory {
                 SQLiteValue(device.config?.braking), SQLiteValue(device.config?.acceleration),
                 SQLiteValue(device.config?.duration), SQLiteValue(device.config?.enable.rawValue),
                 device.config == nil ? .null : .text(now),
+                // When each fact was observed: the server merges benches by them.
+                device.identity == nil ? .null : .text(now),
+                device.model == nil && device.serial == nil && device.hardwareRevision == nil ? .null : .text(now),
+                device.firmware == nil ? .null : .text(now), device.calibration == nil ? .null : .text(now),
+                device.timeOffset == nil ? .null : .text(now),
             ])
     }
 

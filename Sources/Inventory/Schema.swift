@@ -115,7 +115,23 @@ enum Schema {
                 PRIMARY KEY (device, incident_id, at_ms)
             );
             """
-        )
+        ),
+        (
+            "when each fact of a device was observed",
+            """
+            ALTER TABLE devices ADD COLUMN identity_at TEXT;
+            ALTER TABLE devices ADD COLUMN description_at TEXT;
+            ALTER TABLE devices ADD COLUMN firmware_at TEXT;
+            ALTER TABLE devices ADD COLUMN calibration_read_at TEXT;
+            ALTER TABLE devices ADD COLUMN time_offset_at TEXT;
+            UPDATE devices SET identity_at = last_seen WHERE major IS NOT NULL AND minor IS NOT NULL;
+            UPDATE devices SET description_at = last_seen
+                WHERE model IS NOT NULL OR serial IS NOT NULL OR hardware_revision IS NOT NULL;
+            UPDATE devices SET firmware_at = last_seen WHERE firmware IS NOT NULL;
+            UPDATE devices SET calibration_read_at = last_seen WHERE calibrated IS NOT NULL;
+            UPDATE devices SET time_offset_at = last_seen WHERE time_offset_ms IS NOT NULL;
+            """
+        ),
     ]
 
     /// Applies the migrations the file has not had yet.

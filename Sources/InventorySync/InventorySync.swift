@@ -42,12 +42,16 @@ public enum InventorySync {
                     guard let firstFailure, firstFailure.message != error.message else { throw error }
                     throw SyncError(
                         "\(firstFailure.message); then, after \(attempt - 1) more attempt\(attempt == 2 ? "" : "s"): \(error.message)",
-                        isConnectionFailure: true)
+                        isConnectionFailure: error.isConnectionFailure)
                 }
                 firstFailure = firstFailure ?? error
                 let wait = Duration.seconds(1 << (attempt - 1))
                 retrying(error, wait, attempt + 1)
-                try? await Task.sleep(for: wait)
+                do {
+                    try await Task.sleep(for: wait)
+                } catch {
+                    throw SyncError("\(firstFailure?.message ?? "sync"); cancelled before trying again")
+                }
                 attempt += 1
             }
         }
@@ -63,7 +67,7 @@ public enum InventorySync {
             throw SyncError("the local inventory: \(error)")
         }
         let server = try PostgresConnection(url)
-        try migrate(server)
+        try prepareSchema(server, creating: true)
         try server.exec(
             """
             INSERT INTO benches (bench_id, host, last_sync) VALUES ($1, $2, NULL)
@@ -124,19 +128,38 @@ public enum InventorySync {
         try server.exec(table.upsert, arrays)
     }
 
-    static func migrate(_ server: PostgresConnection) throws(SyncError) {
+    /// Checks the server's schema, reading only: nothing to do when it is
+    /// this program's version (so a bench needs no right to create tables
+    /// on a server already set up); migrated when older; refused when newer.
+    /// Without `creating`, a server with no schema at all is an error (the
+    /// read commands: nobody has synced there yet).
+    static func prepareSchema(_ server: PostgresConnection, creating: Bool) throws(SyncError) {
         try server.exec("SET client_min_messages TO warning")
+        let exists = try server.exec("SELECT to_regclass('beaconbench_schema') IS NOT NULL").first?.first ?? nil
+        if exists == "t" {
+            let cell = try server.exec("SELECT coalesce(max(version), 0) FROM beaconbench_schema").first?.first ?? nil
+            let version = cell.flatMap { Int($0) } ?? 0
+            if version == ServerSchema.version { return }
+            if version > ServerSchema.version { throw newerSchema(version) }
+        } else if !creating {
+            throw SyncError("\(server.location) holds no beaconbench inventory: sync a bench to it first")
+        }
+        try migrate(server)
+    }
+
+    static func newerSchema(_ version: Int) -> SyncError {
+        SyncError(
+            "the server's schema is version \(version), newer than this beaconbench knows (\(ServerSchema.version))")
+    }
+
+    static func migrate(_ server: PostgresConnection) throws(SyncError) {
         try server.transaction { () throws(SyncError) in
             // One bench at a time creates or migrates the schema.
             try server.exec("SELECT pg_advisory_xact_lock(7205190011)")
             try server.exec("CREATE TABLE IF NOT EXISTS beaconbench_schema (version INTEGER NOT NULL)")
             let cell = try server.exec("SELECT coalesce(max(version), 0) FROM beaconbench_schema").first?.first ?? nil
             let current = cell.flatMap { Int($0) } ?? 0
-            if current > ServerSchema.version {
-                throw SyncError(
-                    "the server's schema is version \(current), newer than this beaconbench knows (\(ServerSchema.version))"
-                )
-            }
+            if current > ServerSchema.version { throw newerSchema(current) }
             for (index, migration) in ServerSchema.migrations.enumerated().dropFirst(current) {
                 try server.exec(migration.sql)
                 try server.exec("INSERT INTO beaconbench_schema (version) VALUES ($1)", [String(index + 1)])
@@ -181,7 +204,8 @@ public enum InventorySync {
 
 /// PostgreSQL's text form of a one-dimensional array, the value of one
 /// array parameter: every element quoted (so no text is read as NULL or
-/// as syntax), `"` and `\` escaped with a backslash, NULL unquoted.
+/// as syntax), `"` and `\` escaped with a backslash, NULL unquoted, NUL
+/// bytes (which PostgreSQL text cannot hold) left out.
 enum PostgresArray {
     static func literal<S: Sequence>(_ elements: S) -> String where S.Element == String? {
         var bytes: [UInt8] = [UInt8(ascii: "{")]
@@ -196,7 +220,8 @@ enum PostgresArray {
             }
             bytes.append(UInt8(ascii: "\""))
             element.withUTF8 { utf8 in
-                for byte in utf8 {
+                // PostgreSQL text cannot hold NUL: it is left out.
+                for byte in utf8 where byte != 0 {
                     if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { bytes.append(UInt8(ascii: "\\")) }
                     bytes.append(byte)
                 }

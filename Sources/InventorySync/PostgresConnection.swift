@@ -20,6 +20,8 @@ public struct SyncError: Error, Sendable, CustomStringConvertible {
 /// (`PQexecParams`), never inside the SQL text.
 final class PostgresConnection {
     let handle: OpaquePointer
+    /// The server, for messages (never the connection string).
+    let location: String
 
     /// Connects with a `postgresql://…` URL or a `key=value` string; libpq
     /// adds the `PG*` environment variables and `~/.pgpass`, and TLS as the
@@ -35,6 +37,8 @@ final class PostgresConnection {
         ]
         if environment["PGCONNECT_TIMEOUT"] == nil { defaults.append(("connect_timeout", "10")) }
         if environment["PGAPPNAME"] == nil { defaults.append(("application_name", "beaconbench")) }
+        // Swift strings are UTF-8; the server converts to its own encoding.
+        if environment["PGCLIENTENCODING"] == nil { defaults.append(("client_encoding", "UTF8")) }
         // Given before `dbname`, which holds the caller's string: what that
         // string sets wins (libpq: later entries override earlier ones).
         let keywords = (defaults.map(\.keyword) + ["dbname"]).map { strdup($0) } + [nil]
@@ -48,10 +52,16 @@ final class PostgresConnection {
         guard let connection else { throw SyncError("libpq could not allocate a connection") }
         guard PQstatus(connection) == CONNECTION_OK else {
             let message = String(cString: PQerrorMessage(connection)).trimmingCharacters(in: .whitespacesAndNewlines)
+            // A refusal (wrong password, no such database or role) is not
+            // worth trying again; an unreachable server may come back.
+            let refused =
+                PQconnectionNeedsPassword(connection) == 1 || message.contains("authentication failed")
+                || message.contains("does not exist") || message.contains("no password supplied")
             PQfinish(connection)
-            throw SyncError("cannot connect to the server: \(message)", isConnectionFailure: true)
+            throw SyncError("cannot connect to the server: \(message)", isConnectionFailure: !refused)
         }
         handle = connection
+        location = Self.describe(conninfo)
     }
 
     deinit { PQfinish(handle) }

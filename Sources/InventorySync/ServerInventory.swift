@@ -9,21 +9,30 @@ import Profiles
 /// every bench's outcomes, newest first. Read-only: benches write their own
 /// SQLite file and sync it here.
 public actor ServerInventory: InventoryReader {
-    private let server: PostgresConnection
+    private let url: String
+    private var connection: PostgresConnection
     public nonisolated let location: String
 
     /// Connects and checks the schema: a server no bench has synced to is
     /// an error, one an older beaconbench wrote is migrated first (which
     /// needs the right to), one a newer beaconbench wrote is refused.
     public init(url: String) throws(SyncError) {
+        self.url = url
         location = PostgresConnection.describe(url)
-        server = try PostgresConnection(url)
-        let exists = try server.exec("SELECT to_regclass('beaconbench_schema') IS NOT NULL").first?.first ?? nil
-        guard exists == "t" else {
-            throw SyncError("\(location) holds no beaconbench inventory: sync a bench to it first")
+        connection = try PostgresConnection(url)
+        try InventorySync.prepareSchema(connection, creating: false)
+    }
+
+    /// Runs `body` on the connection; after a lost connection (the server
+    /// restarted, the network dropped while the REPL stood idle) connects
+    /// again once and repeats it — a read is safe to repeat.
+    private func reading<T>(_ body: (PostgresConnection) throws(SyncError) -> T) throws(SyncError) -> T {
+        do {
+            return try body(connection)
+        } catch  where error.isConnectionFailure {
+            connection = try PostgresConnection(url)
+            return try body(connection)
         }
-        let version = try server.exec("SELECT coalesce(max(version), 0) FROM beaconbench_schema").first?.first ?? nil
-        if version.flatMap({ Int($0) }) != ServerSchema.version { try InventorySync.migrate(server) }
     }
 
     /// Whether `text` names a server rather than a file.
@@ -32,32 +41,36 @@ public actor ServerInventory: InventoryReader {
     }
 
     public func devices() throws -> [DeviceRecord] {
-        try server.query(
-            """
-            SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
-                calibrated, calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
-                config_cornering, config_braking, config_acceleration, config_duration, config_enable, benches
-            FROM fleet_devices ORDER BY address
-            """
-        ).rows.map(Self.record)
+        try reading { server throws(SyncError) in
+            try server.query(
+                """
+                SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
+                    calibrated, calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
+                    config_cornering, config_braking, config_acceleration, config_duration, config_enable, benches
+                FROM fleet_devices ORDER BY address
+                """
+            ).rows.map(Self.record)
+        }
     }
 
     public func device(_ addressOrEnding: String) throws -> DeviceRecord? {
-        guard let address = try address(of: addressOrEnding) else { return nil }
-        return try server.query(
-            """
-            SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
-                calibrated, calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
-                config_cornering, config_braking, config_acceleration, config_duration, config_enable, benches
-            FROM fleet_devices WHERE address = $1
-            """, [address]
-        ).rows.first.map(Self.record)
+        try reading { server throws(SyncError) in
+            guard let address = try Self.address(of: addressOrEnding, on: server) else { return nil }
+            return try server.query(
+                """
+                SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
+                    calibrated, calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
+                    config_cornering, config_braking, config_acceleration, config_duration, config_enable, benches
+                FROM fleet_devices WHERE address = $1
+                """, [address]
+            ).rows.first.map(Self.record)
+        }
     }
 
     /// The address a name stands for: itself, or the device with that MAC
     /// ending on any bench (the first by address, as in a bench's own
     /// inventory, when endings repeat).
-    private func address(of name: String) throws(SyncError) -> String? {
+    private static func address(of name: String, on server: PostgresConnection) throws(SyncError) -> String? {
         let found = try server.exec(
             "SELECT address FROM devices WHERE address = upper($1) OR mac_ending = lower($1) ORDER BY address LIMIT 1",
             [name])
@@ -71,39 +84,42 @@ public actor ServerInventory: InventoryReader {
     }
 
     public func outcomes(device: String?, limit: Int) throws -> [OutcomeRecord] {
-        let rows: [[SQLiteValue]]
-        if let device {
-            guard let address = try address(of: device) else { return [] }
-            rows = try server.query(
+        try reading { server throws(SyncError) in
+            guard let device else {
+                return try server.query(
+                    """
+                    SELECT local_id, run_id, device, step, status, detail, error, started_at, duration_ms, bench_id
+                    FROM outcomes ORDER BY started_at DESC, bench_id, local_id DESC LIMIT $1
+                    """, [String(limit)]
+                ).rows.map(DeviceRows.outcome)
+            }
+            guard let address = try Self.address(of: device, on: server) else { return [] }
+            return try server.query(
                 """
                 SELECT local_id, run_id, device, step, status, detail, error, started_at, duration_ms, bench_id
                 FROM outcomes WHERE device = $1 ORDER BY started_at DESC, bench_id, local_id DESC LIMIT $2
                 """, [address, String(limit)]
-            ).rows
-        } else {
-            rows = try server.query(
-                """
-                SELECT local_id, run_id, device, step, status, detail, error, started_at, duration_ms, bench_id
-                FROM outcomes ORDER BY started_at DESC, bench_id, local_id DESC LIMIT $1
-                """, [String(limit)]
-            ).rows
+            ).rows.map(DeviceRows.outcome)
         }
-        return rows.map(DeviceRows.outcome)
     }
 
     public func auditSubjects() throws -> [AuditSubject] {
-        try server.query(
-            """
-            SELECT address, profile, battery, firmware, calibrated, calibrated_at, calibration_x, calibration_y,
-                calibration_z, config_cornering, config_braking, config_acceleration, config_duration,
-                config_enable, config_read_at, last_seen
-            FROM fleet_devices ORDER BY address
-            """
-        ).rows.map(DeviceRows.auditSubject)
+        try reading { server throws(SyncError) in
+            try server.query(
+                """
+                SELECT address, profile, battery, firmware, calibrated, calibrated_at, calibration_x, calibration_y,
+                    calibration_z, config_cornering, config_braking, config_acceleration, config_duration,
+                    config_enable, config_read_at, last_seen
+                FROM fleet_devices ORDER BY address
+                """
+            ).rows.map(DeviceRows.auditSubject)
+        }
     }
 
     public func deviceTable() throws -> DeviceTable {
-        let (columns, rows) = try server.query("SELECT * FROM fleet_devices ORDER BY address")
-        return DeviceTable(columns: columns, rows: rows)
+        try reading { server throws(SyncError) in
+            let (columns, rows) = try server.query("SELECT * FROM fleet_devices ORDER BY address")
+            return DeviceTable(columns: columns, rows: rows)
+        }
     }
 }

@@ -12,6 +12,7 @@ enum ServerSchema {
     static let migrations: [(name: String, sql: String)] = [
         ("initial schema", initial),
         ("merged fleet view and read indexes", mergedFleet),
+        ("when each fact was observed, and the view merging by it", observationTimes),
     ]
 
     static var version: Int { migrations.count }
@@ -189,6 +190,70 @@ enum ServerSchema {
         ) AS merged;
         """
 
+    /// Version 3: the benches' inventories (SQLite schema 2) record when
+    /// each fact of a device was observed; the merged view takes each fact
+    /// from the bench that observed it last by those times, not by
+    /// `last_seen` (which any step refreshes without reading the fact).
+    /// Rows synced before have the times filled from `last_seen`.
+    static let observationTimes = """
+        ALTER TABLE devices ADD COLUMN IF NOT EXISTS identity_at TEXT;
+        ALTER TABLE devices ADD COLUMN IF NOT EXISTS description_at TEXT;
+        ALTER TABLE devices ADD COLUMN IF NOT EXISTS firmware_at TEXT;
+        ALTER TABLE devices ADD COLUMN IF NOT EXISTS calibration_read_at TEXT;
+        ALTER TABLE devices ADD COLUMN IF NOT EXISTS time_offset_at TEXT;
+        UPDATE devices SET identity_at = last_seen WHERE major IS NOT NULL AND minor IS NOT NULL;
+        UPDATE devices SET description_at = last_seen
+            WHERE model IS NOT NULL OR serial IS NOT NULL OR hardware_revision IS NOT NULL;
+        UPDATE devices SET firmware_at = last_seen WHERE firmware IS NOT NULL;
+        UPDATE devices SET calibration_read_at = last_seen WHERE calibrated IS NOT NULL;
+        UPDATE devices SET time_offset_at = last_seen WHERE time_offset_ms IS NOT NULL;
+        DROP VIEW IF EXISTS fleet_devices;
+        CREATE VIEW fleet_devices AS
+        SELECT
+            address, seen[3] AS mac_ending, identity[3]::bigint AS major, identity[4]::bigint AS minor,
+            description[3] AS model, description[4] AS serial, description[5] AS hardware_revision,
+            firmware[3] AS firmware, first_seen, last_seen, battery[3]::bigint AS battery,
+            battery[1] AS battery_at, calibration[3]::bigint AS calibrated, calibration[4] AS calibrated_at,
+            calibration[5]::bigint AS calibration_x, calibration[6]::bigint AS calibration_y,
+            calibration[7]::bigint AS calibration_z, time_offset[3]::bigint AS time_offset_ms,
+            profile[3] AS profile, config[3]::bigint AS config_cornering, config[4]::bigint AS config_braking,
+            config[5]::bigint AS config_acceleration, config[6]::bigint AS config_duration,
+            config[7]::bigint AS config_enable, config[1] AS config_read_at, identity[1] AS identity_at,
+            description[1] AS description_at, firmware[1] AS firmware_at, calibration[1] AS calibration_read_at,
+            time_offset[1] AS time_offset_at, benches
+        FROM (
+            -- Each fact: the greatest [when observed, bench, values…] of the
+            -- rows that know it, so the latest observation wins (ties: the
+            -- greater bench id), in one pass without sorting each group.
+            SELECT
+                address,
+                max(ARRAY[last_seen, bench_id, mac_ending]) AS seen,
+                max(ARRAY[coalesce(identity_at, last_seen), bench_id, major::text, minor::text])
+                    FILTER (WHERE major IS NOT NULL AND minor IS NOT NULL) AS identity,
+                max(ARRAY[coalesce(description_at, last_seen), bench_id, model, serial, hardware_revision])
+                    FILTER (WHERE model IS NOT NULL OR serial IS NOT NULL OR hardware_revision IS NOT NULL)
+                    AS description,
+                max(ARRAY[coalesce(firmware_at, last_seen), bench_id, firmware])
+                    FILTER (WHERE firmware IS NOT NULL) AS firmware,
+                min(first_seen) AS first_seen,
+                max(last_seen) AS last_seen,
+                max(ARRAY[battery_at, bench_id, battery::text])
+                    FILTER (WHERE battery IS NOT NULL AND battery_at IS NOT NULL) AS battery,
+                max(ARRAY[coalesce(calibration_read_at, last_seen), bench_id, calibrated::text, calibrated_at,
+                    calibration_x::text, calibration_y::text, calibration_z::text])
+                    FILTER (WHERE calibrated IS NOT NULL) AS calibration,
+                max(ARRAY[coalesce(time_offset_at, last_seen), bench_id, time_offset_ms::text])
+                    FILTER (WHERE time_offset_ms IS NOT NULL) AS time_offset,
+                max(ARRAY[coalesce(config_read_at, ''), bench_id, profile]) FILTER (WHERE profile IS NOT NULL)
+                    AS profile,
+                max(ARRAY[config_read_at, bench_id, config_cornering::text, config_braking::text,
+                    config_acceleration::text, config_duration::text, config_enable::text])
+                    FILTER (WHERE config_read_at IS NOT NULL) AS config,
+                string_agg(bench_id, ' ' ORDER BY last_seen DESC, bench_id DESC) AS benches
+            FROM devices GROUP BY address
+        ) AS merged;
+        """
+
     /// A table's statements. Locally, rows are read in chunks after a
     /// cursor (the local id, or the rowid for tables keyed otherwise): `?1`
     /// is the cursor, `?2` the chunk size, and the first column is the
@@ -217,7 +282,8 @@ enum ServerSchema {
                 SELECT rowid, address, mac_ending, major, minor, model, serial, hardware_revision, firmware,
                     first_seen, last_seen, battery, battery_at, calibrated, calibrated_at, calibration_x,
                     calibration_y, calibration_z, time_offset_ms, profile, config_cornering, config_braking,
-                    config_acceleration, config_duration, config_enable, config_read_at
+                    config_acceleration, config_duration, config_enable, config_read_at, identity_at,
+                    description_at, firmware_at, calibration_read_at, time_offset_at
                 FROM devices WHERE rowid > ?1 ORDER BY rowid LIMIT ?2
                 """,
             upsert: """
@@ -225,12 +291,13 @@ enum ServerSchema {
                     hardware_revision, firmware, first_seen, last_seen, battery, battery_at, calibrated,
                     calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
                     config_cornering, config_braking, config_acceleration, config_duration, config_enable,
-                    config_read_at)
+                    config_read_at, identity_at, description_at, firmware_at, calibration_read_at,
+                    time_offset_at)
                 SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[],
                     $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::text[],
                     $14::bigint[], $15::text[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[],
                     $20::text[], $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[], $25::bigint[],
-                    $26::text[])
+                    $26::text[], $27::text[], $28::text[], $29::text[], $30::text[], $31::text[])
                 ON CONFLICT (bench_id, address) DO UPDATE SET mac_ending = excluded.mac_ending, major =
                     excluded.major, minor = excluded.minor, model = excluded.model, serial = excluded.serial,
                     hardware_revision = excluded.hardware_revision, firmware = excluded.firmware, first_seen =
@@ -241,11 +308,15 @@ enum ServerSchema {
                     excluded.time_offset_ms, profile = excluded.profile, config_cornering =
                     excluded.config_cornering, config_braking = excluded.config_braking, config_acceleration =
                     excluded.config_acceleration, config_duration = excluded.config_duration, config_enable =
-                    excluded.config_enable, config_read_at = excluded.config_read_at
+                    excluded.config_enable, config_read_at = excluded.config_read_at, identity_at =
+                    excluded.identity_at, description_at = excluded.description_at, firmware_at =
+                    excluded.firmware_at, calibration_read_at = excluded.calibration_read_at, time_offset_at =
+                    excluded.time_offset_at
                 """,
             types: [
                 .text, .text, .bigint, .bigint, .text, .text, .text, .text, .text, .text, .bigint, .text, .bigint,
                 .text, .bigint, .bigint, .bigint, .bigint, .text, .bigint, .bigint, .bigint, .bigint, .bigint, .text,
+                .text, .text, .text, .text, .text,
             ],
             cursorIsLocalID: false),
         Table(

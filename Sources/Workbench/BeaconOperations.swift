@@ -101,7 +101,12 @@ public struct SBeacon: Sendable {
     }
 
     private func readString(_ uuid: GattUUID) async throws -> String {
-        String(decoding: try await read(uuid), as: UTF8.self)
+        DeviceInformationText.decode(try await read(uuid))
+    }
+
+    /// The Firmware Revision string as the beacon sends it (up to a NUL).
+    public func readFirmwareRevision() async throws -> String {
+        try await readString(SBeaconUUID.firmwareRevision)
     }
 
     public func readConfig() async throws -> DrivingBehaviourConfig {

@@ -353,8 +353,7 @@ public actor FleetRunner {
             return battery >= minimum
                 ? (.ok, "battery \(battery) %") : (.skipped, "battery \(battery) % is below \(minimum) %")
         case .requireFirmware(let minimum):
-            let text = String(
-                decoding: try await beacon.session.read(SBeaconUUID.firmwareRevision.rawValue), as: UTF8.self)
+            let text = try await beacon.readFirmwareRevision()
             let version = (try? FirmwareVersion(text)) ?? FirmwareVersion(major: 0, minor: 0, patch: 0)
             if let readable = try? FirmwareVersion(text) {
                 var record = DeviceRecord(address: address)

@@ -182,6 +182,17 @@ func withSyncScene(_ name: String, started: Bool = true, _ body: (SyncScene) asy
     try await body(SyncScene(server: server, directory: directory))
 }
 
+@Suite("array parameters")
+struct PostgresArrayTests {
+    @Test func everyElementQuotedEscapedAndNULFree() {
+        #expect(PostgresArray.literal([String?]()) == "{}")
+        #expect(PostgresArray.literal(["a", nil, "", "NULL"]) == #"{"a",NULL,"","NULL"}"#)
+        #expect(
+            PostgresArray.literal([#"say "hi""#, #"back\slash"#, "{x,y}"]) == #"{"say \"hi\"","back\\slash","{x,y}"}"#)
+        #expect(PostgresArray.literal(["SB-1\u{0}\u{0}", "é‡🚗"]) == #"{"SB-1","é‡🚗"}"#)
+    }
+}
+
 @Suite("several benches, one PostgreSQL server", .serialized)
 struct SyncTests {
     /// Three benches provision separate fleets; beacon 4 is on the first
@@ -196,9 +207,9 @@ struct SyncTests {
         try server.start()
         let shared = "C0:FE:00:00:00:04"
 
-        var exports: [[String: [String: Any]]] = []
-        var audits: [[String: [String: Any]]] = []
-        var benchIDs: [String] = []
+        var exports: [Int: [String: [String: Any]]] = [:]
+        var audits: [Int: [String: [String: Any]]] = [:]
+        var benchIDs: [Int: String] = [:]
         var sharedOutcomes = 0
         var localDevices = 0
         let fleets: [(numbers: [Int], options: [String])] = [
@@ -206,46 +217,64 @@ struct SyncTests {
             ([4, 20, 21, 22, 23], ["--set", "profile=van", "--set", "major=200"]),
             ([40, 41, 42, 43], []),
         ]
-        for (index, fleet) in fleets.enumerated() {
-            try await withNewFleet(numbers: fleet.numbers) { bench in
-                let run = try await bench.beaconbench(
-                    ["run", bench.batch("provision-new.batch"), "--set", "scan=1s"] + fleet.options)
-                #expect(run.status == 0, "bench \(index + 1): \(run.stderr)")
-                if index == 2 {
-                    // The third bench also pulls records from a beacon that drove.
-                    let connection = try await BusConnection.connect(.address(bench.busAddress))
-                    _ = try await connection.call(
-                        SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Drive",
-                        [.string("C0:FE:00:00:00:28"), .uint32(40), .uint32(4)])
-                    await connection.close()
-                    let pull = try await bench.beaconbench([
-                        "run", bench.batch("pull-records.batch"), "--set", "scan=1s",
-                    ])
-                    #expect(pull.status == 0, "\(pull.stderr)")
-                }
-                for _ in 0..<2 {
-                    let sync = try await bench.beaconbench(["sync", "--to", server.url])
-                    #expect(sync.status == 0, "\(sync.stderr)")
-                    #expect(sync.stdout.hasPrefix("synced bench "), "\(sync.stdout)")
-                    #expect(!sync.stdout.contains(server.url) && !sync.stderr.contains(server.url))
-                }
-                let inventory = try Inventory(path: bench.inventoryPath)
-                let id = try await inventory.benchID()
-                benchIDs.append(id)
-                let differences = try await RowByRow.differences(inventory, server, bench: id)
-                #expect(differences.isEmpty, "bench \(index + 1): \(differences.prefix(5))")
-                sharedOutcomes += try await inventory.outcomes(device: shared, limit: 10_000).count
-                localDevices += try await inventory.devices().count
-
-                let export = try await bench.beaconbench(["inventory", "export", "--json"])
-                let objects =
-                    try JSONSerialization.jsonObject(with: Data(export.stdout.utf8)) as? [[String: Any]] ?? []
-                exports.append(Dictionary(uniqueKeysWithValues: objects.map { ($0["address"] as? String ?? "", $0) }))
-                let audit = try await bench.beaconbench(["--json", "audit"])
-                #expect(audit.status == 2, "two beacons per bench could not be provisioned: \(audit.stderr)")
-                audits.append(Self.byAddress(ConsoleFixture.jsonLines(audit.stdout)))
-                #expect(audits.last?.count == fleet.numbers.count, "\(audit.stdout)")
+        func provision(_ bench: ConsoleFixture, _ index: Int) async throws {
+            let run = try await bench.beaconbench(
+                ["run", bench.batch("provision-new.batch"), "--set", "scan=1s"] + fleets[index].options)
+            #expect(run.status == 0, "bench \(index + 1): \(run.stderr)")
+        }
+        func sync(_ bench: ConsoleFixture, times: Int = 1) async throws {
+            for _ in 0..<times {
+                let sync = try await bench.beaconbench(["sync", "--to", server.url])
+                #expect(sync.status == 0, "\(sync.stderr)")
+                #expect(sync.stdout.hasPrefix("synced bench "), "\(sync.stdout)")
+                #expect(!sync.stdout.contains(server.url) && !sync.stderr.contains(server.url))
             }
+        }
+        /// The bench's own view, and its rows compared with the server's.
+        func collect(_ bench: ConsoleFixture, _ index: Int) async throws {
+            let inventory = try Inventory(path: bench.inventoryPath)
+            let id = try await inventory.benchID()
+            benchIDs[index] = id
+            let differences = try await RowByRow.differences(inventory, server, bench: id)
+            #expect(differences.isEmpty, "bench \(index + 1): \(differences.prefix(5))")
+            sharedOutcomes += try await inventory.outcomes(device: shared, limit: 10_000).count
+            localDevices += try await inventory.devices().count
+            let export = try await bench.beaconbench(["inventory", "export", "--json"])
+            let objects = try JSONSerialization.jsonObject(with: Data(export.stdout.utf8)) as? [[String: Any]] ?? []
+            exports[index] = Dictionary(uniqueKeysWithValues: objects.map { ($0["address"] as? String ?? "", $0) })
+            let audit = try await bench.beaconbench(["--json", "audit"])
+            #expect(audit.status == 2, "two beacons per bench could not be provisioned: \(audit.stderr)")
+            audits[index] = Self.byAddress(ConsoleFixture.jsonLines(audit.stdout))
+            #expect(audits[index]?.count == fleets[index].numbers.count, "\(audit.stdout)")
+        }
+
+        try await withNewFleet(numbers: fleets[0].numbers) { first in
+            try await provision(first, 0)
+            try await sync(first, times: 2)
+            try await withNewFleet(numbers: fleets[1].numbers) { second in
+                try await provision(second, 1)
+                try await sync(second, times: 2)
+                // Later still, the first bench sees the shared beacon again
+                // and reads only its battery: that is all it may change.
+                let again = try await first.beaconbench(["require", "battery>=20", shared])
+                #expect(again.status == 0, "\(again.stderr)")
+                try await sync(first)
+                try await collect(second, 1)
+            }
+            try await collect(first, 0)
+        }
+        try await withNewFleet(numbers: fleets[2].numbers) { third in
+            try await provision(third, 2)
+            // The third bench also pulls records from a beacon that drove.
+            let connection = try await BusConnection.connect(.address(third.busAddress))
+            _ = try await connection.call(
+                SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Drive",
+                [.string("C0:FE:00:00:00:28"), .uint32(40), .uint32(4)])
+            await connection.close()
+            let pull = try await third.beaconbench(["run", third.batch("pull-records.batch"), "--set", "scan=1s"])
+            #expect(pull.status == 0, "\(pull.stderr)")
+            try await sync(third, times: 2)
+            try await collect(third, 2)
         }
         #expect(try server.count("SELECT count(*) FROM benches") == 3)
         #expect(try server.count("SELECT count(*) FROM trips") > 0, "the third bench's trips reached the server")
@@ -263,23 +292,27 @@ struct SyncTests {
         let addresses = fleet.compactMap { $0["address"] as? String }
         #expect(addresses.count == Set(addresses).count, "each beacon once")
         #expect(addresses.count == localDevices - 1, "14 beacons: 6 + 5 + 4, one of them on two benches")
+        // What the first bench observed of the shared beacon after the second provisioned it.
+        let reread: Set<String> = ["battery", "battery_at", "last_seen"]
         for device in fleet {
             let address = device["address"] as? String ?? ""
             // The bench whose record wins: the second for the shared beacon, else the only one.
-            let owner = address == shared ? 1 : try #require(exports.firstIndex { $0[address] != nil })
-            let local = try #require(exports[owner][address])
+            let owner = address == shared ? 1 : try #require(exports.first { $0.value[address] != nil }?.key)
+            let local = try #require(exports[owner]?[address])
             for (column, value) in local where column != "first_seen" {
+                var expected = value
+                if address == shared, reread.contains(column) { expected = exports[0]?[address]?[column] ?? NSNull() }
                 #expect(
-                    "\(value)" == "\(device[column] ?? NSNull())",
+                    "\(expected)" == "\(device[column] ?? NSNull())",
                     "\(address) \(column): server \(device[column] ?? "nil")")
             }
             let benches = (device["benches"] as? String ?? "").split(separator: " ").map(String.init)
             if address == shared {
-                #expect(benches == [benchIDs[1], benchIDs[0]], "latest bench first")
+                #expect(benches == [benchIDs[0], benchIDs[1]].compactMap { $0 }, "the bench that saw it last first")
                 #expect(device["profile"] as? String == "van" && device["major"] as? Int == 200)
-                #expect(device["first_seen"] as? String == exports[0][address]?["first_seen"] as? String)
+                #expect(device["first_seen"] as? String == exports[0]?[address]?["first_seen"] as? String)
             } else {
-                #expect(benches == [benchIDs[owner]])
+                #expect(benches == [benchIDs[owner]].compactMap { $0 })
                 #expect(device["first_seen"] as? String == local["first_seen"] as? String)
             }
         }
@@ -290,8 +323,8 @@ struct SyncTests {
         let merged = Self.byAddress(ConsoleFixture.jsonLines(audit.stdout))
         #expect(merged.count == addresses.count)
         for (address, report) in merged {
-            let owner = address == shared ? 1 : try #require(audits.firstIndex { $0[address] != nil })
-            let local = try #require(audits[owner][address])
+            let owner = address == shared ? 1 : try #require(audits.first { $0.value[address] != nil }?.key)
+            let local = try #require(audits[owner]?[address])
             #expect(try Self.canonical(report) == Self.canonical(local), "\(address)")
         }
 
@@ -300,9 +333,10 @@ struct SyncTests {
         #expect(log.status == 0, "\(log.stderr)")
         let steps = ConsoleFixture.jsonLines(log.stdout)
         #expect(steps.count == sharedOutcomes)
-        #expect(Set(steps.compactMap { $0["bench"] as? String }) == [benchIDs[0], benchIDs[1]])
+        #expect(Set(steps.compactMap { $0["bench"] as? String }) == Set([benchIDs[0], benchIDs[1]].compactMap { $0 }))
         let show = try await officeRun(["inventory", "show", shared])
-        #expect(show.stdout.contains("benches      \(benchIDs[1]), \(benchIDs[0])"), "\(show.stdout)")
+        #expect(
+            show.stdout.contains("benches      \(benchIDs[0] ?? "?"), \(benchIDs[1] ?? "?")"), "\(show.stdout)")
 
         // The server is only read: device commands are refused before anything runs.
         let runsBefore = try server.count("SELECT count(*) FROM runs")
@@ -431,6 +465,17 @@ struct SyncTests {
             #expect(try server.count("SELECT max(version) FROM beaconbench_schema") == ServerSchema.version)
             #expect(try server.count("SELECT count(*) FROM fleet_devices WHERE benches = 'old-bench'") == 1)
             #expect(try server.count("SELECT count(*) FROM fleet_devices") == 21)
+
+            // A bench role that may write rows but create nothing syncs to a server already set up.
+            _ = try server.psql(
+                "CREATE ROLE writer LOGIN; GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public TO writer")
+            let writer = server.url.replacingOccurrences(of: "user=bench", with: "user=writer")
+            #expect(try scene.sync(bench, to: writer).waitForExit().status == 0, "\(scene.stderr)")
+            // A refusal (here: no such role) is reported at once, not tried again.
+            let nobody = server.url.replacingOccurrences(of: "user=bench", with: "user=nobody")
+            #expect(try scene.sync(bench, to: nobody).waitForExit().status >> 8 == 3)
+            #expect(
+                scene.stderr.contains("does not exist") && !scene.stderr.contains("trying again"), "\(scene.stderr)")
 
             _ = try server.psql("INSERT INTO beaconbench_schema VALUES (99)")
             #expect(try scene.sync(bench).waitForExit().status >> 8 == 3)

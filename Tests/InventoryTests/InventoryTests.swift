@@ -31,6 +31,49 @@ struct InventoryTests {
         #expect(try await second.query("PRAGMA foreign_keys").first?.first?.integer == 1)
     }
 
+    /// A file of schema version 1 (before observation times) opens as the
+    /// current version with its rows kept and the times filled from
+    /// `last_seen`; from then on each fact records when it was observed.
+    @Test func migratesAVersion1File() async throws {
+        let path = try Self.temporaryPath()
+        do {
+            let database = try Database(path: path)
+            try database.execute(Schema.migrations[0].sql)
+            try database.execute("PRAGMA user_version = 1")
+            try database.run(
+                """
+                INSERT INTO devices (address, mac_ending, first_seen, last_seen, major, minor, firmware, battery,
+                    battery_at)
+                VALUES ('C1:00:00:00:00:01', '00000001', '2026-01-01T00:00:00.000Z', '2026-02-01T00:00:00.000Z',
+                    100, 7, '1.0.8', 80, '2026-02-01T00:00:00.000Z')
+                """)
+        }
+        let inventory = try Inventory(path: path)
+        #expect(try await inventory.schemaVersion() == Schema.migrations.count)
+        let row = try #require(
+            try await inventory.query(
+                "SELECT identity_at, firmware_at, description_at, calibration_read_at, minor FROM devices"
+            ).first)
+        #expect(row[0].text == "2026-02-01T00:00:00.000Z" && row[1].text == "2026-02-01T00:00:00.000Z")
+        #expect(row[2] == .null && row[3] == .null && row[4].integer == 7)
+
+        var seen = DeviceRecord(address: "C1:00:00:00:00:01")
+        seen.battery = 70
+        try await inventory.recordDevice(seen)
+        var read = DeviceRecord(address: "C1:00:00:00:00:01")
+        read.identity = BeaconIdentity(major: 100, minor: 8)
+        read.timeOffset = 1234
+        try await inventory.recordDevice(read)
+        let after = try #require(
+            try await inventory.query(
+                "SELECT identity_at, firmware_at, time_offset_at, battery_at, last_seen FROM devices"
+            ).first)
+        #expect(after[0] == after[4], "identity observed now")
+        #expect(after[1].text == "2026-02-01T00:00:00.000Z", "firmware not read again")
+        #expect(after[2] == after[4])
+        #expect(after[3] != .null && after[3].text! <= after[4].text!)
+    }
+
     @Test func theFileAndItsWALAreOwnerOnly() async throws {
         let path = try Self.temporaryPath()
         let inventory = try Inventory(path: path)

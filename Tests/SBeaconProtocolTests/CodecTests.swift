@@ -171,3 +171,14 @@ struct CodecTests {
         #expect(throws: ProtocolError.self) { try BeaconIdentity(bytes: [1, 2, 3]) }
     }
 }
+
+@Suite("Device Information strings")
+struct DeviceInformationTextTests {
+    @Test func endAtTheFirstNUL() {
+        #expect(DeviceInformationText.decode(Array("1.0.8".utf8)) == "1.0.8")
+        #expect(DeviceInformationText.decode(Array("1.0.8".utf8) + [0]) == "1.0.8")
+        #expect(DeviceInformationText.decode(Array("SB-1".utf8) + [0, 0, 0, 0x41]) == "SB-1")
+        #expect(DeviceInformationText.decode([0, 0x41]) == "")
+        #expect(DeviceInformationText.decode(Array("Sérïal‡".utf8)) == "Sérïal‡")
+    }
+}
