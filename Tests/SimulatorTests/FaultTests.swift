@@ -103,7 +103,9 @@ struct FaultTests {
             count: 1,
             configure: {
                 $0.faults = [.vanish: 1]
-                $0.outage = .milliseconds(300)
+                // Long enough that a loaded machine still asks while it lasts
+                // (300 ms once was not, in a full-suite run).
+                $0.outage = .seconds(2)
             }
         ) { fixture throws in
             try await fixture.discoverAll()
@@ -112,7 +114,7 @@ struct FaultTests {
             #expect(error?.message == "le-connection-abort-by-local")
             #expect(try await fixture.report(state).inRange == false)
             var back = false
-            for _ in 0..<200 where !back {
+            for _ in 0..<600 where !back {
                 try await Task.sleep(for: .milliseconds(10))
                 back = try await fixture.report(state).inRange
             }
