@@ -11,8 +11,7 @@ import Inventory
 enum ServerSchema {
     static let migrations: [(name: String, sql: String)] = [
         ("initial schema", initial),
-        ("merged fleet view and read indexes", mergedFleet),
-        ("when each fact was observed, and the view merging by it", observationTimes),
+        ("observation times, the merged fleet view, read indexes", mergedFleet),
     ]
 
     static var version: Int { migrations.count }
@@ -138,64 +137,16 @@ enum ServerSchema {
 
     /// Version 2: a beacon seen on several benches is one device in
     /// `fleet_devices`, each fact taken from the bench that observed it
-    /// last (docs/inventory.md, "Several benches"); indexes for `log` and
-    /// for merging by address.
+    /// last — by the observation times the benches' inventories record
+    /// (SQLite schema 2), not by `last_seen`, which any step refreshes
+    /// without reading the fact (docs/inventory.md, "Several benches").
+    /// Rows synced before have the times filled from `last_seen`. Indexes
+    /// for `log` and for merging by address.
     static let mergedFleet = """
         CREATE INDEX IF NOT EXISTS devices_by_address ON devices (address, last_seen);
         CREATE INDEX IF NOT EXISTS devices_by_ending ON devices (mac_ending);
         CREATE INDEX IF NOT EXISTS outcomes_by_device ON outcomes (device, started_at);
         CREATE INDEX IF NOT EXISTS outcomes_by_start ON outcomes (started_at);
-        DROP VIEW IF EXISTS fleet_devices;
-        CREATE VIEW fleet_devices AS
-        SELECT
-            address, seen[3] AS mac_ending, identity[3]::bigint AS major, identity[4]::bigint AS minor,
-            model[3] AS model, serial[3] AS serial, hardware_revision[3] AS hardware_revision,
-            firmware[3] AS firmware, first_seen, last_seen, battery[3]::bigint AS battery,
-            battery[1] AS battery_at, calibration[3]::bigint AS calibrated, calibration[4] AS calibrated_at,
-            calibration[5]::bigint AS calibration_x, calibration[6]::bigint AS calibration_y,
-            calibration[7]::bigint AS calibration_z, time_offset[3]::bigint AS time_offset_ms,
-            profile[3] AS profile, config[3]::bigint AS config_cornering, config[4]::bigint AS config_braking,
-            config[5]::bigint AS config_acceleration, config[6]::bigint AS config_duration,
-            config[7]::bigint AS config_enable, config[1] AS config_read_at, benches
-        FROM (
-            -- Each fact: the greatest [when observed, bench, values…] of the
-            -- rows that know it, so the latest observation wins (ties: the
-            -- greater bench id), in one pass without sorting each group.
-            SELECT
-                address,
-                max(ARRAY[last_seen, bench_id, mac_ending]) AS seen,
-                max(ARRAY[last_seen, bench_id, major::text, minor::text])
-                    FILTER (WHERE major IS NOT NULL AND minor IS NOT NULL) AS identity,
-                max(ARRAY[last_seen, bench_id, model]) FILTER (WHERE model IS NOT NULL) AS model,
-                max(ARRAY[last_seen, bench_id, serial]) FILTER (WHERE serial IS NOT NULL) AS serial,
-                max(ARRAY[last_seen, bench_id, hardware_revision])
-                    FILTER (WHERE hardware_revision IS NOT NULL) AS hardware_revision,
-                max(ARRAY[last_seen, bench_id, firmware]) FILTER (WHERE firmware IS NOT NULL) AS firmware,
-                min(first_seen) AS first_seen,
-                max(last_seen) AS last_seen,
-                max(ARRAY[battery_at, bench_id, battery::text])
-                    FILTER (WHERE battery IS NOT NULL AND battery_at IS NOT NULL) AS battery,
-                max(ARRAY[coalesce(greatest(battery_at, config_read_at, calibrated_at), ''), bench_id,
-                    calibrated::text, calibrated_at, calibration_x::text, calibration_y::text,
-                    calibration_z::text]) FILTER (WHERE calibrated IS NOT NULL) AS calibration,
-                max(ARRAY[coalesce(greatest(battery_at, config_read_at, calibrated_at), ''), bench_id,
-                    time_offset_ms::text]) FILTER (WHERE time_offset_ms IS NOT NULL) AS time_offset,
-                max(ARRAY[coalesce(config_read_at, ''), bench_id, profile]) FILTER (WHERE profile IS NOT NULL)
-                    AS profile,
-                max(ARRAY[config_read_at, bench_id, config_cornering::text, config_braking::text,
-                    config_acceleration::text, config_duration::text, config_enable::text])
-                    FILTER (WHERE config_read_at IS NOT NULL) AS config,
-                string_agg(bench_id, ' ' ORDER BY last_seen DESC, bench_id DESC) AS benches
-            FROM devices GROUP BY address
-        ) AS merged;
-        """
-
-    /// Version 3: the benches' inventories (SQLite schema 2) record when
-    /// each fact of a device was observed; the merged view takes each fact
-    /// from the bench that observed it last by those times, not by
-    /// `last_seen` (which any step refreshes without reading the fact).
-    /// Rows synced before have the times filled from `last_seen`.
-    static let observationTimes = """
         ALTER TABLE devices ADD COLUMN IF NOT EXISTS identity_at TEXT;
         ALTER TABLE devices ADD COLUMN IF NOT EXISTS description_at TEXT;
         ALTER TABLE devices ADD COLUMN IF NOT EXISTS firmware_at TEXT;
