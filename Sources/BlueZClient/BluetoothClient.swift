@@ -171,9 +171,9 @@ public actor BluetoothClient {
         }
     }
 
-    func checkRegistryWaiters() { checkWaiters() }
-
-    private func checkWaiters() {
+    /// Wakes the waiters whose condition now holds (also after a change
+    /// that is not a signal: a connect call ending).
+    func checkWaiters() {
         for (id, waiter) in waiters where waiter.isSatisfied() {
             waiters[id] = nil
             waiter.continuation.resume()

@@ -119,7 +119,7 @@ extension BluetoothClient {
 
     private func connectCallEnded(_ token: Int) {
         endedConnectCalls.insert(token)
-        checkRegistryWaiters()
+        checkWaiters()
     }
 
     private func connectOnce(

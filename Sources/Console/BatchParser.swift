@@ -1,3 +1,4 @@
+import InventorySync
 import SBeaconProtocol
 import Workbench
 
@@ -339,7 +340,7 @@ public struct BatchParser {
                 throw fail(arguments.first ?? name, "usage: \(usage("sync"))")
             }
             let url = arguments[1].text
-            guard url.hasPrefix("postgresql://") || url.hasPrefix("postgres://") || url.contains("=") else {
+            guard ServerInventory.isServerURL(url) || url.contains("=") else {
                 throw fail(arguments[1], "sync wants a PostgreSQL URL (postgresql://…) or connection string")
             }
             return .sync(to: url)

@@ -115,7 +115,7 @@ enum BatchChecks {
             if serverInventory, !located.command.onlyReadsTheInventory {
                 throw BatchError(
                     file: file, line: located.line, column: located.column,
-                    message: Session.serverIsReadOnly(Format.stepName(located.command, keywordOnly: true)))
+                    message: Session.serverIsReadOnly(located.command))
             }
             if case .select = located.command { selected = true }
             let actsOnDevices = located.command.isDeviceStep || isWatch(located)

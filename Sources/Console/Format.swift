@@ -61,9 +61,8 @@ enum Format {
 
     // MARK: Device steps and recaps
 
-    static func stepName(_ command: Command, keywordOnly: Bool = false) -> String {
+    static func stepName(_ command: Command) -> String {
         switch command {
-        case _ where keywordOnly && !command.isDeviceStep: command.keyword
         case .apply(let profile): "apply \(profile)"
         case .verify(let profile): "verify \(profile)"
         case .audit(_, let source): "audit --\(source.rawValue)"

@@ -87,9 +87,10 @@ public actor Session {
         }
     }
 
-    /// Why a command cannot run against a server inventory.
-    static func serverIsReadOnly(_ command: String?) -> String {
-        (command.map { "'\($0)' needs" } ?? "this needs")
+    /// Why a command cannot run against a server inventory (named as
+    /// written: a device step with its argument, else its keyword).
+    static func serverIsReadOnly(_ command: Command?) -> String {
+        (command.map { "'\($0.isDeviceStep ? Format.stepName($0) : $0.keyword)' needs" } ?? "this needs")
             + " a bench's own inventory: --inventory names a PostgreSQL server, which beaconbench only reads"
             + " (inventory, log, audit); benches write their SQLite inventory and 'sync --to' the server"
     }
@@ -236,7 +237,7 @@ public actor Session {
     private func carryOut(_ located: LocatedCommand) async throws(ConsoleFailure) {
         let command = located.command
         if invocation.inventoryIsServer, !command.onlyReadsTheInventory {
-            throw ConsoleFailure(.badInput, Self.serverIsReadOnly(Format.stepName(command, keywordOnly: true)))
+            throw ConsoleFailure(.badInput, Self.serverIsReadOnly(command))
         }
         if command.isDeviceStep {
             let targets = located.devices.isEmpty ? nil : located.devices

@@ -31,12 +31,6 @@ extension Inventory {
         return DeviceTable(columns: statement.columnNames(), rows: rows)
     }
 
-    /// Devices as CSV: every column of `devices`, RFC 4180 quoting.
-    public func exportDevicesCSV() throws -> String { try deviceTable().csv() }
-
-    /// Devices as a JSON array of objects, one key per column (null where unknown).
-    public func exportDevicesJSON() throws -> String { try deviceTable().json() }
-
     /// Parses the inventory's own timestamps (`2026-11-30T09:41:07.123Z`),
     /// with arithmetic rather than a calendar: audits parse tens of
     /// thousands of them.

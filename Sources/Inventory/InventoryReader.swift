@@ -35,13 +35,8 @@ public struct DeviceTable: Sendable {
     public func csv() -> String {
         let lines = rows.map { row in
             row.map { value in
-                switch value {
-                case .null: ""
-                case .integer(let v): "\(v)"
-                case .real(let v): "\(v)"
-                case .text(let v): AuditExport.csvField(v)
-                case .blob(let v): v.map { String(format: "%02x", $0) }.joined()
-                }
+                if case .text(let text) = value { return AuditExport.csvField(text) }
+                return value.textForm ?? ""
             }.joined(separator: ",")
         }
         return ([columns.joined(separator: ",")] + lines).joined(separator: "\n") + "\n"
@@ -54,10 +49,8 @@ public struct DeviceTable: Sendable {
                 let rendered: String =
                     switch value {
                     case .null: "null"
-                    case .integer(let v): "\(v)"
-                    case .real(let v): "\(v)"
-                    case .text(let v): Self.jsonString(v)
-                    case .blob(let v): Self.jsonString(v.map { String(format: "%02x", $0) }.joined())
+                    case .integer, .real: value.textForm ?? "null"
+                    case .text, .blob: Self.jsonString(value.textForm ?? "")
                     }
                 return "\(Self.jsonString(name)): \(rendered)"
             }

@@ -41,6 +41,18 @@ public enum SQLiteValue: Sendable, Hashable, ExpressibleByStringLiteral, Express
         }
     }
     public var isNull: Bool { self == .null }
+
+    /// The value written out as text: numbers in decimal, a blob in hex;
+    /// nil for NULL. (Exports, and values sent to another database.)
+    public var textForm: String? {
+        switch self {
+        case .null: nil
+        case .integer(let v): String(v)
+        case .real(let v): String(v)
+        case .text(let v): v
+        case .blob(let v): v.map { String(format: "%02x", $0) }.joined()
+        }
+    }
 }
 
 /// One SQLite connection. Not thread-safe: its owner (the `Inventory`

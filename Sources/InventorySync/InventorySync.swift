@@ -77,16 +77,17 @@ public enum InventorySync {
         for table in ServerSchema.tables {
             var sent = 0
             var cursor: Int64 = 0
-            if table.cursorIsLocalID {
-                cursor = try maxLocalID(server, table.name, benchID)
-                if let refresh = table.refresh {
-                    let running = try stillRunning(server, table.name, benchID)
-                    if !running.isEmpty {
-                        let rows = try await local(
-                            inventory, refresh, [.text("[" + running.joined(separator: ",") + "]")])
-                        try send(rows, of: table, bench: benchID, to: server)
-                        sent += rows.count
-                    }
+            if let newest = table.newest {
+                let cell = try server.exec(newest, [benchID]).first?.first ?? nil
+                cursor = cell.flatMap { Int64($0) } ?? 0
+            }
+            if let running = table.running {
+                let ids = try server.exec(running.onServer, [benchID]).compactMap { $0.first ?? nil }
+                if !ids.isEmpty {
+                    let rows = try await local(
+                        inventory, running.local, [.text("[" + ids.joined(separator: ",") + "]")])
+                    try send(rows, of: table, bench: benchID, to: server)
+                    sent += rows.count
                 }
             }
             while true {
@@ -123,7 +124,7 @@ public enum InventorySync {
         let offset = table.cursorIsLocalID ? 0 : 1
         var arrays: [String?] = [bench]
         for column in table.types.indices {
-            arrays.append(PostgresArray.literal(rows.lazy.map { text($0[column + offset]) }))
+            arrays.append(PostgresArray.literal(rows.lazy.map { $0[column + offset].textForm }))
         }
         try server.exec(table.upsert, arrays)
     }
@@ -137,14 +138,18 @@ public enum InventorySync {
         try server.exec("SET client_min_messages TO warning")
         let exists = try server.exec("SELECT to_regclass('beaconbench_schema') IS NOT NULL").first?.first ?? nil
         if exists == "t" {
-            let cell = try server.exec("SELECT coalesce(max(version), 0) FROM beaconbench_schema").first?.first ?? nil
-            let version = cell.flatMap { Int($0) } ?? 0
+            let version = try schemaVersion(server)
             if version == ServerSchema.version { return }
             if version > ServerSchema.version { throw newerSchema(version) }
         } else if !creating {
             throw SyncError("\(server.location) holds no beaconbench inventory: sync a bench to it first")
         }
         try migrate(server)
+    }
+
+    static func schemaVersion(_ server: PostgresConnection) throws(SyncError) -> Int {
+        let cell = try server.exec("SELECT coalesce(max(version), 0) FROM beaconbench_schema").first?.first ?? nil
+        return cell.flatMap { Int($0) } ?? 0
     }
 
     static func newerSchema(_ version: Int) -> SyncError {
@@ -157,47 +162,13 @@ public enum InventorySync {
             // One bench at a time creates or migrates the schema.
             try server.exec("SELECT pg_advisory_xact_lock(7205190011)")
             try server.exec("CREATE TABLE IF NOT EXISTS beaconbench_schema (version INTEGER NOT NULL)")
-            let cell = try server.exec("SELECT coalesce(max(version), 0) FROM beaconbench_schema").first?.first ?? nil
-            let current = cell.flatMap { Int($0) } ?? 0
+            // Read again under the lock: another bench may have migrated meanwhile.
+            let current = try schemaVersion(server)
             if current > ServerSchema.version { throw newerSchema(current) }
             for (index, migration) in ServerSchema.migrations.enumerated().dropFirst(current) {
                 try server.exec(migration.sql)
                 try server.exec("INSERT INTO beaconbench_schema (version) VALUES ($1)", [String(index + 1)])
             }
-        }
-    }
-
-    static func maxLocalID(_ server: PostgresConnection, _ table: String, _ bench: String) throws(SyncError) -> Int64 {
-        let sql =
-            switch table {
-            case "runs": "SELECT coalesce(max(local_id), 0) FROM runs WHERE bench_id = $1"
-            case "outcomes": "SELECT coalesce(max(local_id), 0) FROM outcomes WHERE bench_id = $1"
-            default: "SELECT coalesce(max(local_id), 0) FROM readings WHERE bench_id = $1"
-            }
-        let cell = try server.exec(sql, [bench]).first?.first ?? nil
-        return cell.flatMap { Int64($0) } ?? 0
-    }
-
-    /// Local ids the server holds as still running (to send again).
-    static func stillRunning(
-        _ server: PostgresConnection, _ table: String, _ bench: String
-    ) throws(SyncError)
-        -> [String]
-    {
-        let sql =
-            table == "runs"
-            ? "SELECT local_id FROM runs WHERE bench_id = $1 AND status = 'running'"
-            : "SELECT local_id FROM outcomes WHERE bench_id = $1 AND status = 'running'"
-        return try server.exec(sql, [bench]).compactMap { $0.first ?? nil }
-    }
-
-    static func text(_ value: SQLiteValue) -> String? {
-        switch value {
-        case .null: nil
-        case .integer(let number): String(number)
-        case .real(let number): String(number)
-        case .text(let text): text
-        case .blob(let bytes): bytes.map { String(format: "%02x", $0) }.joined()
         }
     }
 }

@@ -18,8 +18,8 @@ public actor ServerInventory: InventoryReader {
     /// needs the right to), one a newer beaconbench wrote is refused.
     public init(url: String) throws(SyncError) {
         self.url = url
-        location = PostgresConnection.describe(url)
         connection = try PostgresConnection(url)
+        location = connection.location
         try InventorySync.prepareSchema(connection, creating: false)
     }
 

@@ -213,15 +213,20 @@ enum ServerSchema {
     struct Table {
         var name: String
         var select: String
-        /// Rows the server holds as still running, sent again (`?1`: a
-        /// JSON array of local ids); nil for tables with no running rows.
-        var refresh: String?
+        /// Tables with local ids: the server's highest local id of the
+        /// bench (`$1`), the cursor a sync resumes after. Nil: the table is
+        /// sent whole, paged by rowid (which is not sent).
+        var newest: String?
+        /// Tables whose rows can still change: the local ids the server
+        /// holds as `running` (`$1` the bench), and the local rows to send
+        /// again for them (`?1` a JSON array of ids).
+        var running: (onServer: String, local: String)?
         var upsert: String
         /// The server column types of the columns sent, in order.
         var types: [ColumnType]
-        /// Whether the cursor is the local id (sent as `local_id`) or only a
-        /// rowid to page with (not sent).
-        var cursorIsLocalID: Bool
+
+        /// Whether the cursor is the local id, sent as `local_id`.
+        var cursorIsLocalID: Bool { newest != nil }
     }
 
     enum ColumnType { case text, bigint }
@@ -269,17 +274,21 @@ enum ServerSchema {
                 .text, .bigint, .bigint, .bigint, .bigint, .text, .bigint, .bigint, .bigint, .bigint, .bigint, .text,
                 .text, .text, .text, .text, .text,
             ],
-            cursorIsLocalID: false),
+        ),
         Table(
             name: "runs",
             select: """
                 SELECT id, started_at, ended_at, command, sha256, operator, host, pid, adapter, options, status
                 FROM runs WHERE id > ?1 ORDER BY id LIMIT ?2
                 """,
-            refresh: """
+            newest: "SELECT coalesce(max(local_id), 0) FROM runs WHERE bench_id = $1",
+            running: (
+                onServer: "SELECT local_id FROM runs WHERE bench_id = $1 AND status = 'running'",
+                local: """
                 SELECT id, started_at, ended_at, command, sha256, operator, host, pid, adapter, options, status
                 FROM runs WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY id
-                """,
+                """
+            ),
             upsert: """
                 INSERT INTO runs (bench_id, local_id, started_at, ended_at, command, sha256, operator, host,
                     pid, adapter, options, status)
@@ -291,7 +300,7 @@ enum ServerSchema {
                     options = excluded.options, status = excluded.status
                 """,
             types: [.bigint, .text, .text, .text, .text, .text, .text, .bigint, .text, .text, .text],
-            cursorIsLocalID: true),
+        ),
         Table(
             name: "outcomes",
             select: """
@@ -299,11 +308,15 @@ enum ServerSchema {
                     duration_ms
                 FROM outcomes WHERE id > ?1 ORDER BY id LIMIT ?2
                 """,
-            refresh: """
+            newest: "SELECT coalesce(max(local_id), 0) FROM outcomes WHERE bench_id = $1",
+            running: (
+                onServer: "SELECT local_id FROM outcomes WHERE bench_id = $1 AND status = 'running'",
+                local: """
                 SELECT id, run_id, device, step, status, detail, error, before, after, started_at, ended_at,
                     duration_ms
                 FROM outcomes WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY id
-                """,
+                """
+            ),
             upsert: """
                 INSERT INTO outcomes (bench_id, local_id, run_id, device, step, status, detail, error, before,
                     after, started_at, ended_at, duration_ms)
@@ -315,12 +328,13 @@ enum ServerSchema {
                     excluded.started_at, ended_at = excluded.ended_at, duration_ms = excluded.duration_ms
                 """,
             types: [.bigint, .bigint, .text, .text, .text, .text, .text, .text, .text, .text, .text, .bigint],
-            cursorIsLocalID: true),
+        ),
         Table(
             name: "readings",
             select: """
                 SELECT id, device, at, battery, rssi, firmware FROM readings WHERE id > ?1 ORDER BY id LIMIT ?2
                 """,
+            newest: "SELECT coalesce(max(local_id), 0) FROM readings WHERE bench_id = $1",
             upsert: """
                 INSERT INTO readings (bench_id, local_id, device, at, battery, rssi, firmware)
                 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],
@@ -329,7 +343,7 @@ enum ServerSchema {
                     battery = excluded.battery, rssi = excluded.rssi, firmware = excluded.firmware
                 """,
             types: [.bigint, .text, .text, .bigint, .bigint, .text],
-            cursorIsLocalID: true),
+        ),
         Table(
             name: "trips",
             select: """
@@ -343,7 +357,7 @@ enum ServerSchema {
                     excluded.beacon_index, pulled_at = excluded.pulled_at
                 """,
             types: [.text, .bigint, .bigint, .bigint, .text],
-            cursorIsLocalID: false),
+        ),
         Table(
             name: "events",
             select: """
@@ -362,7 +376,7 @@ enum ServerSchema {
                     excluded.pulled_at
                 """,
             types: [.text, .bigint, .text, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .text],
-            cursorIsLocalID: false),
+        ),
         Table(
             name: "incidents",
             select: """
@@ -381,6 +395,6 @@ enum ServerSchema {
                     excluded.pulled_at
                 """,
             types: [.text, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .text, .text],
-            cursorIsLocalID: false),
+        ),
     ]
 }

@@ -86,8 +86,7 @@ public enum ProfileLoader {
 
     /// Checks a profile's text as if read from `file` (the name is the
     /// file's without `.json`).
-    public static func parse(_ data: Data, name: String, file: String) throws -> Profile {
-        let path = file
+    public static func parse(_ data: Data, name: String, file path: String) throws -> Profile {
         let object: Any
         do {
             object = try JSONSerialization.jsonObject(with: data, options: [])

@@ -346,20 +346,15 @@ public actor FleetRunner {
         case .requireBattery(let minimum):
             let battery = try await beacon.readBattery()
             // What was read is known from now on (audits use it).
-            var record = DeviceRecord(address: address)
-            record.battery = battery
-            try await inventory.recordDevice(record)
+            try await remember(address) { $0.battery = battery }
             try await inventory.recordReading(address: address, at: Date(), battery: battery, rssi: nil, firmware: nil)
             return battery >= minimum
                 ? (.ok, "battery \(battery) %") : (.skipped, "battery \(battery) % is below \(minimum) %")
         case .requireFirmware(let minimum):
             let text = try await beacon.readFirmwareRevision()
-            let version = (try? FirmwareVersion(text)) ?? FirmwareVersion(major: 0, minor: 0, patch: 0)
-            if let readable = try? FirmwareVersion(text) {
-                var record = DeviceRecord(address: address)
-                record.firmware = readable
-                try await inventory.recordDevice(record)
-            }
+            let readable = try? FirmwareVersion(text)
+            if let readable { try await remember(address) { $0.firmware = readable } }
+            let version = readable ?? FirmwareVersion(major: 0, minor: 0, patch: 0)
             return version >= minimum
                 ? (.ok, "firmware \(version)") : (.skipped, "firmware \(text) is older than \(minimum)")
         case .syncTime:
@@ -370,9 +365,7 @@ public actor FleetRunner {
                     ? (.skipped, "dry run: time offset: \(stored) → \(computed)") : (.unchanged, nil)
             }
             let change = try await beacon.syncTime(now: Self.now())
-            var record = DeviceRecord(address: address)
-            record.timeOffset = change.after
-            try await inventory.recordDevice(record)
+            try await remember(address) { $0.timeOffset = change.after }
             return change.written ? (.changed, "time offset \(change.before) → \(change.after)") : (.unchanged, nil)
         case .calibrate:
             // Idempotent: a beacon that holds a plausible calibration keeps it.
@@ -380,17 +373,15 @@ public actor FleetRunner {
             if current.calibrated, Auditor.plausibleGravity.contains(current.vector.magnitude) {
                 // Recorded too: a calibration whose result was lost with
                 // the link (a retry finds it done) is still known.
-                var record = DeviceRecord(address: address)
-                record.calibration = current
-                try await inventory.recordDevice(record)
+                try await remember(address) { $0.calibration = current }
                 return (.unchanged, "already calibrated")
             }
             if dryRun { return (.skipped, "dry run: would calibrate") }
             let state = try await beacon.calibrate()
-            var record = DeviceRecord(address: address)
-            record.calibration = state
-            record.calibratedAt = Date()
-            try await inventory.recordDevice(record)
+            try await remember(address) {
+                $0.calibration = state
+                $0.calibratedAt = Date()
+            }
             return (.changed, "calibrated: \(state.vector.x), \(state.vector.y), \(state.vector.z) mG")
         case .identity(let major, let minor):
             let current = try await beacon.readIdentity()
@@ -412,9 +403,7 @@ public actor FleetRunner {
                     )
             }
             let change = try await beacon.setIdentity(wanted)
-            var record = DeviceRecord(address: address)
-            record.identity = change.after
-            try await inventory.recordDevice(record)
+            try await remember(address) { $0.identity = change.after }
             return change.written
                 ? (
                     .changed,
@@ -428,10 +417,10 @@ public actor FleetRunner {
                     ? (.unchanged, nil) : (.skipped, "dry run: config: \(current) → \(profile.config)")
             }
             let change = try await beacon.writeConfig(profile.config)
-            var record = DeviceRecord(address: address)
-            record.config = change.after
-            record.profile = profile.name
-            try await inventory.recordDevice(record)
+            try await remember(address) {
+                $0.config = change.after
+                $0.profile = profile.name
+            }
             return change.written ? (.changed, "config \(change.before) → \(change.after)") : (.unchanged, nil)
         case .verify(let profile):
             let config = try await beacon.readConfig()
@@ -522,6 +511,14 @@ public actor FleetRunner {
     }
 
     static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    /// Records what a step read or wrote of a device; the fields left nil
+    /// keep what the inventory holds.
+    private nonisolated func remember(_ address: String, _ fill: (inout DeviceRecord) -> Void) async throws {
+        var record = DeviceRecord(address: address)
+        fill(&record)
+        try await inventory.recordDevice(record)
+    }
 
     static func record(_ address: String, _ info: BeaconInfo) -> DeviceRecord {
         var record = DeviceRecord(address: address)

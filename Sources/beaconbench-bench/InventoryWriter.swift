@@ -26,8 +26,7 @@ func inventoryWriter(path: String) async throws -> Never {
 /// transactions of 1,000, and one transaction per outcome as live steps do)
 /// and the time to open an existing inventory.
 func inventoryBenchmark() async throws -> [Measurement] {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bench-\(UUID().uuidString)").path
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let directory = try scratchDirectory()
     defer { try? FileManager.default.removeItem(atPath: directory) }
     let path = directory + "/inventory.db"
     let inventory = try Inventory(path: path)
@@ -110,8 +109,5 @@ func seconds(_ duration: Duration) -> Double {
 
 /// The profiles in the repository's `profiles/`.
 func shippedProfiles() throws -> [String: Profile] {
-    try ProfileLoader.loadAll(from: [
-        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-            .deletingLastPathComponent().appendingPathComponent("profiles").path
-    ])
+    try ProfileLoader.loadAll(from: [repository + "/profiles"])
 }

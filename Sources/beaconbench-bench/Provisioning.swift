@@ -8,6 +8,14 @@ import LocalBus
 let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent().path
 
+/// A new directory of its own under the temporary directory (the caller
+/// removes it).
+func scratchDirectory() throws -> String {
+    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bench-\(UUID().uuidString)").path
+    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    return directory
+}
+
 /// The built executables beside this one.
 func sibling(_ name: String) throws -> String {
     guard let path = SimulatorProcess.sibling(name) else {
@@ -90,8 +98,7 @@ struct ProvisioningResult: Codable {
 func provisioningRun(
     count: Int, adapters: Int, concurrency: Int?, latency: String, scan: String = "3s"
 ) async throws -> ProvisioningResult {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bench-\(UUID().uuidString)").path
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let directory = try scratchDirectory()
     defer { try? FileManager.default.removeItem(atPath: directory) }
     let simulator = try SimulatorProcess.start(
         executable: try sibling("beaconbench-sim"),
@@ -119,7 +126,7 @@ func provisioningRun(
 
     let inventory = try Inventory(path: inventoryPath)
     let span = try await inventory.query("SELECT min(started_at), max(ended_at) FROM outcomes").first ?? []
-    let parse = { (value: SQLiteValue?) in value?.text.flatMap(parseTimestamp) }
+    let parse = { (value: SQLiteValue?) in value?.text.flatMap(Inventory.parseTimestamp) }
     let fleetSeconds =
         if let first = parse(span.first), let last = parse(span.last) { last.timeIntervalSince(first) } else { 0.0 }
     let floor =
@@ -137,12 +144,6 @@ func provisioningRun(
         requests: activity.reads + activity.writes, calibrations: activity.calibrations)
 }
 
-func parseTimestamp(_ text: String) -> Date? {
-    let formatter = ISO8601DateFormatter()
-    formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-    return formatter.date(from: text)
-}
-
 struct PassiveAuditResult: Codable {
     var beacons: Int
     var audited: Int
@@ -155,8 +156,7 @@ struct PassiveAuditResult: Codable {
 /// `scan 10s` then `audit --passive` over `count` beacons advertising at
 /// the realistic interval.
 func passiveAuditRun(count: Int) async throws -> PassiveAuditResult {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bench-\(UUID().uuidString)").path
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let directory = try scratchDirectory()
     defer { try? FileManager.default.removeItem(atPath: directory) }
     let simulator = try SimulatorProcess.start(
         executable: try sibling("beaconbench-sim"), arguments: ["--count", String(count), "--latency", "realistic"])
@@ -185,8 +185,7 @@ struct StartupResult: Codable {
 /// `beaconbench --version`, and the time until the REPL's prompt appears on
 /// a pseudo-terminal; medians of `runs`.
 func startupRun(runs: Int = 15) throws -> StartupResult {
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("bench-\(UUID().uuidString)").path
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let directory = try scratchDirectory()
     defer { try? FileManager.default.removeItem(atPath: directory) }
     let executable = try sibling("beaconbench")
     var versions: [Double] = []

@@ -33,8 +33,7 @@ func syncBenchmark(outcomes: Int = 1_000_000, devices: Int = 100_000) async thro
     let server = try LocalPostgres(port: 54_330)
     defer { server.remove() }
     try server.start()
-    let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sync-\(UUID().uuidString)").path
-    try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+    let directory = try scratchDirectory()
     defer { try? FileManager.default.removeItem(atPath: directory) }
 
     log("filling a bench inventory: \(outcomes) outcomes, \(devices) devices")

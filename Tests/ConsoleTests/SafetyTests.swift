@@ -41,6 +41,8 @@ struct SafetyTests {
             #expect(run.status == 1)  // --sim-option without --sim: refused before anything is created
             let info = try await bench.beaconbench(["info", "00000001"])
             #expect(info.status == 0, "\(info.stderr)")
+            // The file itself must be there; SQLite may have folded the WAL away.
+            #expect(FileManager.default.fileExists(atPath: bench.inventoryPath))
             for suffix in ["", "-wal", "-shm"] {
                 let path = bench.inventoryPath + suffix
                 guard FileManager.default.fileExists(atPath: path) else { continue }

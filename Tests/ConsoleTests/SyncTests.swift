@@ -24,16 +24,7 @@ enum RowByRow {
             )
             .compactMap { $0.first?.text }
             let local = try await inventory.query("SELECT \(columns.joined(separator: ", ")) FROM \(table)").map {
-                row in
-                row.map { value -> String in
-                    switch value {
-                    case .null: "\\N"
-                    case .integer(let number): String(number)
-                    case .real(let number): String(number)
-                    case .text(let text): text
-                    case .blob(let bytes): bytes.map { String(format: "%02x", $0) }.joined()
-                    }
-                }
+                $0.map { $0.textForm ?? "\\N" }
             }
             let serverColumns = columns.map { $0 == "id" ? "local_id" : $0 }
             let remote = try server.rows(

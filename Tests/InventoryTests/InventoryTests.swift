@@ -221,10 +221,10 @@ struct InventoryAuditTests {
         #expect(reports.map(\.address) == ["C1:00:00:00:00:01", "C1:00:00:00:00:02"])
         #expect(reports[0].findings == [])
         #expect(reports[1].findings == [.batteryLow(percent: 10, minimum: 30), .neverReadBack])
-        let csv = try await inventory.exportDevicesCSV()
+        let csv = try await inventory.deviceTable().csv()
         #expect(csv.hasPrefix("address,mac_ending,major,minor,"))
         #expect(csv.split(separator: "\n").count == 3)
-        let json = try await inventory.exportDevicesJSON()
+        let json = try await inventory.deviceTable().json()
         let decoded = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]]
         #expect(decoded?.count == 2)
         #expect(decoded?.first?["address"] as? String == "C1:00:00:00:00:01")
