@@ -80,6 +80,21 @@ extension BluetoothClient {
         }.value
     }
 
+    /// Takes down a link this process did not make (one left by a killed
+    /// process: bluetoothd keeps a dead client's links), and waits until
+    /// bluetoothd says it is down.
+    /// - Returns: whether the device was connected.
+    @discardableResult
+    public func disconnect(address: String, timeout: Duration = .seconds(5)) async throws -> Bool {
+        guard let device = device(address: address), device.connected else { return false }
+        _ = try await invoke(
+            device.path, "org.bluez.Device1", "Disconnect", timeout: timeouts.call, step: "disconnect", device: address)
+        try await waitUntil(
+            { !(self.device(address: address)?.connected ?? false) }, timeout: timeout, step: "disconnect",
+            device: address)
+        return true
+    }
+
     /// Device1.Connect, holding the adapter's connect lock only until the
     /// link is up. bluetoothd answers an LE Connect once the services are
     /// resolved, but the controller can start the next connection as soon

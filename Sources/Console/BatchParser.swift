@@ -1,4 +1,5 @@
 import InventorySync
+import Profiles
 import SBeaconProtocol
 import Workbench
 
@@ -41,17 +42,30 @@ public struct BatchParser {
     /// The profiles that exist, to check `apply`, `verify`, `audit` and
     /// `select profile=` names.
     public var profiles: Set<String>
+    /// The profiles' identities, to check `identity PROFILE`.
+    public var identityRules: [String: Profile.IdentityRule]
     /// Variables set before this text (earlier REPL lines); `set` lines
     /// and `--set` win over them.
     public var variables: [String: String]
 
     public init(
-        file: String, overrides: [String: String] = [:], profiles: Set<String>, variables: [String: String] = [:]
+        file: String, overrides: [String: String] = [:], profiles: Set<String>,
+        identityRules: [String: Profile.IdentityRule] = [:], variables: [String: String] = [:]
     ) {
         self.file = file
         self.overrides = overrides
         self.profiles = profiles
+        self.identityRules = identityRules
         self.variables = variables
+    }
+
+    /// A parser that knows these profiles (names and identities).
+    public init(
+        file: String, overrides: [String: String] = [:], profiles: [String: Profile], variables: [String: String] = [:]
+    ) {
+        self.init(
+            file: file, overrides: overrides, profiles: Set(profiles.keys),
+            identityRules: profiles.compactMapValues(\.identity), variables: variables)
     }
 
     /// A character of a logical line, with where it was written.
@@ -252,30 +266,57 @@ public struct BatchParser {
             }
             return .require(try requirement(arguments[0]))
         case "identity":
+            // identity [PROFILE] [major=N|profile] [minor=auto|keep|N|profile]
+            var profile: Token?
             var major: UInt16?
-            var minor: Command.MinorChoice = .auto
+            var minor: Command.MinorChoice?
+            var majorFromProfile: Token?
             for argument in arguments {
                 let parts = argument.text.split(separator: "=", maxSplits: 1).map(String.init)
-                guard parts.count == 2 else { throw fail(argument, "expected major=N or minor=auto|N") }
+                guard parts.count == 2 else {
+                    guard profile == nil else {
+                        throw fail(argument, "identity takes one profile name (usage: \(usage("identity")))")
+                    }
+                    _ = try profileName(argument)
+                    profile = argument
+                    continue
+                }
                 switch parts[0] {
                 case "major":
-                    guard let value = UInt16(parts[1]) else {
-                        throw fail(argument, "major must be 0–65535, got '\(parts[1])'")
-                    }
-                    major = value
-                case "minor":
-                    if parts[1] == "auto" {
-                        minor = .auto
+                    if parts[1] == "profile" {
+                        major = nil
+                        majorFromProfile = argument
                     } else if let value = UInt16(parts[1]) {
-                        minor = .fixed(value)
+                        major = value
+                        majorFromProfile = nil
                     } else {
-                        throw fail(argument, "minor must be auto or 0–65535, got '\(parts[1])'")
+                        throw fail(argument, "major must be 0–65535 or 'profile', got '\(parts[1])'")
                     }
-                default: throw fail(argument, "unknown key '\(parts[0])' (identity takes major= and minor=)")
+                case "minor":
+                    switch parts[1] {
+                    case "auto", "sequential": minor = .auto
+                    case "keep": minor = .keep
+                    case "profile": minor = nil
+                    default:
+                        guard let value = UInt16(parts[1]) else {
+                            throw fail(argument, "minor must be auto, keep, 'profile' or 0–65535, got '\(parts[1])'")
+                        }
+                        minor = .fixed(value)
+                    }
+                default: throw fail(argument, "unknown key '\(parts[0])' (identity takes a profile, major= and minor=)")
                 }
             }
-            guard let major else { throw fail(name, "identity needs major=N") }
-            return .identity(major: major, minor: minor)
+            if major == nil {
+                guard let profile else {
+                    throw fail(
+                        majorFromProfile ?? name,
+                        "identity needs a profile or major=N (usage: \(usage("identity")))")
+                }
+                guard identityRules[profile.text] != nil else {
+                    throw fail(profile, "profile '\(profile.text)' gives no identity: write major=N")
+                }
+            }
+            return .identity(profile: profile?.text, major: major, minor: minor)
         case "apply", "verify":
             guard arguments.count == 1 else {
                 throw fail(arguments.dropFirst().first ?? name, "\(name.text) takes one profile name")

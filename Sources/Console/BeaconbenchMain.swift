@@ -81,7 +81,7 @@ public enum BeaconbenchMain {
     ) async -> Int32 {
         let commands: [LocatedCommand]
         do {
-            commands = try BatchParser(file: file, overrides: overrides, profiles: Set(profiles.keys)).parse(text)
+            commands = try BatchParser(file: file, overrides: overrides, profiles: profiles).parse(text)
             try BatchChecks.check(commands, file: file, serverInventory: invocation.inventoryIsServer)
         } catch {
             terminal.message("\(error)")
@@ -96,6 +96,7 @@ public enum BeaconbenchMain {
             interrupts.onInterrupt(nil)
         }
         await task.value
+        if task.isCancelled { await session.markInterrupted() }
         await session.finish()
         return await session.status.rawValue
     }

@@ -14,7 +14,9 @@ public enum Command: Sendable, Equatable {
     case require(Requirement)
     case syncTime
     case calibrate
-    case identity(major: UInt16, minor: MinorChoice)
+    /// `identity [PROFILE] [major=N|profile] [minor=auto|keep|N|profile]`:
+    /// nil major or minor is the profile's.
+    case identity(profile: String?, major: UInt16?, minor: MinorChoice?)
     case apply(profile: String)
     case verify(profile: String)
     case audit(profile: String?, source: AuditSource)
@@ -33,7 +35,7 @@ public enum Command: Sendable, Equatable {
     case sync(to: String)
     case quit
 
-    public enum MinorChoice: Sendable, Equatable { case auto, fixed(UInt16) }
+    public enum MinorChoice: Sendable, Equatable { case auto, keep, fixed(UInt16) }
     public enum AuditSource: String, Sendable, Equatable { case inventory, live, passive }
     public enum InventoryAction: Sendable, Equatable {
         case list, show(String), exportCSV, exportJSON
@@ -145,8 +147,9 @@ public struct CommandSpec: Sendable {
             example: "sync-time"),
         .init(name: "calibrate", usage: "calibrate", summary: "calibrate at rest (about 1.5 s)", example: "calibrate"),
         .init(
-            name: "identity", usage: "identity major=N minor=auto|N", summary: "set the iBeacon major and minor",
-            example: "identity major=200 minor=auto"),
+            name: "identity", usage: "identity [PROFILE] [major=N] [minor=auto|keep|N]",
+            summary: "give the identity meant for it: the profile's major unless major= says, a unique minor",
+            example: "identity van"),
         .init(
             name: "apply", usage: "apply PROFILE", summary: "write a profile's thresholds, verified by read-back",
             example: "apply van"),

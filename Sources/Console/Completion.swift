@@ -40,7 +40,7 @@ enum Completion {
         case "apply", "verify": options = words.count == 1 ? profiles : []
         case "audit": options = ["--live", "--passive"] + profiles
         case "trips", "events", "incidents": options = ["--clear"]
-        case "identity": options = ["major=", "minor=auto", "minor="]
+        case "identity": options = profiles + ["major=", "minor=auto", "minor=keep", "minor="]
         case "require": options = ["battery>=", "firmware>="]
         case "factory-reset": options = ["--yes"]
         case "watch": options = ["30s", "60s"]

@@ -67,53 +67,63 @@ enum Format {
         case .verify(let profile): "verify \(profile)"
         case .audit(_, let source): "audit --\(source.rawValue)"
         case .watch: "watch"
+        case .identity: "identity"
         default: command.deviceStep(profiles: [:])?.name ?? "\(command)"
         }
     }
 
+    /// The recap: one row per device with its result (what the summary
+    /// counts), then how many of its steps came to what, its reconnects,
+    /// and why it failed or was skipped.
     static func recap(_ recaps: [DeviceRecap], terminal: Terminal, dryRun: Bool) {
-        let failed = recaps.filter { $0.failed > 0 }.count
-        // In a dry run the steps that would write report `skipped` with no reason.
-        let changes = { (recap: DeviceRecap) in recap.changed > 0 || recap.wouldChange > 0 }
-        let changed = recaps.filter { $0.failed == 0 && changes($0) }.count
-        let skipped = recaps.filter { $0.failed == 0 && !changes($0) && $0.reason != nil }.count
-        let unchanged = recaps.count - failed - changed - skipped
+        var results: [DeviceRecap.Result: Int] = [:]
+        for recap in recaps { results[recap.result, default: 0] += 1 }
+        let count = { (result: DeviceRecap.Result) in results[result] ?? 0 }
         if terminal.json {
             for recap in recaps {
                 var object: [String: Any] = [
-                    "device": recap.address, "ok": recap.ok, "changed": recap.changed, "unchanged": recap.unchanged,
-                    "skipped": recap.skipped, "failed": recap.failed,
+                    "device": recap.address, "result": recap.result.rawValue, "ok": recap.ok, "changed": recap.changed,
+                    "unchanged": recap.unchanged, "skipped": recap.skipped, "failed": recap.failed,
+                    "retries": recap.retries,
                 ]
                 if dryRun { object["would_change"] = recap.wouldChange }
-                if recap.retries > 0 { object["retries"] = recap.retries }
                 if let reason = recap.reason { object["reason"] = reason }
                 terminal.jsonLine(object)
             }
             terminal.jsonLine([
                 "summary": [
-                    "devices": recaps.count, "changed": changed, "ok": unchanged, "skipped": skipped,
-                    "failed": failed, "dry_run": dryRun,
+                    "devices": recaps.count, "changed": count(.changed), "ok": count(.ok), "skipped": count(.skipped),
+                    "failed": count(.failed), "not_started": count(.notStarted), "dry_run": dryRun,
                 ]
             ])
             return
         }
+        let changedWord = dryRun ? "would change" : "changed"
         let rows = recaps.map { recap -> [String] in
             // The table names the device already.
             var reason = recap.reason ?? ""
             if reason.hasPrefix(recap.address + ": ") { reason.removeFirst(recap.address.count + 2) }
+            let result = recap.result == .changed ? changedWord : recap.result.rawValue
             return [
-                recap.address, String(recap.ok), String(dryRun ? recap.wouldChange : recap.changed),
-                String(recap.unchanged), String(recap.skipped), String(recap.failed),
+                recap.address,
+                recap.result == .failed
+                    ? terminal.styled(result, .red) : recap.result == .skipped ? terminal.styled(result, .yellow) : result,
+                String(recap.ok), String(dryRun ? recap.wouldChange : recap.changed), String(recap.unchanged),
+                String(recap.skipped), String(recap.retries),
                 recap.failed > 0 ? terminal.styled(reason, .red) : reason,
             ]
         }
         terminal.result("")
         terminal.result(terminal.styled(dryRun ? "RECAP (dry run: nothing written)" : "RECAP", .bold))
-        let header = ["device", "ok", dryRun ? "would change" : "changed", "unchanged", "skipped", "failed", "reason"]
-        for line in table(header, rows, numeric: [1, 2, 3, 4, 5]) { terminal.result(line) }
+        let header = [
+            "device", "result", "steps ok", "steps \(changedWord)", "steps unchanged", "steps skipped", "reconnects",
+            "reason",
+        ]
+        for line in table(header, rows, numeric: [2, 3, 4, 5, 6]) { terminal.result(line) }
         var summary = "\(recaps.count) device\(recaps.count == 1 ? "" : "s"): "
-        summary += "\(changed) \(dryRun ? "would change" : "changed"), \(unchanged) ok, \(skipped) skipped, "
-        summary += failed > 0 ? terminal.styled("\(failed) failed", .red) : "0 failed"
+        summary += "\(count(.changed)) \(changedWord), \(count(.ok)) ok, \(count(.skipped)) skipped, "
+        summary += count(.failed) > 0 ? terminal.styled("\(count(.failed)) failed", .red) : "0 failed"
+        if count(.notStarted) > 0 { summary += ", \(count(.notStarted)) not started" }
         terminal.result(summary)
     }
 

@@ -34,6 +34,9 @@ public struct Invocation: Sendable, Equatable {
     /// Whether `--inventory` names a PostgreSQL server (read commands only).
     public var inventoryIsServer: Bool { inventoryPath.map(ServerInventory.isServerURL) ?? false }
     public var profileDirectories: [String] = []
+    /// The shared server asked for identities (`--server`), `none` for none;
+    /// nil: the one the last `sync --to` used.
+    public var server: String?
     public var concurrency: Int?
     public var json = false
     public var color = true
@@ -65,6 +68,8 @@ public struct Invocation: Sendable, Equatable {
           --profiles DIR                a profile directory, repeatable (default ./profiles when present, else
                                         $XDG_CONFIG_HOME/beaconbench/profiles; the shipped ones always)
                                         [BEACONBENCH_PROFILES, colon-separated]
+          --server URL|none             the shared PostgreSQL server that hands out identities fleet-wide
+                                        (default: the last 'sync --to' server) [BEACONBENCH_SERVER]
           --concurrency N               devices worked on at once (default 5, an adapter's connection slots)
                                         [BEACONBENCH_CONCURRENCY]
           --json                        machine-readable output: one JSON object per line [BEACONBENCH_JSON=1]
@@ -110,6 +115,7 @@ public struct Invocation: Sendable, Equatable {
                 case "--bus": invocation.bus = Self.bus(try value(name))
                 case "--adapter": invocation.adapter = try Self.adapter(try value(name))
                 case "--inventory": invocation.inventoryPath = try value(name)
+                case "--server": invocation.server = try value(name)
                 case "--profiles": invocation.profileDirectories.append(try value(name))
                 case "--concurrency": invocation.concurrency = try Self.concurrency(try value(name))
                 case "--json": invocation.json = true
@@ -168,6 +174,7 @@ public struct Invocation: Sendable, Equatable {
         if let text = environment["BEACONBENCH_BUS"], !text.isEmpty { bus = Self.bus(text) }
         if let text = environment["BEACONBENCH_ADAPTER"], !text.isEmpty { adapter = try Self.adapter(text) }
         if let text = environment["BEACONBENCH_INVENTORY"], !text.isEmpty { inventoryPath = text }
+        if let text = environment["BEACONBENCH_SERVER"], !text.isEmpty { server = text }
         if let text = environment["BEACONBENCH_PROFILES"], !text.isEmpty {
             profileDirectories = text.split(separator: ":").map(String.init)
         }

@@ -42,6 +42,12 @@ final class ProgressBoard: Sendable {
         switch event {
         case .started(let address):
             counts.withLock { $0.active[address] = "connect" }
+        case .note(let address, let text):
+            if terminal.json {
+                terminal.jsonLine(address.isEmpty ? ["note": text] : ["device": address, "note": text])
+            } else {
+                if address.isEmpty { terminal.warning(text) } else { terminal.message("\(address)  \(text)") }
+            }
         case .step(let address, let step, let status, let detail):
             counts.withLock { $0.active[address] = step }
             if terminal.json {

@@ -40,7 +40,7 @@ final class REPL: Sendable {
             if trimmed.isEmpty { continue }
             editor.remember(trimmed, in: historyPath)
             let parser = BatchParser(
-                file: "<repl>", overrides: [:], profiles: Set(session.profiles.keys),
+                file: "<repl>", overrides: [:], profiles: session.profiles,
                 variables: await session.variables)
             let commands: [LocatedCommand]
             do {

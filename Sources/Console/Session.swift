@@ -29,6 +29,7 @@ public actor Session {
     private var bench: Bench?
     private var inventoryHandle: Inventory?
     private var serverHandle: ServerInventory?
+    private var sharedRegistry: (any SharedIdentities)?
     private var runID: Int64?
     private var simulator: SimulatorProcess?
     /// Recaps of this session's device commands, merged per device.
@@ -37,6 +38,11 @@ public actor Session {
     /// What completion offers for devices, refreshed after each command.
     public private(set) var seenCache: [SeenBeacon] = []
     private var dryRun = false
+    /// Why the inventory stopped a fleet run (disk full, I/O error…).
+    private var inventoryFailure: String?
+    /// Set when the user stopped the run (Ctrl-C): the run is recorded as interrupted.
+    public private(set) var interrupted = false
+    public func markInterrupted() { interrupted = true }
     private var backgroundWatcher: Task<Void, Never>?
     /// A person at the REPL: recaps after each command, beacons announced
     /// as they are found.
@@ -153,6 +159,21 @@ public actor Session {
         }
     }
 
+    /// The shared server's identity registry: `--server` (or
+    /// BEACONBENCH_SERVER), else the server the inventory last synced to;
+    /// `none` for none. Its password comes from the URL given, PGPASSWORD
+    /// or ~/.pgpass (an inventory never keeps one).
+    func sharedIdentities() async throws(ConsoleFailure) -> (any SharedIdentities)? {
+        if let sharedRegistry { return sharedRegistry }
+        let inventory = try inventory()
+        var url = invocation.server
+        if url == nil { url = try? await inventory.setting("server") }
+        guard let url, url != "none", !url.isEmpty, let bench = try? await inventory.benchID() else { return nil }
+        let registry = ServerIdentities(url: url, benchID: bench)
+        sharedRegistry = registry
+        return registry
+    }
+
     /// The inventory run that this session's outcomes belong to.
     func currentRun() async throws(ConsoleFailure) -> Int64 {
         if let runID { return runID }
@@ -163,6 +184,7 @@ public actor Session {
                     command: runLabel, sha256: runDigest,
                     options: dryRun ? "dry-run" : nil, adapter: invocation.adapter))
             runID = id
+            await inventory.keepSpaceInReserve()
             return id
         } catch {
             throw ConsoleFailure(.infrastructure, "the inventory refused a new run: \(error)")
@@ -174,7 +196,15 @@ public actor Session {
         backgroundWatcher?.cancel()
         await backgroundWatcher?.value
         if let runID, let inventoryHandle {
-            try? await inventoryHandle.endRun(runID, status == .ok ? .finished : .failed)
+            let ending: Inventory.RunStatus = interrupted ? .interrupted : status == .ok ? .finished : .failed
+            do {
+                try await inventoryHandle.endRun(
+                    runID, ending,
+                    reason: inventoryFailure.map { "the inventory failed: \($0)" }
+                        ?? (interrupted ? "the run was interrupted" : nil))
+            } catch {
+                terminal.error("the inventory could not record the end of run \(runID): \(error)")
+            }
         }
         if let bench { await bench.close() }
         bench = nil
@@ -376,8 +406,10 @@ public actor Session {
             } else {
                 terminal.message("selected \(chosen.count) device\(chosen.count == 1 ? "" : "s") (\(text))")
             }
-        } catch {
+        } catch let error as SelectionError {
             throw ConsoleFailure(.badInput, "select: \(error)")
+        } catch {
+            throw ConsoleFailure(.infrastructure, "select: the inventory: \(error)")
         }
     }
 
@@ -405,8 +437,10 @@ public actor Session {
         if let named {
             do {
                 return try await bench.select(named)
-            } catch {
+            } catch let error as SelectionError {
                 throw ConsoleFailure(.badInput, "\(error)")
+            } catch {
+                throw ConsoleFailure(.infrastructure, "the inventory: \(error)")
             }
         }
         guard let selection else {
@@ -430,17 +464,18 @@ public actor Session {
         let run = try await currentRun()
         let board = ProgressBoard(terminal: terminal, total: addresses.count, dryRun: dryRun)
         board.begin(steps.map(\.name))
-        let recaps: [DeviceRecap]
+        let result: FleetResult
         do {
-            recaps = try await bench.run(
+            result = try await bench.run(
                 steps, on: addresses, run: run, concurrency: try await concurrency(bench), dryRun: dryRun,
-                profiles: profiles
+                profiles: profiles, sharedIdentities: sharedIdentities()
             ) { event in board.handle(event) }
         } catch {
             board.end()
             throw ConsoleFailure(.infrastructure, "\(error)")
         }
         board.end()
+        let recaps = result.recaps
         for recap in recaps {
             if var merged = self.recaps[recap.address] {
                 merged.ok += recap.ok
@@ -457,6 +492,13 @@ public actor Session {
             }
         }
         if recaps.contains(where: { $0.failed > 0 }) { note(.devicesFailed) }
+        if let failure = result.inventoryFailure {
+            inventoryFailure = failure
+            printRecap()
+            throw ConsoleFailure(
+                .infrastructure,
+                "the inventory failed (\(failure)): the run stopped before writing anything more to a beacon")
+        }
         // A live audit: the report from what was just read into the inventory.
         for located in group {
             if case .audit(let profile, .live) = located.command {
@@ -535,10 +577,16 @@ public actor Session {
                 }
             }
             let records = (try? await inventory().devicesByAddress()) ?? [:]
+            let meant = (try? await inventory().meantIdentities()) ?? [:]
             subjects = seen.compactMap { beacon in
                 guard let summary = beacon.summary else { return nil }
                 var subject = Auditor.subject(address: beacon.address, summary: summary, seenAt: Date())
                 subject.assignedProfile = records[beacon.address]?.profile
+                subject.identity = beacon.identity
+                if let meant = meant[beacon.address] {
+                    subject.meantIdentity = meant.identity
+                    subject.meantIdentitySource = meant.source == "profile" ? "profile \(meant.profile ?? "")" : meant.source
+                }
                 return subject
             }
         }
@@ -559,7 +607,7 @@ public actor Session {
     private func reportAudit(
         from subjects: [AuditSubject], _ profile: String?, _ source: Command.AuditSource
     ) async throws(ConsoleFailure) {
-        let reports = subjects.map { Auditor.audit($0, profiles: profiles, profile: profile) }
+        let reports = Auditor.auditFleet(subjects, profiles: profiles, profile: profile)
         Format.audit(reports, source: source, terminal: terminal)
         if reports.contains(where: { !$0.isClean }) { note(.devicesFailed) }
     }
@@ -643,6 +691,10 @@ public actor Session {
         } catch {
             terminal.status(nil)
             throw ConsoleFailure(.infrastructure, "sync: \(error.message) (the local inventory is unchanged)")
+        }
+        // Remembered (without a password) as the server that hands out identities.
+        if let remembered = ServerIdentities.rememberable(url) {
+            try? await inventory.setSetting("server", remembered)
         }
         let order = InventorySync.tableNames
         if terminal.json {

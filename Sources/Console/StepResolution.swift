@@ -1,3 +1,4 @@
+import Inventory
 import Profiles
 import Workbench
 
@@ -11,8 +12,7 @@ extension Command {
         case .require(.firmware(let minimum)): .requireFirmware(atLeast: minimum)
         case .syncTime: .syncTime
         case .calibrate: .calibrate
-        case .identity(let major, .auto): .identity(major: major, minor: nil)
-        case .identity(let major, .fixed(let minor)): .identity(major: major, minor: minor)
+        case .identity(let name, let major, let minor): Self.identityPlan(name.flatMap { profiles[$0] }, major, minor)
         case .apply(let name): profiles[name].map(DeviceStep.apply)
         case .verify(let name): profiles[name].map(DeviceStep.verify)
         case .trips(let clear): .pullTrips(clear: clear)
@@ -23,5 +23,22 @@ extension Command {
         case .factoryReset: .factoryReset
         default: nil
         }
+    }
+
+    /// The identity a command means: the profile's major unless one is
+    /// named, the profile's minor rule unless one is named (else the next
+    /// free minor).
+    static func identityPlan(_ profile: Profile?, _ major: UInt16?, _ minor: MinorChoice?) -> DeviceStep? {
+        let rule = profile?.identity
+        guard let chosenMajor = major ?? rule?.major else { return nil }
+        let minorPlan: IdentityPlan.Minor =
+            switch minor ?? (rule?.minor == .keep ? .keep : .auto) {
+            case .auto: .next
+            case .keep: .keep
+            case .fixed(let value): .fixed(value)
+            }
+        let source: IdentityPlan.Source =
+            major == nil ? .profile(profile?.name ?? "") : .explicit
+        return .identity(IdentityPlan(major: chosenMajor, minor: minorPlan, source: source))
     }
 }

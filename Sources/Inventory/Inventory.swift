@@ -50,6 +50,18 @@ public actor Inventory {
 
     public func schemaVersion() throws -> Int { try database.userVersion }
 
+    /// A setting kept in the inventory (`meta`): `server`, the shared
+    /// server last synced to (without its password).
+    public func setting(_ key: String) throws -> String? {
+        try database.rows("SELECT value FROM meta WHERE key = ?", [.text(key)]).first?.first?.text
+    }
+
+    public func setSetting(_ key: String, _ value: String) throws {
+        try database.run(
+            "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            [.text(key), .text(value)])
+    }
+
     // MARK: Runs and steps
 
     public struct RunInfo: Sendable {
@@ -87,11 +99,54 @@ public actor Inventory {
 
     public enum RunStatus: String, Sendable { case finished, failed, interrupted }
 
-    public func endRun(_ id: Int64, _ status: RunStatus) throws {
-        try database.run(
-            "UPDATE runs SET status = ?, ended_at = ? WHERE id = ?",
-            [.text(status.rawValue), .text(Self.timestamp(Date())), .integer(id)])
+    /// Ends a run, with the steps still in flight under it. When the disk
+    /// is full, the space kept in reserve for this (see `keepSpaceInReserve`)
+    /// is given back first, so the run is not left `running`.
+    public func endRun(_ id: Int64, _ status: RunStatus, reason: String? = nil) throws {
+        func end() throws {
+            try database.inTransaction {
+                try database.run(
+                    "UPDATE outcomes SET status = 'interrupted', ended_at = ?, error = ? WHERE run_id = ? AND status = 'running'",
+                    [.text(Self.timestamp(Date())), .text(reason ?? "the run ended"), .integer(id)])
+                try database.run(
+                    "UPDATE runs SET status = ?, ended_at = ? WHERE id = ?",
+                    [.text(status.rawValue), .text(Self.timestamp(Date())), .integer(id)])
+            }
+        }
+        do {
+            try end()
+        } catch let error as SQLiteError where error.primaryCode == 13 /* SQLITE_FULL */ {
+            releaseReserve()
+            try end()
+        }
     }
+
+    /// The file kept beside the inventory so that, when the disk fills up
+    /// mid-run, deleting it leaves room to record how the run ended.
+    nonisolated var reservePath: String { path + "-reserve" }
+    static let reserveBytes = 256 * 1024
+
+    /// Makes sure the reserve file exists (mode 0600); a failure is not an
+    /// error (the disk may be full already).
+    public func keepSpaceInReserve() {
+        guard path != ":memory:", access(reservePath, F_OK) != 0 else { return }
+        let fd = open(reservePath, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        let zeros = [UInt8](repeating: 0, count: 64 * 1024)
+        var written = 0
+        while written < Self.reserveBytes {
+            let count = zeros.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            guard count > 0 else {
+                unlink(reservePath)
+                return
+            }
+            written += count
+        }
+    }
+
+    /// Gives the reserve's space back to the file system.
+    public func releaseReserve() { unlink(reservePath) }
 
     public enum StepStatus: String, Sendable, CaseIterable {
         case ok, changed, unchanged, skipped, failed, interrupted
@@ -106,20 +161,39 @@ public actor Inventory {
         return database.lastInsertRowID
     }
 
-    /// Records a step's outcome, committed before this returns.
+    /// Records a step's outcome, committed before this returns. `retries`:
+    /// the attempts before the last (a step that succeeded after a transient
+    /// failure is one row, with its status and this count).
     public func finishStep(
         _ id: Int64, _ status: StepStatus, detail: String? = nil, error: String? = nil, before: String? = nil,
-        after: String? = nil, durationMilliseconds: Int64? = nil
+        after: String? = nil, durationMilliseconds: Int64? = nil, retries: Int = 0
     ) throws {
         try database.run(
             """
-            UPDATE outcomes SET status = ?, detail = ?, error = ?, before = ?, after = ?, ended_at = ?, duration_ms = ?
+            UPDATE outcomes SET status = ?, detail = ?, error = ?, before = ?, after = ?, ended_at = ?, duration_ms = ?,
+                retries = ?
             WHERE id = ?
             """,
             [
                 .text(status.rawValue), SQLiteValue(detail), SQLiteValue(error), SQLiteValue(before),
-                SQLiteValue(after), .text(Self.timestamp(Date())), SQLiteValue(durationMilliseconds), .integer(id),
+                SQLiteValue(after), .text(Self.timestamp(Date())), SQLiteValue(durationMilliseconds),
+                .integer(Int64(retries)), .integer(id),
             ])
+    }
+
+    /// Records that a step's attempt failed and will be tried again: the
+    /// row stays `running` (a kill now leaves it `interrupted`) with the
+    /// last error and the count so far.
+    public func noteRetry(_ id: Int64, error: String) throws {
+        try database.run(
+            "UPDATE outcomes SET retries = retries + 1, error = ? WHERE id = ?", [.text(error), .integer(id)])
+    }
+
+    /// Ends a run's steps still in flight (the run stopped under them).
+    public func abandonSteps(run: Int64, reason: String) throws {
+        try database.run(
+            "UPDATE outcomes SET status = 'interrupted', ended_at = ?, error = ? WHERE run_id = ? AND status = 'running'",
+            [.text(Self.timestamp(Date())), .text(reason), .integer(run)])
     }
 
     /// Records many finished outcomes in one transaction (imports,

@@ -9,10 +9,11 @@ extension Inventory {
     public func auditSubjects() throws -> [AuditSubject] {
         try database.rows(
             """
-            SELECT address, profile, battery, firmware, calibrated, calibrated_at, calibration_x, calibration_y,
-                   calibration_z, config_cornering, config_braking, config_acceleration, config_duration,
-                   config_enable, config_read_at, last_seen
-            FROM devices ORDER BY address
+            SELECT d.address, d.profile, d.battery, d.firmware, d.calibrated, d.calibrated_at, d.calibration_x,
+                   d.calibration_y, d.calibration_z, d.config_cornering, d.config_braking, d.config_acceleration,
+                   d.config_duration, d.config_enable, d.config_read_at, d.last_seen, d.major, d.minor,
+                   i.major, i.minor, CASE WHEN i.source = 'profile' THEN 'profile ' || i.profile ELSE i.source END
+            FROM devices d LEFT JOIN identities i ON i.device = d.address ORDER BY d.address
             """
         ).map(DeviceRows.auditSubject)
     }

@@ -117,6 +117,21 @@ public enum DeviceRows {
         subject.config = config(row[9...13])
         subject.configReadAt = row[14].text.flatMap(Inventory.parseTimestamp)
         subject.lastSeen = row[15].text.flatMap(Inventory.parseTimestamp)
+        // Then, where the query has them: the identity held, the one meant
+        // and why, and (a server) the benches that know it.
+        if row.count > 17, let major = row[16].integer, let minor = row[17].integer {
+            subject.identity = BeaconIdentity(
+                major: UInt16(truncatingIfNeeded: major), minor: UInt16(truncatingIfNeeded: minor))
+        }
+        if row.count > 20, let major = row[18].integer, let minor = row[19].integer {
+            subject.meantIdentity = BeaconIdentity(
+                major: UInt16(truncatingIfNeeded: major), minor: UInt16(truncatingIfNeeded: minor))
+            subject.meantIdentitySource = row[20].text
+        }
+        if row.count > 21, let benches = row[21].text {
+            subject.benches = benches.trimmingCharacters(in: CharacterSet(charactersIn: "{}")).split(separator: ",")
+                .map { String($0.prefix(8)) }
+        }
         return subject
     }
 

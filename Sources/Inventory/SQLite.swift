@@ -10,6 +10,17 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     public var description: String {
         "SQLite error \(code): \(message)" + (sql.map { " (in: \($0.prefix(200)))" } ?? "")
     }
+
+    /// The primary result code (the extended code's low byte).
+    public var primaryCode: Int32 { code & 0xff }
+
+    /// Whether the inventory itself failed — disk full, I/O error,
+    /// corruption, read-only, gone — rather than one statement: nothing more
+    /// can be recorded, so nothing more may be written to a beacon.
+    public var inventoryIsUnusable: Bool {
+        [SQLITE_FULL, SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_NOTADB, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_PROTOCOL,
+         SQLITE_BUSY, SQLITE_LOCKED, SQLITE_NOMEM].contains(primaryCode)
+    }
 }
 
 /// A value SQLite stores: bound as a parameter, read from a column.
@@ -64,7 +75,7 @@ public final class Database {
     /// Opens (creating it mode 0600 when missing) with WAL, foreign keys
     /// and a busy timeout.
     /// - Throws: `SQLiteError` with SQLite's message.
-    public init(path: String, busyTimeout: Int32 = 5000) throws {
+    public init(path: String, busyTimeout: Int32 = 15000) throws {
         self.path = path
         if path != ":memory:" && access(path, F_OK) != 0 {
             // Created here so the mode is 0600 whatever the umask; SQLite gives

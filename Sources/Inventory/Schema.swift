@@ -132,6 +132,37 @@ enum Schema {
             UPDATE devices SET time_offset_at = last_seen WHERE time_offset_ms IS NOT NULL;
             """
         ),
+        (
+            "identities meant for devices, device claims, step retries",
+            """
+            ALTER TABLE outcomes ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;
+            CREATE TABLE identities (
+                major       INTEGER NOT NULL CHECK (major BETWEEN 0 AND 65535),
+                minor       INTEGER NOT NULL CHECK (minor BETWEEN 0 AND 65535),
+                device      TEXT NOT NULL UNIQUE REFERENCES devices(address),
+                source      TEXT NOT NULL CHECK (source IN ('profile', 'explicit', 'found', 'server')),
+                profile     TEXT,
+                run_id      INTEGER REFERENCES runs(id),
+                reserved_at TEXT NOT NULL,
+                PRIMARY KEY (major, minor)
+            );
+            CREATE TABLE claims (
+                device     TEXT PRIMARY KEY,
+                run_id     INTEGER NOT NULL REFERENCES runs(id),
+                host       TEXT NOT NULL,
+                pid        INTEGER NOT NULL,
+                claimed_at TEXT NOT NULL
+            );
+            CREATE INDEX devices_by_identity ON devices(major, minor);
+            INSERT OR IGNORE INTO identities(major, minor, device, source, profile, reserved_at)
+                SELECT major, minor, address, 'found', profile, COALESCE(identity_at, last_seen) FROM devices
+                WHERE major IS NOT NULL AND minor IS NOT NULL
+                  AND (profile IS NOT NULL OR EXISTS (
+                      SELECT 1 FROM outcomes o WHERE o.device = devices.address AND o.step = 'identity'
+                      AND o.status IN ('changed', 'unchanged')))
+                ORDER BY COALESCE(identity_at, last_seen), address;
+            """
+        ),
     ]
 
     /// Applies the migrations the file has not had yet.

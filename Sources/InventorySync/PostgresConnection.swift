@@ -29,13 +29,13 @@ final class PostgresConnection {
     /// otherwise, connecting gives up after 10 s and a dead network is
     /// noticed within about 30 s (TCP keepalives and user timeout), so no
     /// call waits for ever.
-    init(_ conninfo: String) throws(SyncError) {
+    init(_ conninfo: String, connectTimeout: Int = 10) throws(SyncError) {
         let environment = ProcessInfo.processInfo.environment
         var defaults: [(keyword: String, value: String)] = [
             ("keepalives", "1"), ("keepalives_idle", "10"), ("keepalives_interval", "5"), ("keepalives_count", "3"),
             ("tcp_user_timeout", "30000"),
         ]
-        if environment["PGCONNECT_TIMEOUT"] == nil { defaults.append(("connect_timeout", "10")) }
+        if environment["PGCONNECT_TIMEOUT"] == nil { defaults.append(("connect_timeout", String(connectTimeout))) }
         if environment["PGAPPNAME"] == nil { defaults.append(("application_name", "beaconbench")) }
         // Swift strings are UTF-8; the server converts to its own encoding.
         if environment["PGCLIENTENCODING"] == nil { defaults.append(("client_encoding", "UTF8")) }
@@ -157,6 +157,26 @@ final class PostgresConnection {
         let host = facts["host"] ?? environment["PGHOST"] ?? "the local socket"
         let port = facts["port"] ?? environment["PGPORT"]
         return "PostgreSQL \(database) on \(host)\(port.map { ":" + $0 } ?? "")"
+    }
+
+    /// The same connection string without its password, as `key=value`
+    /// pairs (libpq then takes the password from PGPASSWORD or ~/.pgpass):
+    /// what an inventory may remember of a server.
+    static func withoutPassword(_ conninfo: String) -> String? {
+        guard let options = PQconninfoParse(conninfo, nil) else { return nil }
+        defer { PQconninfoFree(options) }
+        var pairs: [String] = []
+        var option = options
+        while let keyword = option.pointee.keyword {
+            let name = String(cString: keyword)
+            if let value = option.pointee.val, name != "password" {
+                let text = String(cString: value).replacingOccurrences(of: "\\", with: "\\\\")
+                    .replacingOccurrences(of: "'", with: "\\'")
+                pairs.append("\(name)='\(text)'")
+            }
+            option += 1
+        }
+        return pairs.joined(separator: " ")
     }
 
     var lastError: String {

@@ -107,10 +107,12 @@ public actor ServerInventory: InventoryReader {
         try reading { server throws(SyncError) in
             try server.query(
                 """
-                SELECT address, profile, battery, firmware, calibrated, calibrated_at, calibration_x, calibration_y,
-                    calibration_z, config_cornering, config_braking, config_acceleration, config_duration,
-                    config_enable, config_read_at, last_seen
-                FROM fleet_devices ORDER BY address
+                SELECT f.address, f.profile, f.battery, f.firmware, f.calibrated, f.calibrated_at, f.calibration_x,
+                    f.calibration_y, f.calibration_z, f.config_cornering, f.config_braking, f.config_acceleration,
+                    f.config_duration, f.config_enable, f.config_read_at, f.last_seen, f.major, f.minor,
+                    c.major, c.minor, CASE WHEN c.major IS NULL THEN NULL ELSE 'claimed by bench ' || left(c.bench_id, 8) END,
+                    f.benches::text
+                FROM fleet_devices f LEFT JOIN identity_claims c ON c.address = f.address ORDER BY f.address
                 """
             ).rows.map(DeviceRows.auditSubject)
         }

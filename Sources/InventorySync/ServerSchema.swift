@@ -12,7 +12,22 @@ enum ServerSchema {
     static let migrations: [(name: String, sql: String)] = [
         ("initial schema", initial),
         ("observation times, the merged fleet view, read indexes", mergedFleet),
+        ("identities claimed fleet-wide", identityClaims),
     ]
+
+    /// One identity per device fleet-wide: a bench claims a minor here
+    /// before it writes it (the primary key makes a duplicate impossible).
+    static let identityClaims = """
+        CREATE TABLE IF NOT EXISTS identity_claims (
+            major      BIGINT NOT NULL,
+            minor      BIGINT NOT NULL,
+            address    TEXT NOT NULL UNIQUE,
+            bench_id   TEXT NOT NULL,
+            claimed_at TEXT NOT NULL,
+            PRIMARY KEY (major, minor)
+        );
+        CREATE INDEX IF NOT EXISTS devices_by_identity ON devices (major, minor);
+        """
 
     static var version: Int { migrations.count }
 

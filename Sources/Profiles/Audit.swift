@@ -20,8 +20,26 @@ public struct AuditSubject: Sendable, Equatable {
     /// When the config was last read back; nil = never.
     public var configReadAt: Date?
     public var lastSeen: Date?
+    /// The identity it holds (inventory: as last read; live; adverts).
+    public var identity: BeaconIdentity?
+    /// The identity it was meant to get (the inventory's reservation).
+    public var meantIdentity: BeaconIdentity?
+    /// Why, in words: `profile van`, `explicit`, `found`, `server`.
+    public var meantIdentitySource: String?
+    /// Still in its factory state (adverts say so); nil = not known.
+    public var factoryDefault: Bool?
+    /// The benches that know it (a server inventory).
+    public var benches: [String]?
 
     public init(address: String) { self.address = address }
+
+    /// Whether it is in service, so that its identity must be unique: a
+    /// beacon fresh from the box shares the factory identity with its
+    /// box-mates, which is no finding.
+    public var isInService: Bool {
+        if factoryDefault == true { return false }
+        return assignedProfile != nil || meantIdentity != nil || factoryDefault == false
+    }
 }
 
 /// One thing wrong with a beacon against its profile.
@@ -37,6 +55,10 @@ public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible 
     case configCRCDiffers(holds: UInt16, profile: UInt16)
     case neverReadBack
     case notSeen(days: Int)
+    /// It holds another identity than the one meant for it.
+    case identityDiffers(holds: String, meant: String)
+    /// Another beacon in service holds the same major.minor.
+    case duplicateIdentity(identity: String, others: [String])
 
     /// A short, stable code for tables, CSV and scripts.
     public var code: String {
@@ -52,6 +74,8 @@ public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible 
         case .configCRCDiffers: "config-crc-differs"
         case .neverReadBack: "never-read-back"
         case .notSeen: "not-seen"
+        case .identityDiffers: "identity-differs"
+        case .duplicateIdentity: "duplicate-identity"
         }
     }
 
@@ -69,6 +93,9 @@ public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible 
             "advertised config CRC \(String(format: "%04x", holds)) is not the profile's \(String(format: "%04x", profile))"
         case .neverReadBack: "its config was never read back"
         case .notSeen(let days): "not seen for \(days) days"
+        case .identityDiffers(let holds, let meant): "identity is \(holds), it was meant to be \(meant)"
+        case .duplicateIdentity(let identity, let others):
+            "identity \(identity) is also held by \(others.joined(separator: ", "))"
         }
     }
 }
@@ -143,7 +170,51 @@ public enum Auditor {
         if subject.config == nil, subject.configCRC == nil, subject.configReadAt == nil {
             findings.append(.neverReadBack)
         }
+        if let finding = identityFinding(subject, profile) { findings.append(finding) }
         return AuditReport(address: subject.address, profile: name, findings: findings)
+    }
+
+    /// The identity held against the one meant: the reservation when there
+    /// is one, else the profile's major.
+    static func identityFinding(_ subject: AuditSubject, _ profile: Profile) -> AuditFinding? {
+        guard let holds = subject.identity else { return nil }
+        let held = "\(holds.major).\(holds.minor)"
+        if let meant = subject.meantIdentity {
+            guard meant != holds else { return nil }
+            let why = subject.meantIdentitySource.map { " (\($0))" } ?? ""
+            return .identityDiffers(holds: held, meant: "\(meant.major).\(meant.minor)\(why)")
+        }
+        if let rule = profile.identity, rule.major != holds.major {
+            return .identityDiffers(holds: held, meant: "major \(rule.major) (profile \(profile.name))")
+        }
+        return nil
+    }
+
+    /// Audits every subject (see `audit`) and reports the identities that
+    /// more than one beacon in service holds, on each of them.
+    public static func auditFleet(
+        _ subjects: [AuditSubject], profiles: [String: Profile], profile named: String? = nil, now: Date = Date(),
+        notSeenAfterDays: Int? = nil
+    ) -> [AuditReport] {
+        var reports = subjects.map {
+            audit($0, profiles: profiles, profile: named, now: now, notSeenAfterDays: notSeenAfterDays)
+        }
+        var holders: [BeaconIdentity: [Int]] = [:]
+        for (index, subject) in subjects.enumerated() where subject.isInService {
+            if let identity = subject.identity { holders[identity, default: []].append(index) }
+        }
+        for (identity, indexes) in holders where indexes.count > 1 {
+            for index in indexes {
+                let others = indexes.filter { $0 != index }.map { other -> String in
+                    let subject = subjects[other]
+                    guard let benches = subject.benches, !benches.isEmpty else { return subject.address }
+                    return "\(subject.address) (bench \(benches.joined(separator: ", ")))"
+                }
+                reports[index].findings.append(
+                    .duplicateIdentity(identity: "\(identity.major).\(identity.minor)", others: others))
+            }
+        }
+        return reports
     }
 
     public static func flags(_ enable: DrivingBehaviourConfig.EnableFlags) -> String {
@@ -163,6 +234,7 @@ public enum Auditor {
         subject.calibrated = summary.status.contains(.calibrated)
         subject.configCRC = summary.configCRC
         subject.lastSeen = seenAt
+        subject.factoryDefault = summary.status.contains(.factoryDefault)
         return subject
     }
 }

@@ -66,14 +66,28 @@ public struct Change<Value: Sendable & Equatable>: Sendable, Equatable {
 public struct SBeacon: Sendable {
     public let session: DeviceSession
     public var address: String { session.address }
+    /// Told every value read from the beacon, as it is read — also on a
+    /// path that then fails — so that what was learnt is never lost.
+    let observer: (@Sendable (Observation) -> Void)?
+
+    /// A fact read from a beacon.
+    public enum Observation: Sendable, Equatable {
+        case identity(BeaconIdentity)
+        case config(DrivingBehaviourConfig)
+        case calibration(CalibrationState)
+        case timeOffset(Int64)
+        case battery(UInt8)
+        case firmware(FirmwareVersion)
+    }
 
     /// The services a beacon must show before anything is written to it.
     public static let requiredServices = SBeaconUUID.requiredServices.map(\.rawValue)
 
     /// Wraps a connected device after checking it is an SBeacon: its
     /// iBeacon advert carries the SBeacon UUID and its services are there.
-    public init(_ session: DeviceSession) async throws {
+    public init(_ session: DeviceSession, observer: (@Sendable (Observation) -> Void)? = nil) async throws {
         self.session = session
+        self.observer = observer
         guard let device = await session.client.device(address: session.address) else {
             throw OperationError.notAnSBeacon(address: session.address, reason: "bluetoothd does not know it")
         }
@@ -106,22 +120,30 @@ public struct SBeacon: Sendable {
 
     /// The Firmware Revision string as the beacon sends it (up to a NUL).
     public func readFirmwareRevision() async throws -> String {
-        try await readString(SBeaconUUID.firmwareRevision)
+        let text = try await readString(SBeaconUUID.firmwareRevision)
+        if let version = try? FirmwareVersion(text) { observer?(.firmware(version)) }
+        return text
     }
 
     public func readConfig() async throws -> DrivingBehaviourConfig {
         let bytes = try await read(SBeaconUUID.drivingBehaviourConfig)
-        return try decode("read the driving-behaviour config") { try DrivingBehaviourConfig(bytes: bytes) }
+        let config = try decode("read the driving-behaviour config") { try DrivingBehaviourConfig(bytes: bytes) }
+        observer?(.config(config))
+        return config
     }
 
     public func readIdentity() async throws -> BeaconIdentity {
         let bytes = try await read(SBeaconUUID.identity)
-        return try decode("read the identity") { try BeaconIdentity(bytes: bytes) }
+        let identity = try decode("read the identity") { try BeaconIdentity(bytes: bytes) }
+        observer?(.identity(identity))
+        return identity
     }
 
     public func readCalibration() async throws -> CalibrationState {
         let bytes = try await read(SBeaconUUID.calibrationState)
-        return try decode("read the calibration state") { try CalibrationState(bytes: bytes) }
+        let state = try decode("read the calibration state") { try CalibrationState(bytes: bytes) }
+        observer?(.calibration(state))
+        return state
     }
 
     public func readUptime() async throws -> UInt32 {
@@ -131,23 +153,27 @@ public struct SBeacon: Sendable {
 
     public func readTimeOffset() async throws -> Int64 {
         let bytes = try await read(SBeaconUUID.timeOffset)
-        return try decode("read the time offset") { try BeaconTime.offset(bytes: bytes) }
+        let offset = try decode("read the time offset") { try BeaconTime.offset(bytes: bytes) }
+        observer?(.timeOffset(offset))
+        return offset
     }
 
     public func readBattery() async throws -> UInt8 {
         let bytes = try await read(SBeaconUUID.batteryLevel)
-        return try decode("read the battery level") {
+        let battery = try decode("read the battery level") {
             guard bytes.count == 1, bytes[0] <= 100 else {
                 throw ProtocolError("Battery Level", "expected one byte 0–100, got \(bytes.hexString)")
             }
             return bytes[0]
         }
+        observer?(.battery(battery))
+        return battery
     }
 
     /// Model, serial, revisions, battery, time, calibration, config,
     /// identity, trip status and counts.
     public func readInfo() async throws -> BeaconInfo {
-        let firmwareText = try await readString(SBeaconUUID.firmwareRevision)
+        let firmwareText = try await readFirmwareRevision()
         let statusBytes = try await read(SBeaconUUID.tripStatus)
         let informationBytes = try await read(SBeaconUUID.tripInformation)
         return BeaconInfo(

@@ -259,8 +259,9 @@ public actor Bench {
     /// again.
     public func run(
         _ steps: [DeviceStep], on addresses: [String], run: Int64, concurrency: Int, dryRun: Bool,
-        profiles: [String: Profile] = [:], progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
-    ) async throws -> [DeviceRecap] {
+        profiles: [String: Profile] = [:], sharedIdentities: (any SharedIdentities)? = nil,
+        progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
+    ) async throws -> FleetResult {
         // Discovery helps (a device that vanished for a moment is found
         // again) but a run goes on without it: the devices known are known.
         let discovering = (try? await beginDiscovery(everyAdvert: false)) != nil
@@ -282,10 +283,11 @@ public actor Bench {
         defer { keeper.cancel() }
         let runner = FleetRunner(
             client: client, inventory: inventory, run: run, concurrency: concurrency, dryRun: dryRun,
-            profiles: profiles, adapters: try await adapters().map(\.path), progress: progress)
-        let recaps = await runner.run(steps, on: addresses)
+            profiles: profiles, adapters: try await adapters().map(\.path), sharedIdentities: sharedIdentities,
+            progress: progress)
+        let result = await runner.runFleet(steps, on: addresses)
         if discovering { try? await Task { try await self.endDiscovery() }.value }
-        return recaps
+        return result
     }
 
     /// Connects to each of `addresses` (several at once) and reports their

@@ -4,6 +4,7 @@ import Foundation
 import Inventory
 import Profiles
 import SBeaconProtocol
+import Synchronization
 
 /// One device step of a batch, checked and resolved (profiles looked up).
 public enum DeviceStep: Sendable, Equatable {
@@ -12,7 +13,9 @@ public enum DeviceStep: Sendable, Equatable {
     case requireFirmware(atLeast: FirmwareVersion)
     case syncTime
     case calibrate
-    case identity(major: UInt16, minor: UInt16?)  // nil: the next free minor under the major
+    /// The identity meant for the device: reserved in the inventory (and on
+    /// the shared server when there is one) before it is written.
+    case identity(IdentityPlan)
     case apply(Profile)
     case verify(Profile)
     case pullTrips(clear: Bool)
@@ -43,7 +46,8 @@ public enum DeviceStep: Sendable, Equatable {
     }
 }
 
-/// What happened to one device in a fleet run.
+/// What happened to one device in a fleet run. The counts are of steps;
+/// `result` is the device's verdict, which the recap's summary counts.
 public struct DeviceRecap: Sendable, Equatable, Codable {
     public var address: String
     public var ok = 0
@@ -54,26 +58,78 @@ public struct DeviceRecap: Sendable, Equatable, Codable {
     public var wouldChange = 0
     /// Connections after the first (a transient failure retried).
     public var retries = 0
+    /// 1 when the device failed (a step failed for good), else 0.
     public var failed = 0
+    /// The run stopped (the inventory failed, Ctrl-C) before the device's turn.
+    public var notStarted = false
     /// Why the device dropped out, or why its steps were skipped.
     public var reason: String?
 
     public init(address: String) { self.address = address }
+
+    /// A device's verdict.
+    public enum Result: String, Sendable, Codable, CaseIterable {
+        /// Something was written (in a dry run: would be) and read back.
+        case changed
+        /// It holds what it should; nothing needed writing.
+        case ok
+        /// A `require` was not met, or another process had it: nothing written.
+        case skipped
+        case failed
+        /// Its turn never came.
+        case notStarted = "not-started"
+    }
+
+    public var result: Result {
+        if failed > 0 { return .failed }
+        if notStarted { return .notStarted }
+        if changed + wouldChange > 0 { return .changed }
+        if reason != nil { return .skipped }
+        return .ok
+    }
+}
+
+/// A fleet run's recaps, and why it stopped early, if it did.
+public struct FleetResult: Sendable {
+    public var recaps: [DeviceRecap]
+    /// The inventory failed (disk full, I/O error, corruption): the run
+    /// stopped before writing anything more to a beacon.
+    public var inventoryFailure: String?
 }
 
 /// What a fleet run reports as it goes, for progress lines.
 public enum FleetProgress: Sendable {
     case started(address: String)
     case step(address: String, step: String, status: Inventory.StepStatus, detail: String?)
+    /// Something a technician should know about a device (one line).
+    case note(address: String, String)
     case finished(DeviceRecap)
 }
 
+/// An inventory call failed: nothing more can be recorded, so the run stops.
+struct InventoryFailure: Error, CustomStringConvertible {
+    var error: any Error
+    var description: String { "inventory: \(error)" }
+}
+
+/// The run was stopped (the inventory failed on another device).
+struct RunStopped: Error, CustomStringConvertible {
+    var description: String { "the run stopped: the inventory failed" }
+}
+
 /// Runs device steps over many beacons at once: each device's steps in
-/// order, several devices concurrently (connects are serialised per adapter
-/// by the client, so one device's calibration overlaps others' work). A
+/// order, several devices at once (connects are serialised per adapter by
+/// the client, so one device's calibration overlaps others' work). A
 /// device whose step fails drops out with its reason and the others go on;
 /// a failing `require` skips the device's remaining steps. Every outcome is
-/// committed to the inventory as it happens.
+/// committed to the inventory as it happens, and everything read from a
+/// beacon is recorded, also when its step then fails.
+///
+/// Several processes may work with one inventory at once: each device is
+/// claimed in the inventory before its turn (one process at a time; the
+/// other goes on with other devices and comes back), identities are
+/// reserved there before they are written. When the inventory fails the
+/// run stops before anything more is written to a beacon.
 public actor FleetRunner {
     let client: BluetoothClient
     let inventory: Inventory
@@ -93,25 +149,35 @@ public actor FleetRunner {
     /// answers must not hold a run for ever).
     let deviceDeadline: Duration
     let retryBackoff: Duration
+    /// How long to wait for a device another process works on.
+    let claimWait: Duration
     /// The adapters to spread devices over (empty: let the client choose).
     let adapters: [ObjectPath]
+    /// The shared server's identity registry, when the bench has one.
+    let sharedIdentities: (any SharedIdentities)?
     /// Devices at work on each adapter.
     private var busy: [ObjectPath: Int] = [:]
-    /// Minors handed out in this run, per major (auto identities).
-    private var nextMinor: [UInt16: UInt16] = [:]
+    /// Why the run stopped early (the inventory failed).
+    private var inventoryFailure: String?
+    /// Why the shared server is not asked any more in this run.
+    private var sharedUnreachable: String?
+    /// When each device was first found claimed by another process.
+    private var waitingSince: [String: ContinuousClock.Instant] = [:]
 
     public init(
         client: BluetoothClient, inventory: Inventory, run: Int64, concurrency: Int, dryRun: Bool = false,
         // The client retries a connect once; the runner's reconnects do the rest.
         policy: ConnectPolicy = ConnectPolicy(attempts: 2, requiredServices: SBeacon.requiredServices),
         findTimeout: Duration = .seconds(15), profiles: [String: Profile] = [:], deviceAttempts: Int = 4,
-        deviceDeadline: Duration = .seconds(90), retryBackoff: Duration = .seconds(1), adapters: [ObjectPath] = [],
+        deviceDeadline: Duration = .seconds(90), retryBackoff: Duration = .seconds(1), claimWait: Duration = .seconds(180),
+        adapters: [ObjectPath] = [], sharedIdentities: (any SharedIdentities)? = nil,
         progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
     ) {
         self.deviceAttempts = max(1, deviceAttempts)
         self.deviceDeadline = deviceDeadline
         self.adapters = adapters
         self.retryBackoff = retryBackoff
+        self.claimWait = claimWait
         self.profiles = profiles
         self.progress = progress
         self.findTimeout = findTimeout
@@ -121,34 +187,152 @@ public actor FleetRunner {
         self.concurrency = max(1, concurrency)
         self.dryRun = dryRun
         self.policy = policy
+        self.sharedIdentities = sharedIdentities
+    }
+
+    /// A device's turn: done, or put back because another process has it.
+    private enum Turn: Sendable {
+        case done(DeviceRecap)
+        case busy(String)
     }
 
     /// Runs `steps` on every device of `addresses`; returns a recap per
     /// device, in the order given.
     public func run(_ steps: [DeviceStep], on addresses: [String]) async -> [DeviceRecap] {
+        await runFleet(steps, on: addresses).recaps
+    }
+
+    /// Runs `steps` on every device of `addresses`: recaps in the order
+    /// given, and whether the inventory failed under the run.
+    public func runFleet(_ steps: [DeviceStep], on addresses: [String]) async -> FleetResult {
+        await takeDownAbandonedLinks(addresses)
         var recaps: [String: DeviceRecap] = [:]
-        await withTaskGroup(of: DeviceRecap.self) { group in
+        await withTaskGroup(of: Turn.self) { group in
             var pending = addresses[...]
+            var waiting: [String] = []
             var running = 0
-            while running < concurrency, let address = pending.popFirst() {
-                group.addTask { await self.runDevice(address, steps) }
-                running += 1
-            }
-            for await recap in group {
-                recaps[recap.address] = recap
-                if let address = pending.popFirst() {
-                    group.addTask { await self.runDevice(address, steps) }
+            while true {
+                while running < concurrency, inventoryFailure == nil, !Task.isCancelled {
+                    let address: String
+                    if let next = pending.popFirst() {
+                        address = next
+                    } else if !waiting.isEmpty {
+                        address = waiting.removeFirst()
+                    } else {
+                        break
+                    }
+                    group.addTask { await self.turn(address, steps) }
+                    running += 1
+                }
+                guard running > 0, let turn = await group.next() else { break }
+                running -= 1
+                switch turn {
+                case .done(let recap): recaps[recap.address] = recap
+                case .busy(let address): waiting.append(address)
                 }
             }
         }
-        return addresses.map { recaps[$0] ?? DeviceRecap(address: $0) }
+        let stopped = inventoryFailure.map { _ in "not started: the inventory failed" } ?? "not started: the run was stopped"
+        return FleetResult(
+            recaps: addresses.map { address in
+                recaps[address]
+                    ?? {
+                        var recap = DeviceRecap(address: address)
+                        recap.notStarted = true
+                        recap.reason = stopped
+                        return recap
+                    }()
+            }, inventoryFailure: inventoryFailure)
     }
 
-    private nonisolated func runDevice(_ address: String, _ steps: [DeviceStep]) async -> DeviceRecap {
+    private func stop(_ failure: InventoryFailure) {
+        if inventoryFailure == nil { inventoryFailure = "\(failure.error)" }
+    }
+
+    private var isStopped: Bool { inventoryFailure != nil }
+
+    /// Whether a device another process works on has been waited for long enough.
+    private func waitedTooLong(_ address: String) -> Bool {
+        let now = ContinuousClock.now
+        let since = waitingSince[address] ?? now
+        waitingSince[address] = since
+        return now - since > claimWait
+    }
+
+    /// An inventory call: its failure stops the run.
+    private nonisolated func record<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        do {
+            return try await body()
+        } catch let error as SQLiteError {
+            let failure = InventoryFailure(error: error)
+            await stop(failure)
+            throw failure
+        }
+    }
+
+    private nonisolated func turn(_ address: String, _ steps: [DeviceStep]) async -> Turn {
+        let device = address.uppercased()
+        let claim: Inventory.Claim
+        do {
+            claim = try await record { try await inventory.claimDevice(device, run: run) }
+        } catch {
+            var recap = DeviceRecap(address: address)
+            recap.notStarted = true
+            recap.reason = "not started: \(error)"
+            return .done(recap)
+        }
+        var previous: ClaimHolder?
+        switch claim {
+        case .heldBy(let holder):
+            if await waitedTooLong(device) {
+                var recap = DeviceRecap(address: address)
+                recap.reason = "another beaconbench worked on it all along (\(holder)); nothing done here"
+                progress(.finished(recap))
+                return .done(recap)
+            }
+            try? await Task.sleep(for: .milliseconds(300))
+            return .busy(address)
+        case .claimed(let from): previous = from
+        }
         progress(.started(address: address))
-        let recap = await runSteps(address, steps)
+        let recap = await runSteps(address, steps, previousHolder: previous)
+        try? await inventory.releaseDevice(device, run: run)
         progress(.finished(recap))
-        return recap
+        return .done(recap)
+    }
+
+    /// Links to beacons of this run, or left by a process that died on
+    /// this inventory, that this process did not make: bluetoothd keeps a
+    /// dead client's links, and they hold the adapter's connection slots.
+    /// Each is taken down (after claiming its device: never one another
+    /// running process works on), in one line.
+    private nonisolated func takeDownAbandonedLinks(_ addresses: [String]) async {
+        guard !dryRun else { return }
+        let wanted = Set(addresses.map { $0.uppercased() })
+        let abandoned = (try? await inventory.abandonedClaims()) ?? [:]
+        for device in await client.devices() where device.connected {
+            let address = device.address.uppercased()
+            guard wanted.contains(address) || abandoned[address] != nil else { continue }
+            guard case .claimed(let from)? = try? await inventory.claimDevice(address, run: run) else { continue }
+            await disconnectLeftLink(address, from: from ?? abandoned[address])
+            try? await inventory.releaseDevice(address, run: run)
+        }
+    }
+
+    /// Takes down a link this process did not make; says so and records it.
+    private nonisolated func disconnectLeftLink(_ address: String, from holder: ClaimHolder?) async {
+        guard await client.device(address: address)?.connected == true else { return }
+        let who = holder.map { "beaconbench \($0), which is gone" } ?? "another process"
+        do {
+            guard try await client.disconnect(address: address) else { return }
+            let text = "disconnected: it was left connected by \(who)"
+            progress(.note(address: address, text))
+            if let id = try? await inventory.beginStep(run: run, device: address.uppercased(), step: "disconnect") {
+                try? await inventory.finishStep(id, .ok, detail: text)
+            }
+        } catch {
+            progress(.note(address: address, "could not take down the link left by \(who): \(error)"))
+        }
     }
 
     /// What each step came to on one device, over its attempts.
@@ -162,22 +346,40 @@ public actor FleetRunner {
         var completed = 0
         /// Set by a failed `require`: the rest is skipped with this reason.
         var skipping: String?
+        /// One outcome row per step however many attempts it took, and one
+        /// for the connection (key `connectKey`).
+        var rows: [Int: Int64] = [:]
+        /// Failed attempts per row key.
+        var retries: [Int: Int] = [:]
+        var connected = false
+        /// The row whose attempt is in flight: a failure is charged to it.
+        var inFlight: Int?
+
+        static let connectKey = -1
 
         mutating func record(_ index: Int, _ status: Inventory.StepStatus) {
             if statuses[index] != .changed { statuses[index] = status }
         }
     }
 
-    private nonisolated func runSteps(_ address: String, _ steps: [DeviceStep]) async -> DeviceRecap {
+    /// The outcome row of a step (or of the connection), begun once.
+    private nonisolated func row(_ key: Int, _ address: String, _ steps: [DeviceStep], _ tally: inout Tally)
+        async throws -> Int64
+    {
+        if let id = tally.rows[key] { return id }
+        let name = key == Tally.connectKey ? "connect" : steps[key].name
+        let id = try await record { try await inventory.beginStep(run: run, device: address.uppercased(), step: name) }
+        tally.rows[key] = id
+        return id
+    }
+
+    private nonisolated func runSteps(
+        _ address: String, _ steps: [DeviceStep], previousHolder: ClaimHolder?
+    ) async -> DeviceRecap {
         var recap = DeviceRecap(address: address)
-        // The device is in the inventory before any of its outcomes.
-        do {
-            try await inventory.recordDevice(DeviceRecord(address: address))
-        } catch {
-            recap.failed += 1
-            recap.reason = "inventory: \(error)"
-            return recap
-        }
+        // A link this process did not make (this run holds the device's
+        // claim, and works on a device once at a time).
+        if !dryRun { await disconnectLeftLink(address, from: previousHolder) }
         var tally = Tally()
         let began = ContinuousClock.now
         var attempts = 1
@@ -193,9 +395,27 @@ public actor FleetRunner {
                 // `deviceAttempts` connections in a row without progress (or
                 // three times as many in all) give up.
                 fruitless = tally.completed > done ? 0 : fruitless + 1
-                guard fruitless < deviceAttempts, attempts < 3 * deviceAttempts, Self.worthAnotherConnection(error),
-                    ContinuousClock.now - began < deviceDeadline, !Task.isCancelled
-                else {
+                let stopping = error is InventoryFailure || error is RunStopped
+                let again =
+                    !stopping && fruitless < deviceAttempts && attempts < 3 * deviceAttempts
+                    && Self.worthAnotherConnection(error) && ContinuousClock.now - began < deviceDeadline
+                    && !Task.isCancelled
+                if !stopping, let key = tally.inFlight, let id = tally.rows[key] {
+                    if again {
+                        tally.retries[key, default: 0] += 1
+                        do { try await record { try await inventory.noteRetry(id, error: "\(error)") } } catch {
+                            recap.failed = 1
+                            recap.reason = "\(error)"
+                            break
+                        }
+                    } else {
+                        _ = try? await record {
+                            try await inventory.finishStep(
+                                id, .failed, error: "\(error)", retries: tally.retries[key] ?? 0)
+                        }
+                    }
+                }
+                guard again else {
                     recap.failed = 1
                     recap.reason = "\(error)"
                     break
@@ -268,58 +488,103 @@ public actor FleetRunner {
         return error.isPassingRefusal
     }
 
-    /// One connection and the steps over it, each outcome committed.
+    /// One connection and the steps over it, each outcome committed; what
+    /// the beacon tells is recorded after each step, whether it succeeded
+    /// or not.
     private nonisolated func attemptSteps(_ address: String, _ steps: [DeviceStep], _ tally: inout Tally) async throws {
-        let device = address.uppercased()
-        let connectStep = try? await inventory.beginStep(run: run, device: device, step: "connect")
-        var connected = false
-        do {
-            if await client.device(address: address) == nil {
-                _ = try await client.waitForDevice(address: address, timeout: findTimeout)
+        if await isStopped { throw RunStopped() }
+        // A failure now is the connection's (first time) or the next step's (a reconnect).
+        let key = tally.connected && tally.completed < steps.count ? tally.completed : Tally.connectKey
+        _ = try await row(key, address, steps, &tally)
+        tally.inFlight = key
+        if await client.device(address: address) == nil {
+            _ = try await client.waitForDevice(address: address, timeout: findTimeout)
+        }
+        let adapter = await claimAdapter(for: address)
+        defer { if let adapter { Task { await self.releaseAdapter(adapter) } } }
+        let observations = Observations()
+        try await client.withConnection(to: address, on: adapter, policy: policy) { session in
+            let beacon = try await SBeacon(session, observer: { observations.add($0) })
+            if !tally.connected, let id = tally.rows[Tally.connectKey] {
+                let retries = tally.retries[Tally.connectKey] ?? 0
+                try await record {
+                    try await inventory.finishStep(
+                        id, .ok, detail: retries > 0 ? "after \(retries) failed attempt\(retries == 1 ? "" : "s")" : nil,
+                        retries: retries)
+                }
+                tally.connected = true
             }
-            let adapter = await claimAdapter(for: address)
-            defer { if let adapter { Task { await self.releaseAdapter(adapter) } } }
-            try await client.withConnection(to: address, on: adapter, policy: policy) { session in
-                connected = true
-                if let connectStep { try? await inventory.finishStep(connectStep, .ok) }
-                let beacon = try await SBeacon(session)
-                for (index, step) in steps.enumerated() where index >= tally.completed {
-                    let id = try await inventory.beginStep(run: run, device: device, step: step.name)
-                    if let skipping = tally.skipping {
-                        try await inventory.finishStep(id, .skipped, detail: skipping)
-                        progress(.step(address: address, step: step.name, status: .skipped, detail: skipping))
-                        tally.record(index, .skipped)
-                        tally.completed = index + 1
-                        continue
-                    }
-                    let started = ContinuousClock.now
-                    do {
-                        let (status, detail) = try await perform(step, on: beacon)
-                        try await inventory.finishStep(
-                            id, status, detail: detail, durationMilliseconds: Self.milliseconds(since: started))
-                        progress(.step(address: address, step: step.name, status: status, detail: detail))
-                        tally.record(index, status)
-                        tally.completed = index + 1
-                        if status == .skipped {
-                            if dryRun, detail?.hasPrefix("dry run:") == true { tally.wouldChange.insert(index) }
-                            switch step {
-                            case .requireBattery, .requireFirmware:
-                                tally.skipping = detail
-                                tally.skipReason = detail
-                            default: break
-                            }
-                        }
-                    } catch {
-                        try await inventory.finishStep(
-                            id, .failed, error: "\(error)", durationMilliseconds: Self.milliseconds(since: started))
+            tally.inFlight = nil
+            for (index, step) in steps.enumerated() where index >= tally.completed {
+                if await isStopped { throw RunStopped() }
+                let id = try await row(index, address, steps, &tally)
+                if let skipping = tally.skipping {
+                    try await record { try await inventory.finishStep(id, .skipped, detail: skipping) }
+                    progress(.step(address: address, step: step.name, status: .skipped, detail: skipping))
+                    tally.record(index, .skipped)
+                    tally.completed = index + 1
+                    continue
+                }
+                tally.inFlight = index
+                let started = ContinuousClock.now
+                let result: (Inventory.StepStatus, String?)
+                do {
+                    result = try await perform(step, on: beacon)
+                } catch {
+                    try await keep(observations.take(), of: address)
+                    if !(error is InventoryFailure) {
                         progress(.step(address: address, step: step.name, status: .failed, detail: "\(error)"))
-                        throw error
+                    }
+                    throw error
+                }
+                try await keep(observations.take(), of: address)
+                let (status, detail) = result
+                try await record {
+                    try await inventory.finishStep(
+                        id, status, detail: detail, durationMilliseconds: Self.milliseconds(since: started),
+                        retries: tally.retries[index] ?? 0)
+                }
+                tally.inFlight = nil
+                progress(.step(address: address, step: step.name, status: status, detail: detail))
+                tally.record(index, status)
+                tally.completed = index + 1
+                if status == .skipped {
+                    if dryRun, detail?.hasPrefix("dry run:") == true { tally.wouldChange.insert(index) }
+                    switch step {
+                    case .requireBattery, .requireFirmware:
+                        tally.skipping = detail
+                        tally.skipReason = detail
+                    default: break
                     }
                 }
             }
-        } catch {
-            if !connected, let connectStep { try? await inventory.finishStep(connectStep, .failed, error: "\(error)") }
-            throw error
+        }
+    }
+
+    /// Records what was read from a beacon: its facts in `devices`, and a
+    /// reading (battery, firmware) for trends.
+    private nonisolated func keep(_ observations: [SBeacon.Observation], of address: String) async throws {
+        guard !observations.isEmpty else { return }
+        var record = DeviceRecord(address: address)
+        for observation in observations {
+            switch observation {
+            case .identity(let identity): record.identity = identity
+            case .config(let config): record.config = config
+            case .calibration(let state): record.calibration = state
+            case .timeOffset(let offset): record.timeOffset = offset
+            case .battery(let battery): record.battery = battery
+            case .firmware(let firmware): record.firmware = firmware
+            }
+        }
+        let reading = record
+        try await self.record { try await inventory.recordDevice(reading) }
+        if reading.battery != nil || reading.firmware != nil {
+            let rssi = await client.device(address: address)?.rssi
+            try await self.record {
+                try await inventory.recordReading(
+                    address: address, at: Date(), battery: reading.battery, rssi: reading.battery == nil ? nil : rssi,
+                    firmware: reading.firmware?.description)
+            }
         }
     }
 
@@ -338,23 +603,18 @@ public actor FleetRunner {
         switch step {
         case .info:
             let info = try await beacon.readInfo()
-            try await inventory.recordDevice(Self.record(address, info))
-            try await inventory.recordReading(
-                address: address, at: Date(), battery: info.battery, rssi: await client.device(address: address)?.rssi,
-                firmware: info.firmware.description)
+            // The description and the calibration's real time, beside what
+            // the reads themselves record.
+            try await record { try await inventory.recordDevice(Self.record(address, info)) }
             return (.ok, Self.describe(info))
         case .requireBattery(let minimum):
+            // What was read is recorded (audits use it), met or not.
             let battery = try await beacon.readBattery()
-            // What was read is known from now on (audits use it).
-            try await remember(address) { $0.battery = battery }
-            try await inventory.recordReading(address: address, at: Date(), battery: battery, rssi: nil, firmware: nil)
             return battery >= minimum
                 ? (.ok, "battery \(battery) %") : (.skipped, "battery \(battery) % is below \(minimum) %")
         case .requireFirmware(let minimum):
             let text = try await beacon.readFirmwareRevision()
-            let readable = try? FirmwareVersion(text)
-            if let readable { try await remember(address) { $0.firmware = readable } }
-            let version = readable ?? FirmwareVersion(major: 0, minor: 0, patch: 0)
+            let version = (try? FirmwareVersion(text)) ?? FirmwareVersion(major: 0, minor: 0, patch: 0)
             return version >= minimum
                 ? (.ok, "firmware \(version)") : (.skipped, "firmware \(text) is older than \(minimum)")
         case .syncTime:
@@ -365,51 +625,37 @@ public actor FleetRunner {
                     ? (.skipped, "dry run: time offset: \(stored) → \(computed)") : (.unchanged, nil)
             }
             let change = try await beacon.syncTime(now: Self.now())
-            try await remember(address) { $0.timeOffset = change.after }
             return change.written ? (.changed, "time offset \(change.before) → \(change.after)") : (.unchanged, nil)
         case .calibrate:
             // Idempotent: a beacon that holds a plausible calibration keeps it.
+            // The state read is recorded whatever follows (a beacon that
+            // refuses to calibrate is still known as it is).
             let current = try await beacon.readCalibration()
             if current.calibrated, Auditor.plausibleGravity.contains(current.vector.magnitude) {
-                // Recorded too: a calibration whose result was lost with
-                // the link (a retry finds it done) is still known.
-                try await remember(address) { $0.calibration = current }
                 return (.unchanged, "already calibrated")
             }
             if dryRun { return (.skipped, "dry run: would calibrate") }
             let state = try await beacon.calibrate()
-            try await remember(address) {
-                $0.calibration = state
-                $0.calibratedAt = Date()
-            }
+            try await remember(address) { $0.calibratedAt = Date() }
             return (.changed, "calibrated: \(state.vector.x), \(state.vector.y), \(state.vector.z) mG")
-        case .identity(let major, let minor):
+        case .identity(let plan):
             let current = try await beacon.readIdentity()
-            let chosenMinor: UInt16
-            if let minor {
-                chosenMinor = minor
-            } else if current.major == major {
-                chosenMinor = current.minor
-            } else {
-                chosenMinor = try await allocateMinor(major)
-            }
-            let wanted = BeaconIdentity(major: major, minor: chosenMinor)
+            let reservation = try await reserve(plan, for: address, holds: current)
+            let wanted = reservation.identity
+            let why = plan.source == .explicit ? "explicit" : "profile " + (plan.profileName ?? "")
+            let note = reservation.note.map { "; \($0)" } ?? ""
             if dryRun {
                 return current == wanted
                     ? (.unchanged, nil)
-                    : (
-                        .skipped,
-                        "dry run: identity: \(current.major).\(current.minor) → \(wanted.major).\(wanted.minor)"
-                    )
+                    : (.skipped, "dry run: identity: \(current.major).\(current.minor) → \(wanted.major).\(wanted.minor) (\(why))\(note)")
             }
             let change = try await beacon.setIdentity(wanted)
-            try await remember(address) { $0.identity = change.after }
             return change.written
                 ? (
                     .changed,
-                    "identity \(change.before.major).\(change.before.minor) → \(change.after.major).\(change.after.minor)"
+                    "identity \(change.before.major).\(change.before.minor) → \(change.after.major).\(change.after.minor) (\(why))\(note)"
                 )
-                : (.unchanged, nil)
+                : (.unchanged, reservation.note)
         case .apply(let profile):
             if dryRun {
                 let current = try await beacon.readConfig()
@@ -417,10 +663,7 @@ public actor FleetRunner {
                     ? (.unchanged, nil) : (.skipped, "dry run: config: \(current) → \(profile.config)")
             }
             let change = try await beacon.writeConfig(profile.config)
-            try await remember(address) {
-                $0.config = change.after
-                $0.profile = profile.name
-            }
+            try await remember(address) { $0.profile = profile.name }
             return change.written ? (.changed, "config \(change.before) → \(change.after)") : (.unchanged, nil)
         case .verify(let profile):
             let config = try await beacon.readConfig()
@@ -437,28 +680,36 @@ public actor FleetRunner {
         case .pullTrips(let clear):
             let offset = try await beacon.readTimeOffset()
             let trips = try await beacon.pullTrips()
-            let added = try await inventory.storeTrips(trips, device: address, timeOffset: offset, pulledAt: Date())
+            let added = try await record {
+                try await inventory.storeTrips(trips, device: address, timeOffset: offset, pulledAt: Date())
+            }
             if clear, !trips.isEmpty, !dryRun { try await beacon.clear(.clearTrips) }
             return (.ok, "\(trips.count) trips, \(added) new")
         case .pullEvents(let clear):
             let offset = try await beacon.readTimeOffset()
             let events = try await beacon.pullEvents()
-            let added = try await inventory.storeEvents(events, device: address, timeOffset: offset, pulledAt: Date())
+            let added = try await record {
+                try await inventory.storeEvents(events, device: address, timeOffset: offset, pulledAt: Date())
+            }
             if clear, !events.isEmpty, !dryRun { try await beacon.clear(.clearEvents) }
             return (.ok, "\(events.count) events, \(added) new")
         case .pullIncidents(let clear):
             let offset = try await beacon.readTimeOffset()
             let incidents = try await beacon.pullIncidents()
-            let added = try await inventory.storeIncidents(
-                incidents, device: address, timeOffset: offset, pulledAt: Date())
+            let added = try await record {
+                try await inventory.storeIncidents(incidents, device: address, timeOffset: offset, pulledAt: Date())
+            }
             if clear, !incidents.isEmpty, !dryRun { try await beacon.clear(.clearIncidents) }
             return (.ok, "\(incidents.count) incidents, \(added) new")
         case .auditLive(let profile):
             let info = try await beacon.readInfo()
-            try await inventory.recordDevice(Self.record(address, info))
+            try await record { try await inventory.recordDevice(Self.record(address, info)) }
             let profiles = profile.map { [$0.name: $0] } ?? self.profiles
             var subject = AuditSubject(address: address, info: info)
-            subject.assignedProfile = try await inventory.device(address)?.profile
+            subject.assignedProfile = try await record { try await inventory.device(address)?.profile }
+            let meant = try await record { try await inventory.meantIdentity(address) }
+            subject.meantIdentity = meant?.identity
+            subject.meantIdentitySource = meant.map { $0.source == "profile" ? "profile \($0.profile ?? "")" : $0.source }
             let report = Auditor.audit(subject, profiles: profiles, profile: profile?.name)
             return (.ok, report.findings.isEmpty ? "clean" : report.findings.map(\.description).joined(separator: "; "))
         case .reboot:
@@ -472,29 +723,75 @@ public actor FleetRunner {
         }
     }
 
-    /// The next minor under `major` above every one in use: in the
-    /// inventory, in the adverts of the beacons in range, and handed out in
-    /// this run.
-    private func allocateMinor(_ major: UInt16) async throws -> UInt16 {
-        if nextMinor[major] == nil {
-            // Awaits below let other devices in: the base is set only by the
-            // first to come back, and handing out a minor has no await.
-            let stored =
-                try await inventory.query(
-                    "SELECT max(minor) FROM devices WHERE major = ?", [.integer(Int64(major))]
-                ).first?.first?.integer ?? 0
-            let advertised =
-                await client.devices().compactMap { device -> Int64? in
-                    guard let bytes = device.manufacturerData[SBeaconUUID.appleCompanyID],
-                        let advert = try? IBeaconAdvert(bytes: bytes), advert.identity.major == major
-                    else { return nil }
-                    return Int64(advert.identity.minor)
-                }.max() ?? 0
-            if nextMinor[major] == nil { nextMinor[major] = UInt16(clamping: max(stored, advertised) + 1) }
+    /// The identity meant for a device, reserved in the inventory under
+    /// its write lock — and first claimed on the shared server, when the
+    /// bench has one and it answers — before anything is written.
+    private nonisolated func reserve(
+        _ plan: IdentityPlan, for address: String, holds current: BeaconIdentity
+    ) async throws -> IdentityReservation {
+        let advertised = await advertisedIdentities()
+        var proposed: UInt16?
+        var reservation = try await record {
+            try await inventory.reserveIdentity(
+                device: address, plan: plan, holds: current, advertised: advertised, run: run, commit: false)
         }
-        let minor = nextMinor[major]!
-        nextMinor[major] = minor &+ 1
-        return minor
+        guard !dryRun, let shared = sharedIdentities else {
+            return try await record {
+                try await inventory.reserveIdentity(
+                    device: address, plan: plan, holds: current, advertised: advertised, run: run, commit: !dryRun)
+            }
+        }
+        var serverNote: String?
+        // The server's answer wins when it is free here; a minor another
+        // process took here meanwhile is offered back to the server.
+        for _ in 0..<4 {
+            if let reason = await sharedUnreachableReason() {
+                serverNote = "the server was unreachable (\(reason)): allocated by this bench alone"
+                proposed = nil
+                break
+            }
+            do {
+                let floor = try await record { try await inventory.highestMinor(major: plan.major) }
+                proposed = try await shared.claim(
+                    address: address.uppercased(), major: plan.major, preferred: reservation.identity.minor, floor: floor)
+            } catch {
+                await sharedFailed("\(error)")
+                continue
+            }
+            reservation = try await record {
+                try await inventory.reserveIdentity(
+                    device: address, plan: plan, holds: current, advertised: advertised, proposed: proposed, run: run)
+            }
+            if reservation.identity.minor == proposed { return reservation }
+        }
+        reservation = try await record {
+            try await inventory.reserveIdentity(
+                device: address, plan: plan, holds: current, advertised: advertised, run: run)
+        }
+        if let serverNote {
+            reservation.note = [reservation.note, serverNote].compactMap { $0 }.joined(separator: "; ")
+        }
+        return reservation
+    }
+
+    private func sharedUnreachableReason() -> String? { sharedUnreachable }
+    private func sharedFailed(_ reason: String) {
+        if sharedUnreachable == nil {
+            sharedUnreachable = reason
+            progress(.note(address: "", "the shared server is unreachable (\(reason)): identities are allocated by this bench alone in this run; the fleet audit reports any duplicate"))
+        }
+    }
+
+    /// The identities the SBeacons in range advertise, by address.
+    private nonisolated func advertisedIdentities() async -> [String: BeaconIdentity] {
+        var result: [String: BeaconIdentity] = [:]
+        for device in await client.devices() {
+            guard let bytes = device.manufacturerData[SBeaconUUID.appleCompanyID],
+                let advert = try? IBeaconAdvert(bytes: bytes)
+            else { continue }
+            result[device.address.uppercased()] = advert.identity
+        }
+        return result
     }
 
     /// `info` as one line: everything a technician checks at a glance.
@@ -512,12 +809,14 @@ public actor FleetRunner {
 
     static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
-    /// Records what a step read or wrote of a device; the fields left nil
-    /// keep what the inventory holds.
+    /// Records what a step learnt of a device beyond what it read (the
+    /// profile applied, when it calibrated); the fields left nil keep what
+    /// the inventory holds.
     private nonisolated func remember(_ address: String, _ fill: (inout DeviceRecord) -> Void) async throws {
-        var record = DeviceRecord(address: address)
-        fill(&record)
-        try await inventory.recordDevice(record)
+        var device = DeviceRecord(address: address)
+        fill(&device)
+        let filled = device
+        try await record { try await inventory.recordDevice(filled) }
     }
 
     static func record(_ address: String, _ info: BeaconInfo) -> DeviceRecord {
@@ -538,5 +837,17 @@ public actor FleetRunner {
         record.timeOffset = info.timeOffset
         record.config = info.config
         return record
+    }
+}
+
+/// What a beacon told during one step, kept until the step ends.
+final class Observations: Sendable {
+    private let list = Mutex<[SBeacon.Observation]>([])
+    func add(_ observation: SBeacon.Observation) { list.withLock { $0.append(observation) } }
+    func take() -> [SBeacon.Observation] {
+        list.withLock { list in
+            defer { list = [] }
+            return list
+        }
     }
 }

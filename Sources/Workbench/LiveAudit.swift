@@ -19,5 +19,6 @@ extension AuditSubject {
         config = info.config
         configReadAt = now
         lastSeen = now
+        identity = info.identity
     }
 }

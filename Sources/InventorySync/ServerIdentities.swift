@@ -1,0 +1,109 @@
+import Foundation
+import Inventory
+import Synchronization
+
+/// The shared server as the fleet's identity registry (`identity_claims`):
+/// a bench claims a device's major.minor there, under an advisory lock per
+/// major, before writing it, so that no two benches that can reach the
+/// server hand out one identity. One connection, made at the first claim
+/// (3 s to connect unless PGCONNECT_TIMEOUT says otherwise), used by one
+/// claim at a time.
+public final class ServerIdentities: SharedIdentities, Sendable {
+    public let location: String
+    let conninfo: String
+    let benchID: String
+    private let connection = Mutex<PostgresConnection?>(nil)
+
+    public init(url: String, benchID: String) {
+        conninfo = url
+        self.benchID = benchID
+        location = PostgresConnection.describe(url)
+    }
+
+    /// What an inventory remembers of the server it synced to: the
+    /// connection string without its password.
+    public static func rememberable(_ url: String) -> String? { PostgresConnection.withoutPassword(url) }
+
+    public func claim(address: String, major: UInt16, preferred: UInt16, floor: UInt16) async throws -> UInt16 {
+        try connection.withLock { held throws(SyncError) -> UInt16 in
+            if held == nil {
+                let server = try PostgresConnection(conninfo, connectTimeout: 3)
+                try InventorySync.prepareSchema(server, creating: true)
+                try server.exec(
+                    """
+                    INSERT INTO benches (bench_id, host, last_sync) VALUES ($1, $2, NULL)
+                    ON CONFLICT (bench_id) DO NOTHING
+                    """, [benchID, ProcessInfo.processInfo.hostName])
+                held = server
+            }
+            guard let server = held else { throw SyncError("no connection") }
+            do {
+                return try Self.claim(
+                    on: server, address: address, major: major, preferred: preferred, floor: floor, bench: benchID)
+            } catch let error as SyncError {
+                if error.isConnectionFailure { held = nil }
+                throw error
+            } catch {
+                throw SyncError("\(error)")
+            }
+        }
+    }
+
+    static func claim(
+        on server: PostgresConnection, address: String, major: UInt16, preferred: UInt16, floor: UInt16, bench: String
+    ) throws(SyncError) -> UInt16 {
+        try server.transaction { () throws(SyncError) -> UInt16 in
+            // One claim per major at a time, fleet-wide.
+            try server.exec("SELECT pg_advisory_xact_lock(72051900, $1::int)", [String(major)])
+            let majorText = String(major)
+            if let cell = try server.exec(
+                "SELECT minor FROM identity_claims WHERE address = $1 AND major = $2", [address, majorText]
+            ).first?.first, let minor = cell.flatMap({ UInt16($0) }) {
+                return minor
+            }
+            func taken(_ minor: UInt16) throws(SyncError) -> Bool {
+                let cell = try server.exec(
+                    """
+                    SELECT EXISTS (SELECT 1 FROM identity_claims WHERE major = $1 AND minor = $2 AND address <> $3)
+                        OR EXISTS (SELECT 1 FROM devices WHERE major = $1 AND minor = $2 AND address <> $3)
+                    """, [majorText, String(minor), address]
+                ).first?.first ?? nil
+                return cell == "t"
+            }
+            var chosen = preferred
+            if try taken(preferred) {
+                let cell = try server.exec(
+                    """
+                    SELECT greatest(
+                        (SELECT max(minor) FROM identity_claims WHERE major = $1),
+                        (SELECT max(minor) FROM devices WHERE major = $1 AND address <> $2), $3::bigint)
+                    """, [majorText, address, String(max(floor, preferred))]
+                ).first?.first ?? nil
+                let highest = cell.flatMap { Int($0) } ?? Int(preferred)
+                if highest < 65535 {
+                    chosen = UInt16(highest + 1)
+                } else {
+                    let gap = try server.exec(
+                        """
+                        SELECT s FROM generate_series(1, 65535) s WHERE NOT EXISTS (
+                            SELECT 1 FROM identity_claims c WHERE c.major = $1 AND c.minor = s)
+                        AND NOT EXISTS (SELECT 1 FROM devices d WHERE d.major = $1 AND d.minor = s AND d.address <> $2)
+                        LIMIT 1
+                        """, [majorText, address]
+                    ).first?.first ?? nil
+                    guard let minor = gap.flatMap({ UInt16($0) }) else {
+                        throw SyncError("every minor under major \(major) is taken on the server")
+                    }
+                    chosen = minor
+                }
+            }
+            try server.exec("DELETE FROM identity_claims WHERE address = $1", [address])
+            try server.exec(
+                """
+                INSERT INTO identity_claims (major, minor, address, bench_id, claimed_at)
+                VALUES ($1, $2, $3, $4, $5)
+                """, [majorText, String(chosen), address, bench, ISO8601DateFormatter().string(from: Date())])
+            return chosen
+        }
+    }
+}
