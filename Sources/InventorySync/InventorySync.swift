@@ -101,6 +101,15 @@ public enum InventorySync {
             }
             report.sent[table.name] = sent
         }
+        // What this bench reserved while it could not ask the server is
+        // claimed fleet-wide now, where no other device has it (a collision
+        // stays for the fleet audit to report as duplicate-identity).
+        try server.exec(
+            """
+            INSERT INTO identity_claims (major, minor, address, bench_id, claimed_at)
+            SELECT major, minor, device, bench_id, reserved_at FROM identities WHERE bench_id = $1
+            ON CONFLICT DO NOTHING
+            """, [benchID])
         try server.exec(
             "UPDATE benches SET last_sync = $2 WHERE bench_id = $1",
             [benchID, ISO8601DateFormatter().string(from: Date())])

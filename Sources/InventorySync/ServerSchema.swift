@@ -12,7 +12,7 @@ enum ServerSchema {
     static let migrations: [(name: String, sql: String)] = [
         ("initial schema", initial),
         ("observation times, the merged fleet view, read indexes", mergedFleet),
-        ("identities claimed fleet-wide", identityClaims),
+        ("identities: claimed fleet-wide, meant per bench; step retries", identityClaims),
     ]
 
     /// One identity per device fleet-wide: a bench claims a minor here
@@ -27,6 +27,18 @@ enum ServerSchema {
             PRIMARY KEY (major, minor)
         );
         CREATE INDEX IF NOT EXISTS devices_by_identity ON devices (major, minor);
+        CREATE TABLE IF NOT EXISTS identities (
+            bench_id TEXT NOT NULL REFERENCES benches(bench_id),
+            device TEXT,
+            major BIGINT,
+            minor BIGINT,
+            source TEXT,
+            profile TEXT,
+            run_id BIGINT,
+            reserved_at TEXT,
+            PRIMARY KEY (bench_id, device)
+        );
+        ALTER TABLE outcomes ADD COLUMN IF NOT EXISTS retries BIGINT NOT NULL DEFAULT 0;
         """
 
     static var version: Int { migrations.count }
@@ -320,7 +332,7 @@ enum ServerSchema {
             name: "outcomes",
             select: """
                 SELECT id, run_id, device, step, status, detail, error, before, after, started_at, ended_at,
-                    duration_ms
+                    duration_ms, retries
                 FROM outcomes WHERE id > ?1 ORDER BY id LIMIT ?2
                 """,
             newest: "SELECT coalesce(max(local_id), 0) FROM outcomes WHERE bench_id = $1",
@@ -328,21 +340,25 @@ enum ServerSchema {
                 onServer: "SELECT local_id FROM outcomes WHERE bench_id = $1 AND status = 'running'",
                 local: """
                 SELECT id, run_id, device, step, status, detail, error, before, after, started_at, ended_at,
-                    duration_ms
+                    duration_ms, retries
                 FROM outcomes WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY id
                 """
             ),
             upsert: """
                 INSERT INTO outcomes (bench_id, local_id, run_id, device, step, status, detail, error, before,
-                    after, started_at, ended_at, duration_ms)
+                    after, started_at, ended_at, duration_ms, retries)
                 SELECT $1, * FROM unnest($2::bigint[], $3::bigint[], $4::text[], $5::text[], $6::text[],
-                    $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[])
+                    $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], $13::bigint[],
+                    $14::bigint[])
                 ON CONFLICT (bench_id, local_id) DO UPDATE SET run_id = excluded.run_id, device =
                     excluded.device, step = excluded.step, status = excluded.status, detail = excluded.detail,
                     error = excluded.error, before = excluded.before, after = excluded.after, started_at =
-                    excluded.started_at, ended_at = excluded.ended_at, duration_ms = excluded.duration_ms
+                    excluded.started_at, ended_at = excluded.ended_at, duration_ms = excluded.duration_ms,
+                    retries = excluded.retries
                 """,
-            types: [.bigint, .bigint, .text, .text, .text, .text, .text, .text, .text, .text, .text, .bigint],
+            types: [
+                .bigint, .bigint, .text, .text, .text, .text, .text, .text, .text, .text, .text, .bigint, .bigint,
+            ],
         ),
         Table(
             name: "readings",
@@ -410,6 +426,25 @@ enum ServerSchema {
                     excluded.pulled_at
                 """,
             types: [.text, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .text, .text],
+        ),
+        // Sent whole (a device's row is replaced when its identity is);
+        // then registered as claims fleet-wide where no other device has
+        // them (`InventorySync.registerClaims`).
+        Table(
+            name: "identities",
+            select: """
+                SELECT rowid, device, major, minor, source, profile, run_id, reserved_at FROM identities
+                WHERE rowid > ?1 ORDER BY rowid LIMIT ?2
+                """,
+            upsert: """
+                INSERT INTO identities (bench_id, device, major, minor, source, profile, run_id, reserved_at)
+                SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[],
+                    $7::bigint[], $8::text[])
+                ON CONFLICT (bench_id, device) DO UPDATE SET major = excluded.major, minor = excluded.minor,
+                    source = excluded.source, profile = excluded.profile, run_id = excluded.run_id,
+                    reserved_at = excluded.reserved_at
+                """,
+            types: [.text, .bigint, .bigint, .text, .text, .bigint, .text],
         ),
     ]
 }

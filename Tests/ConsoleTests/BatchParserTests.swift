@@ -1,5 +1,6 @@
 import Console
 import Foundation
+import Inventory
 import Profiles
 import SBeaconProtocol
 import Testing
@@ -23,18 +24,18 @@ struct BatchParserTests {
             ])
         for file in files {
             let text = try String(contentsOfFile: directory + "/" + file, encoding: .utf8)
-            let parser = BatchParser(file: file, overrides: ["profile": "truck"], profiles: Set(shipped.keys))
+            let parser = BatchParser(file: file, overrides: ["profile": "truck"], profiles: shipped)
             #expect(throws: Never.self) { try parser.parse(text) }
         }
         let provision = try BatchParser(
-            file: "provision-new.batch", overrides: ["profile": "van"], profiles: Self.profiles
+            file: "provision-new.batch", overrides: ["profile": "van"], profiles: shipped
         )
         .parse(try String(contentsOfFile: directory + "/provision-new.batch", encoding: .utf8))
         #expect(
             provision.map(\.command).filter(\.isDeviceStep) == [
                 .require(.battery(atLeast: 30)),
                 .require(.firmware(atLeast: FirmwareVersion(major: 1, minor: 0, patch: 8))),
-                .syncTime, .calibrate, .identity(major: 100, minor: .auto), .apply(profile: "van"),
+                .syncTime, .calibrate, .identity(profile: "van", major: nil, minor: nil), .apply(profile: "van"),
                 .verify(profile: "van"),
             ])
     }
@@ -43,12 +44,13 @@ struct BatchParserTests {
         let shipped = try ProfileLoader.loadAll(from: [Self.root.appendingPathComponent("profiles").path])
         let text = try String(
             contentsOfFile: Self.root.appendingPathComponent("batches/provision-new.batch").path, encoding: .utf8)
-        let commands = try BatchParser(file: "provision-new.batch", profiles: Set(shipped.keys)).parse(text)
+        let commands = try BatchParser(file: "provision-new.batch", profiles: shipped).parse(text)
         let steps = commands.map(\.command).filter(\.isDeviceStep).compactMap { $0.deviceStep(profiles: shipped) }
         #expect(
             steps == [
                 .requireBattery(atLeast: 30), .requireFirmware(atLeast: FirmwareVersion(major: 1, minor: 0, patch: 8)),
-                .syncTime, .calibrate, .identity(major: 100, minor: nil), .apply(shipped["car"]!),
+                .syncTime, .calibrate, .identity(IdentityPlan(major: 100, minor: .next, source: .profile("car"))),
+                .apply(shipped["car"]!),
                 .verify(shipped["car"]!),
             ])
         #expect(Command.scan(seconds: 1, rssiFloor: nil).deviceStep(profiles: shipped) == nil)
