@@ -26,7 +26,10 @@ struct InventoryTests {
         #expect(try await second.benchID() == bench)
         let tables = try await second.query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
             .compactMap { $0.first?.text }
-        #expect(tables == ["devices", "events", "incidents", "meta", "outcomes", "readings", "runs", "trips"])
+        #expect(tables == [
+                "claims", "devices", "events", "identities", "incidents", "meta", "outcomes", "readings", "runs",
+                "trips",
+            ])
         #expect(try await second.query("PRAGMA journal_mode").first?.first?.text == "wal")
         #expect(try await second.query("PRAGMA foreign_keys").first?.first?.integer == 1)
     }

@@ -37,8 +37,7 @@ struct OperationTests {
             #expect(
                 report.findings.map(\.code) == [
                     "firmware-old", "not-calibrated", "config-differs", "config-differs", "config-differs",
-                    "config-differs",
-                    "config-differs",
+                    "config-differs", "config-differs", "identity-differs",
                 ])
             // Disconnected afterwards (the registry hears of it by signal).
             var connected = true

@@ -1,0 +1,214 @@
+import BeaconSimulator
+import DBusBinding
+import Foundation
+import Inventory
+import LocalBus
+import SBeaconProtocol
+import TestSupport
+import Testing
+
+/// Outcomes that can be trusted, judged by the simulator's ground truth:
+/// the profile's identity, unique identities with several processes on one
+/// inventory, retries recorded once, reads recorded on a failing path,
+/// links left by a killed process, a full disk.
+@Suite("outcomes that can be trusted", .serialized)
+struct TrustedOutcomesTests {
+    static func rows(_ path: String, _ sql: String) async throws -> [String] {
+        try await runTool("/usr/bin/sqlite3", [path, sql]).stdout.split(separator: "\n").map(String.init)
+    }
+
+    /// Minors under `major` among the beacons: unique.
+    static func expectUniqueIdentities(_ truth: [String: SimulatorControl.Report], _ label: String) {
+        let held = truth.values.filter { !$0.factoryDefault }.map { "\($0.major).\($0.minor)" }
+        #expect(Set(held).count == held.count, "\(label): duplicate identities \(held.sorted())")
+    }
+
+    @Test(arguments: [("van", 200), ("truck", 300), ("bus", 400), ("motorcycle", 500), ("car", 100)])
+    func eachProfilesIdentityIsAppliedAndAudited(profile: String, major: Int) async throws {
+        try await withNewFleet(count: 5) { bench in
+            let run = try await bench.beaconbench(
+                ["--json", "run", bench.batch("provision-new.batch"), "--set", "profile=\(profile)", "--set", "scan=1s"])
+            #expect(run.status == 0, "\(run.stderr.suffix(2000))")
+            let truth = try await bench.truth()
+            let provisioned = truth.values.filter { !$0.factoryDefault }
+            #expect(provisioned.count == 3)
+            #expect(provisioned.allSatisfy { Int($0.major) == major }, "\(provisioned.map(\.major))")
+            Self.expectUniqueIdentities(truth, profile)
+            let meant = try await Self.rows(
+                bench.inventoryPath, "SELECT device, major, minor, source, profile FROM identities ORDER BY device")
+            #expect(meant.count == 3)
+            for line in meant {
+                let fields = line.split(separator: "|").map(String.init)
+                let report = try #require(truth[fields[0]])
+                #expect(fields[1] == String(report.major) && fields[2] == String(report.minor), "\(line)")
+                #expect(fields[3] == "profile" && fields[4] == profile)
+            }
+            // The audit agrees; `--set major=` still overrides, and says so.
+            let audit = try await bench.beaconbench(["audit"])
+            #expect(audit.status == 2)  // the two that could not be provisioned
+            #expect(!audit.stdout.contains("identity-differs"), "\(audit.stdout)")
+        }
+    }
+
+    @Test func anIdentityChangedBehindTheToolsBackIsAnAuditFinding() async throws {
+        try await withNewFleet(count: 3) { bench in
+            let run = try await bench.beaconbench(
+                ["run", bench.batch("provision-new.batch"), "--set", "profile=van", "--set", "scan=1s"])
+            #expect(run.status == 0, "\(run.stderr.suffix(2000))")
+            // An explicit identity written by another command: the inventory knows why.
+            let explicit = try await bench.beaconbench(["identity", "major=200", "minor=77", "C0:FE:00:00:00:01"])
+            #expect(explicit.status == 0, "\(explicit.stderr)")
+            #expect(try await bench.truth()["C0:FE:00:00:00:01"]?.minor == 77)
+            // Another beacon is told to take the same: refused, nothing written.
+            let clash = try await bench.beaconbench(["identity", "major=200", "minor=77", "C0:FE:00:00:00:02"])
+            #expect(clash.status == 2)
+            #expect(clash.stderr.contains("meant for C0:FE:00:00:00:01"), "\(clash.stderr)")
+            #expect(try await bench.truth()["C0:FE:00:00:00:02"]?.minor != 77)
+            // The inventory's meaning differs from what a beacon holds: the audit says so.
+            _ = try await Self.rows(
+                bench.inventoryPath, "UPDATE identities SET minor = 999 WHERE device = 'C0:FE:00:00:00:02'")
+            let audit = try await bench.beaconbench(["audit"])
+            #expect(audit.stdout.contains("identity-differs"), "\(audit.stdout)")
+        }
+    }
+
+    /// Two and three processes on one inventory over one fleet of 30:
+    /// never a duplicate, everything converges, each exits 0.
+    @Test(arguments: [2, 3])
+    func severalProcessesOnOneInventoryNeverDuplicate(processes: Int) async throws {
+        let simulator = ["--count", "30", "--fresh", "--seed", String(60 + processes)] + CrashTests.brisk
+        try await withResource({ try ConsoleFixture.start(simulator) }, stop: { $0.stop() }) { bench in
+            for round in 0..<2 {
+                let outputs = try await withThrowingTaskGroup(of: ToolOutput.self) { group in
+                    for _ in 0..<processes {
+                        group.addTask {
+                            try await bench.beaconbench(
+                                ["--json", "run", bench.batch("provision-new.batch"), "--set", "select=all",
+                                 "--set", "scan=1s"], timeout: 400)
+                        }
+                    }
+                    return try await group.reduce(into: []) { $0.append($1) }
+                }
+                for output in outputs {
+                    for line in ConsoleFixture.jsonLines(output.stdout) where (line["failed"] as? Int ?? 0) > 0 {
+                        #expect(
+                            FaultMatrixTests.isPermanent(line["reason"] as? String ?? ""),
+                            "round \(round): \(line)")
+                    }
+                }
+                let truth = try await bench.truth()
+                Self.expectUniqueIdentities(truth, "\(processes) processes, round \(round)")
+                let duplicates = try await Self.rows(
+                    bench.inventoryPath,
+                    "SELECT major, minor FROM devices WHERE profile IS NOT NULL GROUP BY 1, 2 HAVING count(*) > 1")
+                #expect(duplicates.isEmpty, "\(duplicates)")
+                try await CrashTests.converged(bench, "\(processes) processes, round \(round)")
+            }
+        }
+    }
+
+    /// Connects refused with InProgress and retried: one `connect` row per
+    /// device, ok, with its retry count; the failure query counts none.
+    @Test func aRetriedConnectIsOneOkOutcome() async throws {
+        try await withNewFleet(count: 8, simulatorOptions: ["--faults", "connect-in-progress=0.5", "--seed", "7"]) {
+            bench in
+            let run = try await bench.beaconbench(
+                ["--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s"])
+            #expect(run.status == 0, "\(run.stderr.suffix(2000))")
+            let failed = try await Self.rows(bench.inventoryPath, "SELECT count(*) FROM outcomes WHERE status = 'failed'")
+            #expect(failed == ["0"])
+            let connects = try await Self.rows(
+                bench.inventoryPath, "SELECT device, count(*), sum(retries) FROM outcomes WHERE step = 'connect' GROUP BY 1")
+            #expect(connects.count == 8)
+            #expect(connects.allSatisfy { $0.split(separator: "|")[1] == "1" }, "\(connects)")
+            #expect(connects.contains { $0.split(separator: "|")[2] != "0" }, "no connect was retried: \(connects)")
+            let recap = ConsoleFixture.jsonLines(run.stdout).first { $0["summary"] != nil }?["summary"] as? [String: Any]
+            #expect(recap?["failed"] as? Int == 0)
+        }
+    }
+
+    /// A beacon that moves refuses calibration: what was read before is recorded.
+    @Test func aRefusedCalibrationStillRecordsTheStateRead() async throws {
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("moving-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let fleet = scratch + "/fleet.json"
+        try Data(
+            """
+            [{"address": "C0:FE:00:00:00:01", "factoryDefault": true, "calibrated": false, "moving": true,
+              "battery": 80, "firmware": "1.0.8", "major": 1, "minor": 1}]
+            """.utf8
+        ).write(to: URL(fileURLWithPath: fleet))
+        try await withResource({ try ConsoleFixture.start(["--fleet", fleet]) }, stop: { $0.stop() }) { bench in
+            let run = try await bench.beaconbench(["run", bench.batch("provision-new.batch"), "--set", "scan=1s"])
+            #expect(run.status == 2)
+            let row = try await Self.rows(
+                bench.inventoryPath,
+                "SELECT calibrated, calibration_read_at IS NOT NULL, battery FROM devices WHERE address = 'C0:FE:00:00:00:01'")
+            #expect(row == ["0|1|80"], "\(row)")
+        }
+    }
+
+    /// A run killed while connected leaves links bluetoothd keeps; the next
+    /// run takes them down (saying so) and finishes the job at once.
+    @Test func linksLeftByAKilledRunAreTakenDown() async throws {
+        let simulator = ["--count", "20", "--fresh", "--seed", "71"] + CrashTests.brisk
+        try await withResource({ try ConsoleFixture.start(simulator) }, stop: { $0.stop() }) { bench in
+            let child = try ChildProcess(
+                builtProduct("beaconbench"),
+                [
+                    "--bus", bench.busAddress, "--inventory", bench.inventoryPath, "run",
+                    bench.batch("provision-new.batch"), "--set", "scan=1s",
+                ])
+            var left = 0
+            for _ in 0..<400 where left < 3 {
+                try await Task.sleep(for: .milliseconds(20))
+                left = try await bench.truth().values.filter(\.connected).count
+            }
+            kill(child.pid, SIGKILL)
+            _ = child.waitForExit()
+            left = try await bench.truth().values.filter(\.connected).count
+            #expect(left > 0, "the kill left no link to take down")
+            let started = ContinuousClock.now
+            let rerun = try await bench.beaconbench(
+                ["--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s"], timeout: 200)
+            #expect(rerun.stdout.contains("left connected by"), "\(rerun.stdout.suffix(3000))")
+            for line in ConsoleFixture.jsonLines(rerun.stdout) where (line["failed"] as? Int ?? 0) > 0 {
+                #expect(FaultMatrixTests.isPermanent(line["reason"] as? String ?? ""), "\(line)")
+            }
+            #expect(ContinuousClock.now - started < .seconds(60))
+            try await CrashTests.converged(bench, "after the kill")
+        }
+    }
+
+    /// The inventory on a small tmpfs that fills up: the run stops, exit 3
+    /// with SQLite's message, the run row not left `running`, and no beacon
+    /// holds a value the inventory could not record as written.
+    @Test(.enabled(if: getuid() == 0, "mounting a tmpfs needs root (CI runs as root)"))
+    func aFullDiskStopsTheRunWithExit3() async throws {
+        let mount = FileManager.default.temporaryDirectory.appendingPathComponent("full-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: true)
+        let mounted = try await runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=420k", "tmpfs", mount])
+        try #require(mounted.status == 0, "\(mounted.stderr)")
+        defer {
+            _ = try? runToolBlocking("/bin/umount", [mount])
+            try? FileManager.default.removeItem(atPath: mount)
+        }
+        let simulator = ["--count", "60", "--fresh", "--seed", "81"] + CrashTests.brisk
+        try await withResource({ try ConsoleFixture.start(simulator) }, stop: { $0.stop() }) { bench in
+            let inventory = mount + "/inventory.sqlite"
+            let run = try await runTool(
+                builtProduct("beaconbench"),
+                [
+                    "--bus", bench.busAddress, "--inventory", inventory, "run", bench.batch("provision-new.batch"),
+                    "--set", "scan=1s", "--set", "select=all",
+                ], environment: bench.environment, timeout: 300)
+            #expect(run.status == 3, "\(run.status): \(run.stderr.suffix(2000))")
+            #expect(run.stderr.contains("disk is full"), "\(run.stderr.suffix(2000))")
+            let status = try await Self.rows(inventory, "SELECT status FROM runs")
+            #expect(!status.isEmpty && !status.contains("running"), "\(status)")
+            let running = try await Self.rows(inventory, "SELECT count(*) FROM outcomes WHERE status = 'running'")
+            #expect(running == ["0"])
+        }
+    }
+}
