@@ -107,7 +107,8 @@ enum Format {
             return [
                 recap.address,
                 recap.result == .failed
-                    ? terminal.styled(result, .red) : recap.result == .skipped ? terminal.styled(result, .yellow) : result,
+                    ? terminal.styled(result, .red)
+                    : recap.result == .skipped ? terminal.styled(result, .yellow) : result,
                 String(recap.ok), String(dryRun ? recap.wouldChange : recap.changed), String(recap.unchanged),
                 String(recap.skipped), String(recap.retries),
                 recap.failed > 0 ? terminal.styled(reason, .red) : reason,

@@ -585,7 +585,8 @@ public actor Session {
                 subject.identity = beacon.identity
                 if let meant = meant[beacon.address] {
                     subject.meantIdentity = meant.identity
-                    subject.meantIdentitySource = meant.source == "profile" ? "profile \(meant.profile ?? "")" : meant.source
+                    subject.meantIdentitySource =
+                        meant.source == "profile" ? "profile \(meant.profile ?? "")" : meant.source
                 }
                 return subject
             }

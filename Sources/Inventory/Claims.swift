@@ -6,7 +6,9 @@ public struct ClaimHolder: Sendable, Equatable, CustomStringConvertible {
     public var host: String
     public var pid: Int64
 
-    public var description: String { "run \(run), pid \(pid)" + (host == ProcessInfo.processInfo.hostName ? "" : " on \(host)") }
+    public var description: String {
+        "run \(run), pid \(pid)" + (host == ProcessInfo.processInfo.hostName ? "" : " on \(host)")
+    }
 }
 
 extension Inventory {

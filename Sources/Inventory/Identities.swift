@@ -114,7 +114,8 @@ extension Inventory {
                     try database.rows("SELECT max(minor) FROM identities WHERE major = ?", [.integer(major)])
                         .first?.first?.integer ?? 0,
                     try database.rows(
-                        "SELECT max(minor) FROM devices WHERE major = ? AND address <> ?", [.integer(major), .text(address)]
+                        "SELECT max(minor) FROM devices WHERE major = ? AND address <> ?",
+                        [.integer(major), .text(address)]
                     ).first?.first?.integer ?? 0,
                     Int64(foreign.values.map(\.minor).max() ?? 0))
                 if stored < 65535 { return UInt16(stored + 1) }
@@ -195,7 +196,8 @@ extension Inventory {
     static func meant(_ row: [SQLiteValue]) -> MeantIdentity? {
         guard let major = row[0].integer, let minor = row[1].integer else { return nil }
         return MeantIdentity(
-            identity: BeaconIdentity(major: UInt16(truncatingIfNeeded: major), minor: UInt16(truncatingIfNeeded: minor)),
+            identity: BeaconIdentity(
+                major: UInt16(truncatingIfNeeded: major), minor: UInt16(truncatingIfNeeded: minor)),
             source: row[2].text ?? "", profile: row[3].text)
     }
 

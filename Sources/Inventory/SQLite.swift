@@ -18,8 +18,10 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     /// corruption, read-only, gone — rather than one statement: nothing more
     /// can be recorded, so nothing more may be written to a beacon.
     public var inventoryIsUnusable: Bool {
-        [SQLITE_FULL, SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_NOTADB, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_PROTOCOL,
-         SQLITE_BUSY, SQLITE_LOCKED, SQLITE_NOMEM].contains(primaryCode)
+        [
+            SQLITE_FULL, SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_NOTADB, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_PROTOCOL,
+            SQLITE_BUSY, SQLITE_LOCKED, SQLITE_NOMEM,
+        ].contains(primaryCode)
     }
 }
 

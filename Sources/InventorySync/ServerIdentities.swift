@@ -62,35 +62,38 @@ public final class ServerIdentities: SharedIdentities, Sendable {
                 return minor
             }
             func taken(_ minor: UInt16) throws(SyncError) -> Bool {
-                let cell = try server.exec(
-                    """
-                    SELECT EXISTS (SELECT 1 FROM identity_claims WHERE major = $1 AND minor = $2 AND address <> $3)
-                        OR EXISTS (SELECT 1 FROM devices WHERE major = $1 AND minor = $2 AND address <> $3)
-                    """, [majorText, String(minor), address]
-                ).first?.first ?? nil
+                let cell =
+                    try server.exec(
+                        """
+                        SELECT EXISTS (SELECT 1 FROM identity_claims WHERE major = $1 AND minor = $2 AND address <> $3)
+                            OR EXISTS (SELECT 1 FROM devices WHERE major = $1 AND minor = $2 AND address <> $3)
+                        """, [majorText, String(minor), address]
+                    ).first?.first ?? nil
                 return cell == "t"
             }
             var chosen = preferred
             if try taken(preferred) {
-                let cell = try server.exec(
-                    """
-                    SELECT greatest(
-                        (SELECT max(minor) FROM identity_claims WHERE major = $1),
-                        (SELECT max(minor) FROM devices WHERE major = $1 AND address <> $2), $3::bigint)
-                    """, [majorText, address, String(max(floor, preferred))]
-                ).first?.first ?? nil
+                let cell =
+                    try server.exec(
+                        """
+                        SELECT greatest(
+                            (SELECT max(minor) FROM identity_claims WHERE major = $1),
+                            (SELECT max(minor) FROM devices WHERE major = $1 AND address <> $2), $3::bigint)
+                        """, [majorText, address, String(max(floor, preferred))]
+                    ).first?.first ?? nil
                 let highest = cell.flatMap { Int($0) } ?? Int(preferred)
                 if highest < 65535 {
                     chosen = UInt16(highest + 1)
                 } else {
-                    let gap = try server.exec(
-                        """
-                        SELECT s FROM generate_series(1, 65535) s WHERE NOT EXISTS (
-                            SELECT 1 FROM identity_claims c WHERE c.major = $1 AND c.minor = s)
-                        AND NOT EXISTS (SELECT 1 FROM devices d WHERE d.major = $1 AND d.minor = s AND d.address <> $2)
-                        LIMIT 1
-                        """, [majorText, address]
-                    ).first?.first ?? nil
+                    let gap =
+                        try server.exec(
+                            """
+                            SELECT s FROM generate_series(1, 65535) s WHERE NOT EXISTS (
+                                SELECT 1 FROM identity_claims c WHERE c.major = $1 AND c.minor = s)
+                            AND NOT EXISTS (SELECT 1 FROM devices d WHERE d.major = $1 AND d.minor = s AND d.address <> $2)
+                            LIMIT 1
+                            """, [majorText, address]
+                        ).first?.first ?? nil
                     guard let minor = gap.flatMap({ UInt16($0) }) else {
                         throw SyncError("every minor under major \(major) is taken on the server")
                     }

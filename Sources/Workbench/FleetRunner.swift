@@ -169,7 +169,8 @@ public actor FleetRunner {
         // The client retries a connect once; the runner's reconnects do the rest.
         policy: ConnectPolicy = ConnectPolicy(attempts: 2, requiredServices: SBeacon.requiredServices),
         findTimeout: Duration = .seconds(15), profiles: [String: Profile] = [:], deviceAttempts: Int = 4,
-        deviceDeadline: Duration = .seconds(90), retryBackoff: Duration = .seconds(1), claimWait: Duration = .seconds(180),
+        deviceDeadline: Duration = .seconds(90), retryBackoff: Duration = .seconds(1),
+        claimWait: Duration = .seconds(180),
         adapters: [ObjectPath] = [], sharedIdentities: (any SharedIdentities)? = nil,
         progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
     ) {
@@ -232,7 +233,8 @@ public actor FleetRunner {
                 }
             }
         }
-        let stopped = inventoryFailure.map { _ in "not started: the inventory failed" } ?? "not started: the run was stopped"
+        let stopped =
+            inventoryFailure.map { _ in "not started: the inventory failed" } ?? "not started: the run was stopped"
         return FleetResult(
             recaps: addresses.map { address in
                 recaps[address]
@@ -363,7 +365,9 @@ public actor FleetRunner {
     }
 
     /// The outcome row of a step (or of the connection), begun once.
-    private nonisolated func row(_ key: Int, _ address: String, _ steps: [DeviceStep], _ tally: inout Tally)
+    private nonisolated func row(
+        _ key: Int, _ address: String, _ steps: [DeviceStep], _ tally: inout Tally
+    )
         async throws -> Int64
     {
         if let id = tally.rows[key] { return id }
@@ -509,7 +513,8 @@ public actor FleetRunner {
                 let retries = tally.retries[Tally.connectKey] ?? 0
                 try await record {
                     try await inventory.finishStep(
-                        id, .ok, detail: retries > 0 ? "after \(retries) failed attempt\(retries == 1 ? "" : "s")" : nil,
+                        id, .ok,
+                        detail: retries > 0 ? "after \(retries) failed attempt\(retries == 1 ? "" : "s")" : nil,
                         retries: retries)
                 }
                 tally.connected = true
@@ -647,7 +652,10 @@ public actor FleetRunner {
             if dryRun {
                 return current == wanted
                     ? (.unchanged, nil)
-                    : (.skipped, "dry run: identity: \(current.major).\(current.minor) → \(wanted.major).\(wanted.minor) (\(why))\(note)")
+                    : (
+                        .skipped,
+                        "dry run: identity: \(current.major).\(current.minor) → \(wanted.major).\(wanted.minor) (\(why))\(note)"
+                    )
             }
             let change = try await beacon.setIdentity(wanted)
             return change.written
@@ -709,7 +717,9 @@ public actor FleetRunner {
             subject.assignedProfile = try await record { try await inventory.device(address)?.profile }
             let meant = try await record { try await inventory.meantIdentity(address) }
             subject.meantIdentity = meant?.identity
-            subject.meantIdentitySource = meant.map { $0.source == "profile" ? "profile \($0.profile ?? "")" : $0.source }
+            subject.meantIdentitySource = meant.map {
+                $0.source == "profile" ? "profile \($0.profile ?? "")" : $0.source
+            }
             let report = Auditor.audit(subject, profiles: profiles, profile: profile?.name)
             return (.ok, report.findings.isEmpty ? "clean" : report.findings.map(\.description).joined(separator: "; "))
         case .reboot:
@@ -753,7 +763,8 @@ public actor FleetRunner {
             do {
                 let floor = try await record { try await inventory.highestMinor(major: plan.major) }
                 proposed = try await shared.claim(
-                    address: address.uppercased(), major: plan.major, preferred: reservation.identity.minor, floor: floor)
+                    address: address.uppercased(), major: plan.major, preferred: reservation.identity.minor,
+                    floor: floor)
             } catch {
                 await sharedFailed("\(error)")
                 continue
@@ -778,7 +789,11 @@ public actor FleetRunner {
     private func sharedFailed(_ reason: String) {
         if sharedUnreachable == nil {
             sharedUnreachable = reason
-            progress(.note(address: "", "the shared server is unreachable (\(reason)): identities are allocated by this bench alone in this run; the fleet audit reports any duplicate"))
+            progress(
+                .note(
+                    address: "",
+                    "the shared server is unreachable (\(reason)): identities are allocated by this bench alone in this run; the fleet audit reports any duplicate"
+                ))
         }
     }
 

@@ -99,7 +99,10 @@ struct BatchParserTests {
         ("require battery>=101", "1:9: error: battery>= wants a percentage 0–100, got '101'"),
         ("require firmware>=1.0", "1:9: error: firmware>= wants a version like 1.0.8, got '1.0'"),
         ("require voltage>=3", "1:9: error: unknown requirement 'voltage>=3' (battery>=N or firmware>=X.Y.Z)"),
-        ("identity minor=auto", "1:1: error: identity needs a profile or major=N (usage: identity [PROFILE] [major=N] [minor=auto|keep|N])"),
+        (
+            "identity minor=auto",
+            "1:1: error: identity needs a profile or major=N (usage: identity [PROFILE] [major=N] [minor=auto|keep|N])"
+        ),
         ("identity major=70000", "1:10: error: major must be 0–65535 or 'profile', got '70000'"),
         ("factory-reset", "1:1: error: factory-reset erases a beacon: write 'factory-reset --yes'"),
         ("calibrate now", "1:11: error: 'calibrate' takes no argument, got 'now'"),

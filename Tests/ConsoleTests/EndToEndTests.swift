@@ -134,13 +134,19 @@ struct EndToEndTests {
         ("scan 1s\nscna 5s\n", ":2:1: error: unknown command 'scna' (did you mean 'scan'?)"),
         ("scan 1s\nselect all\napply lorry\n", ":3:7: error: no profile 'lorry'"),
         ("select all\nrequire battery>=150\n", ":2:9: error: battery>= wants a percentage 0–100, got '150'"),
-        ("select all\nidentity minor=auto\n", ":2:1: error: identity needs a profile or major=N (usage: identity [PROFILE] [major=N] [minor=auto|keep|N])"),
+        (
+            "select all\nidentity minor=auto\n",
+            ":2:1: error: identity needs a profile or major=N (usage: identity [PROFILE] [major=N] [minor=auto|keep|N])"
+        ),
         ("select all\napply ${profile}\n", ":2:7: error: variable 'profile' is not set"),
         ("select all\nfactory-reset\n", ":2:1: error: factory-reset erases a beacon: write 'factory-reset --yes'"),
         ("scan 1s\ncalibrate\n", ":2:1: error: no devices for 'calibrate': 'select …' them first"),
         ("select \"all\n", ":1:8: error: a quote is not closed"),
         ("scan 1s --rssi 5\n", ":1:16: error: --rssi wants dBm in -127–0, got '5'"),
-        ("select all\nsync-time\nidentity major=70000\n", ":3:10: error: major must be 0–65535 or 'profile', got '70000'"),
+        (
+            "select all\nsync-time\nidentity major=70000\n",
+            ":3:10: error: major must be 0–65535 or 'profile', got '70000'"
+        ),
         ("select battery<x\n", ":1:8: error: battery< wants a percentage 0–100, got 'x'"),
         ("select all\ninfo\nwatch forever\n", ":3:7: error: 'forever' is not a duration"),
         ("select all\n!rm -rf /\n", ":2:1: error: unknown command '!rm'"),

@@ -26,7 +26,8 @@ struct InventoryTests {
         #expect(try await second.benchID() == bench)
         let tables = try await second.query("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
             .compactMap { $0.first?.text }
-        #expect(tables == [
+        #expect(
+            tables == [
                 "claims", "devices", "events", "identities", "incidents", "meta", "outcomes", "readings", "runs",
                 "trips",
             ])

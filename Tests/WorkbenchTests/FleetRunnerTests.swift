@@ -19,7 +19,8 @@ struct FleetRunnerTests {
         let car = profiles["car"]!
         return [
             .requireBattery(atLeast: 30), .requireFirmware(atLeast: FirmwareVersion(major: 1, minor: 0, patch: 8)),
-            .syncTime, .calibrate, .identity(IdentityPlan(major: 100, minor: .next, source: .profile("car"))), .apply(car),
+            .syncTime, .calibrate, .identity(IdentityPlan(major: 100, minor: .next, source: .profile("car"))),
+            .apply(car),
             .verify(car),
         ]
     }
