@@ -106,6 +106,14 @@ public enum InventorySync {
         // stays for the fleet audit to report as duplicate-identity).
         try server.exec(
             """
+            DELETE FROM identity_claims c USING identities i
+            WHERE i.bench_id = $1 AND c.address = i.device AND i.reserved_at > c.claimed_at
+                AND (c.major, c.minor) <> (i.major, i.minor)
+                AND NOT EXISTS (
+                    SELECT 1 FROM identity_claims o WHERE o.major = i.major AND o.minor = i.minor AND o.address <> i.device)
+            """, [benchID])
+        try server.exec(
+            """
             INSERT INTO identity_claims (major, minor, address, bench_id, claimed_at)
             SELECT major, minor, device, bench_id, reserved_at FROM identities WHERE bench_id = $1
             ON CONFLICT DO NOTHING
