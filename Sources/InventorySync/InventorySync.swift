@@ -106,7 +106,9 @@ public enum InventorySync {
         // stays for the fleet audit to report as duplicate-identity).
         try server.exec(
             """
-            DELETE FROM identity_claims c USING identities i
+            UPDATE identity_claims c SET major = i.major, minor = i.minor, bench_id = i.bench_id,
+                claimed_at = i.reserved_at
+            FROM identities i
             WHERE i.bench_id = $1 AND c.address = i.device AND i.reserved_at > c.claimed_at
                 AND (c.major, c.minor) <> (i.major, i.minor)
                 AND NOT EXISTS (

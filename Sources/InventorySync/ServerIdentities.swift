@@ -100,11 +100,13 @@ public final class ServerIdentities: SharedIdentities, Sendable {
                     chosen = minor
                 }
             }
-            try server.exec("DELETE FROM identity_claims WHERE address = $1", [address])
+            // (No DELETE: a bench may sync with INSERT and UPDATE rights only.)
             try server.exec(
                 """
                 INSERT INTO identity_claims (major, minor, address, bench_id, claimed_at)
                 VALUES ($1, $2, $3, $4, $5)
+                ON CONFLICT (address) DO UPDATE SET major = excluded.major, minor = excluded.minor,
+                    bench_id = excluded.bench_id, claimed_at = excluded.claimed_at
                 """, [majorText, String(chosen), address, bench, ISO8601DateFormatter().string(from: Date())])
             return chosen
         }
