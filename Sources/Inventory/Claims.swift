@@ -40,15 +40,7 @@ extension Inventory {
                 if holderRun != run, Self.isAlive(holder), row[3].text == "running" { return .heldBy(holder) }
                 if holderRun != run { previous = holder }
             }
-            try database.run(
-                """
-                INSERT INTO devices(address, mac_ending, first_seen, last_seen) VALUES (?, ?, ?, ?)
-                ON CONFLICT(address) DO NOTHING
-                """,
-                [
-                    .text(address), .text(DeviceRecord(address: address).macEnding), .text(Self.timestamp(Date())),
-                    .text(Self.timestamp(Date())),
-                ])
+            try ensureDeviceRow(address)
             try database.run(
                 """
                 INSERT INTO claims(device, run_id, host, pid, claimed_at) VALUES (?, ?, ?, ?, ?)
@@ -57,6 +49,17 @@ extension Inventory {
                 """, [.text(address), .integer(run), .text(host), .integer(pid), .text(Self.timestamp(Date()))])
             return .claimed(from: previous)
         }
+    }
+
+    /// A `devices` row for an address (the rows that name it refer to it),
+    /// made with nothing known but the address when there is none.
+    func ensureDeviceRow(_ address: String) throws {
+        let now = Self.timestamp(Date())
+        try database.run(
+            """
+            INSERT INTO devices(address, mac_ending, first_seen, last_seen) VALUES (?, ?, ?, ?)
+            ON CONFLICT(address) DO NOTHING
+            """, [.text(address), .text(DeviceRecord(address: address).macEnding), .text(now), .text(now)])
     }
 
     /// Ends this run's claim on a device.

@@ -156,12 +156,7 @@ extension Inventory {
             let columns = plan.columns
             if existing != BeaconIdentity(major: plan.major, minor: chosen) {
                 try database.run("DELETE FROM identities WHERE device = ?", [.text(address)])
-                try database.run(
-                    "INSERT INTO devices(address, mac_ending, first_seen, last_seen) VALUES (?, ?, ?, ?) ON CONFLICT(address) DO NOTHING",
-                    [
-                        .text(address), .text(DeviceRecord(address: address).macEnding), .text(Self.timestamp(Date())),
-                        .text(Self.timestamp(Date())),
-                    ])
+                try ensureDeviceRow(address)
                 try database.run(
                     """
                     INSERT INTO identities(major, minor, device, source, profile, run_id, reserved_at)

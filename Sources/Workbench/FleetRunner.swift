@@ -740,16 +740,17 @@ public actor FleetRunner {
         _ plan: IdentityPlan, for address: String, holds current: BeaconIdentity
     ) async throws -> IdentityReservation {
         let advertised = await advertisedIdentities()
-        var proposed: UInt16?
-        var reservation = try await record {
-            try await inventory.reserveIdentity(
-                device: address, plan: plan, holds: current, advertised: advertised, run: run, commit: false)
-        }
         guard !dryRun, let shared = sharedIdentities else {
             return try await record {
                 try await inventory.reserveIdentity(
                     device: address, plan: plan, holds: current, advertised: advertised, run: run, commit: !dryRun)
             }
+        }
+        // What this inventory would give: the minor offered to the server.
+        var proposed: UInt16?
+        var reservation = try await record {
+            try await inventory.reserveIdentity(
+                device: address, plan: plan, holds: current, advertised: advertised, run: run, commit: false)
         }
         var serverNote: String?
         // The server's answer wins when it is free here; a minor another
