@@ -49,8 +49,11 @@ let package = Package(
         .target(name: "DBusBinding", dependencies: ["CDBus"]),
         .target(name: "BlueZClient", dependencies: ["DBusBinding"]),
         .target(name: "SBeaconProtocol"),
-        .target(name: "Inventory", dependencies: ["CSQLite", "SBeaconProtocol", "Profiles"]),
-        .target(name: "Profiles", dependencies: ["SBeaconProtocol"]),
+        // Text from outside (devices, files) made safe for a terminal, a
+        // spreadsheet (CSV) and JSON.
+        .target(name: "SafeText"),
+        .target(name: "Inventory", dependencies: ["CSQLite", "SBeaconProtocol", "Profiles", "SafeText"]),
+        .target(name: "Profiles", dependencies: ["SBeaconProtocol", "SafeText"]),
         // Pushing a bench's inventory to a shared PostgreSQL server.
         .target(name: "InventorySync", dependencies: ["Inventory", "CPostgres"]),
         .target(
@@ -60,7 +63,8 @@ let package = Package(
         .target(
             name: "Console",
             dependencies: [
-                "Workbench", "Inventory", "InventorySync", "Profiles", "SBeaconProtocol", "LocalBus", "CReadline",
+                "Workbench", "Inventory", "InventorySync", "Profiles", "SBeaconProtocol", "SafeText", "LocalBus",
+                "CReadline",
             ]),
         .target(name: "BeaconSimulator", dependencies: ["DBusBinding", "SBeaconProtocol"]),
         // A private dbus-daemon and the simulator as child processes, for
@@ -73,7 +77,8 @@ let package = Package(
         // libFuzzer targets (scripts/fuzz) or, built normally, a replayer of
         // saved inputs (the test suite runs it over Tests/Fuzz).
         .executableTarget(
-            name: "beaconbench-fuzz", dependencies: ["Console", "Profiles", "SBeaconProtocol", "DBusBinding"]),
+            name: "beaconbench-fuzz",
+            dependencies: ["Console", "Profiles", "SBeaconProtocol", "SafeText", "DBusBinding"]),
         .executableTarget(
             name: "beaconbench-bench",
             dependencies: [
@@ -86,6 +91,7 @@ let package = Package(
         .testTarget(name: "DBusBindingTests", dependencies: ["DBusBinding", "TestSupport", "CDBus"]),
         .testTarget(name: "SBeaconProtocolTests", dependencies: ["SBeaconProtocol"]),
         .testTarget(name: "InventoryTests", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "TestSupport"]),
+        .testTarget(name: "SafeTextTests", dependencies: ["SafeText"]),
         .testTarget(name: "ProfilesTests", dependencies: ["Profiles", "SBeaconProtocol"]),
         .testTarget(
             name: "ConsoleTests",

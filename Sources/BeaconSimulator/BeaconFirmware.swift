@@ -17,11 +17,25 @@ public enum ATTError: UInt8, Error, Sendable {
 public struct BeaconState: Codable, Sendable, Hashable {
     public var address: String
     public var identity: BeaconIdentity
-    public var manufacturer = "Scope Technologies"
-    public var model = "SB-1"
+    /// Device Information strings, byte for byte as the beacon sends them
+    /// (a fleet file may give any bytes: see `ByteString`).
+    public var manufacturer: ByteString = "Scope Technologies"
+    public var model: ByteString = "SB-1"
+    /// The serial number the factory gave (the minor after a factory reset
+    /// derives from it).
     public var serial: String
-    public var hardwareRevision = "B"
+    public var hardwareRevision: ByteString = "B"
+    /// The firmware version, as the bench-summary advert carries it.
     public var firmware: FirmwareVersion
+    /// What Serial Number (0x2A25) sends, when a fleet file gives bytes that
+    /// are not `serial`'s text; nil: `serial`.
+    public var serialNumber: ByteString?
+    /// What Firmware Revision (0x2A26) sends, when a fleet file gives it;
+    /// nil: `firmware` as text. A firmware change (`Update`) clears it.
+    public var firmwareRevision: ByteString?
+    /// The local name the beacon advertises, byte for byte; nil: `SBeacon`.
+    /// bluetoothd makes `Name` and `Alias` of it (`BlueZName`).
+    public var advertisedName: ByteString?
     /// Battery in percent; fractional so that it drains slowly.
     public var battery: Double
     public var config: DrivingBehaviourConfig
@@ -92,6 +106,20 @@ public struct BeaconState: Codable, Sendable, Hashable {
     }
 
     public var iBeacon: IBeaconAdvert { IBeaconAdvert(identity: identity, measuredPower: -59) }
+
+    /// The advertised name when none is given.
+    public static let defaultName: ByteString = "SBeacon"
+
+    /// What Serial Number (0x2A25) sends.
+    public var serialNumberBytes: [UInt8] { serialNumber?.bytes ?? Array(serial.utf8) }
+    /// What Firmware Revision (0x2A26) sends.
+    public var firmwareRevisionBytes: [UInt8] { firmwareRevision?.bytes ?? Array(firmware.description.utf8) }
+    /// The local name in the beacon's adverts.
+    public var nameBytes: [UInt8] { (advertisedName ?? Self.defaultName).bytes }
+    /// `Name` as bluetoothd shows it (nil: no Name property).
+    public var bluezName: String? { BlueZName.name(advertised: nameBytes) }
+    /// `Alias` as bluetoothd shows it while no client has set one.
+    public var bluezAlias: String { BlueZName.alias(advertised: nameBytes, address: address) }
 }
 
 /// What a write asks the simulated bluetoothd to do next.
@@ -131,11 +159,11 @@ public struct BeaconFirmware: Sendable {
     /// - Throws: `ATTError.readNotPermitted` for write- or notify-only ones.
     public func read(_ uuid: GattUUID, now: Int64) throws(ATTError) -> [UInt8] {
         switch uuid {
-        case SBeaconUUID.manufacturerName: Array(state.manufacturer.utf8)
-        case SBeaconUUID.modelNumber: Array(state.model.utf8)
-        case SBeaconUUID.serialNumber: Array(state.serial.utf8)
-        case SBeaconUUID.hardwareRevision: Array(state.hardwareRevision.utf8)
-        case SBeaconUUID.firmwareRevision: Array(state.firmware.description.utf8)
+        case SBeaconUUID.manufacturerName: state.manufacturer.bytes
+        case SBeaconUUID.modelNumber: state.model.bytes
+        case SBeaconUUID.serialNumber: state.serialNumberBytes
+        case SBeaconUUID.hardwareRevision: state.hardwareRevision.bytes
+        case SBeaconUUID.firmwareRevision: state.firmwareRevisionBytes
         case SBeaconUUID.batteryLevel: [state.batteryPercent]
         case SBeaconUUID.tripStatus: [state.tripStatus.rawValue]
         case SBeaconUUID.tripInformation:

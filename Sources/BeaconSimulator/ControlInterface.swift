@@ -30,6 +30,12 @@ public enum SimulatorControl {
         public var tripStatus: String
         public var records: Records
         public var connected: Bool
+        /// `Name` as bluetoothd shows it; nil when it shows none.
+        public var name: String?
+        /// What the beacon sends, byte for byte, in hex: `name` (the
+        /// advertised local name), `manufacturer`, `model`, `serial`,
+        /// `hardwareRevision`, `firmwareRevision`.
+        public var hex: [String: String]?
 
         public struct Config: Codable, Sendable, Equatable {
             public var cornering, braking, acceleration, duration, enable: UInt16
@@ -48,7 +54,7 @@ public enum SimulatorControl {
             major = state.identity.major
             minor = state.identity.minor
             serial = state.serial
-            model = state.model
+            model = state.model.lossyText
             firmware = state.firmware.description
             battery = Int(state.batteryPercent)
             config = Config(
@@ -67,6 +73,13 @@ public enum SimulatorControl {
             tripStatus = state.tripStatus.description
             records = Records(trips: state.trips.count, events: state.events.count, incidents: state.incidents.count)
             self.connected = connected
+            name = state.bluezName
+            hex = [
+                "name": ByteString(state.nameBytes).hex, "manufacturer": state.manufacturer.hex,
+                "model": state.model.hex, "serial": ByteString(state.serialNumberBytes).hex,
+                "hardwareRevision": state.hardwareRevision.hex,
+                "firmwareRevision": ByteString(state.firmwareRevisionBytes).hex,
+            ]
         }
     }
 
@@ -172,7 +185,11 @@ extension SimulatedBluetoothd {
         try await update(address) { state in
             if let faults { state.faults = faults }
             if let battery = object["battery"] as? Double { state.battery = max(0, min(100, battery)) }
-            if let firmware { state.firmware = firmware }
+            if let firmware {
+                // New firmware says its own revision.
+                state.firmware = firmware
+                state.firmwareRevision = nil
+            }
             if let moving = object["moving"] as? Bool { state.moving = moving }
             if let fault = object["sensorFault"] as? Bool { state.sensorFault = fault }
             if let inRange = object["inRange"] as? Bool { state.inRange = inRange }

@@ -18,10 +18,21 @@ public struct FleetFileError: Error, CustomStringConvertible, Equatable {
 /// ```
 /// Only `address` is required; the rest defaults to a factory-fresh beacon
 /// on firmware 1.0.8 with a full battery.
+///
+/// What the beacon says about itself may be any bytes (`ByteString`: a JSON
+/// string, `{"hex": …}`, `{"base64": …}`, `{"text": …, "repeat": N}` or an
+/// array of them): `name` (the advertised local name, default `SBeacon`;
+/// bluetoothd makes Name and Alias of it as `BlueZName` says),
+/// `manufacturer`, `model`, `serial`, `hardwareRevision` and
+/// `firmwareRevision` (what 0x2A26 sends; `firmware` stays the version the
+/// advert carries). A Device Information value longer than 512 bytes, the
+/// most an attribute holds, is refused unless the beacon has
+/// `"allowOversize": true`. `note` is free text, ignored. Any other field
+/// is refused.
 public enum FleetFile {
     struct Entry: Decodable {
         var address: String
-        var serial: String?
+        var serial: ByteString?
         var firmware: String?
         var battery: Double?
         var factoryDefault: Bool?
@@ -31,11 +42,27 @@ public enum FleetFile {
         var major: UInt16?
         var minor: UInt16?
         var config: ConfigEntry?
+        var name: ByteString?
+        var manufacturer: ByteString?
+        var model: ByteString?
+        var hardwareRevision: ByteString?
+        var firmwareRevision: ByteString?
+        var allowOversize: Bool?
+        var note: String?
+
+        static let fields = [
+            "address", "serial", "firmware", "battery", "factoryDefault", "calibrated", "moving", "rssi", "major",
+            "minor", "config", "name", "manufacturer", "model", "hardwareRevision", "firmwareRevision",
+            "allowOversize", "note",
+        ]
     }
 
     struct ConfigEntry: Decodable {
         var cornering, braking, acceleration, duration, enable: UInt16
     }
+
+    /// The longest attribute value ATT carries (Core spec, Vol 3, Part F, 3.2.9).
+    public static let maximumValueLength = 512
 
     public static func load(_ path: String, now: Int64) throws -> [BeaconState] {
         guard let data = FileManager.default.contents(atPath: path) else {
@@ -53,16 +80,34 @@ public enum FleetFile {
         } catch {
             throw FleetFileError(path, "is not a JSON array of beacons: \(error)")
         }
+        let objects = (try? JSONSerialization.jsonObject(with: data)) as? [[String: Any]] ?? []
         var seen = Set<String>()
         return try entries.enumerated().map { index, entry in
             let at = "beacon \(index + 1)"
+            if index < objects.count,
+                let unknown = objects[index].keys.sorted().first(where: { !Entry.fields.contains($0) })
+            {
+                throw FleetFileError(
+                    path, "\(at): unknown field '\(unknown)' (known: \(Entry.fields.joined(separator: ", ")))")
+            }
             guard (try? MACEnding(address: entry.address)) != nil else {
                 throw FleetFileError(path, "\(at): address '\(entry.address)' is not six hex octets")
             }
             guard seen.insert(entry.address.uppercased()).inserted else {
                 throw FleetFileError(path, "\(at): address \(entry.address) appears twice")
             }
-            let serial = entry.serial ?? "SB1-FILE-\(index + 1)"
+            let serial = entry.serial?.lossyText ?? "SB1-FILE-\(index + 1)"
+            let values: [(String, ByteString?)] = [
+                ("manufacturer", entry.manufacturer), ("model", entry.model), ("serial", entry.serial),
+                ("hardwareRevision", entry.hardwareRevision), ("firmwareRevision", entry.firmwareRevision),
+            ]
+            for case (let field, let value?) in values
+            where value.bytes.count > maximumValueLength && entry.allowOversize != true {
+                throw FleetFileError(
+                    path,
+                    "\(at): \(field) is \(value.bytes.count) bytes, more than an attribute value holds "
+                        + "(\(maximumValueLength)); give the beacon \"allowOversize\": true to serve it anyway")
+            }
             var firmware = FirmwareVersion(major: 1, minor: 0, patch: 8)
             if let text = entry.firmware {
                 guard let version = try? FirmwareVersion(text) else {
@@ -95,6 +140,12 @@ public enum FleetFile {
             }
             state.moving = entry.moving ?? false
             state.rssi = entry.rssi ?? -60
+            if let value = entry.manufacturer { state.manufacturer = value }
+            if let value = entry.model { state.model = value }
+            if let value = entry.hardwareRevision { state.hardwareRevision = value }
+            if let value = entry.serial, value.bytes != Array(serial.utf8) { state.serialNumber = value }
+            state.firmwareRevision = entry.firmwareRevision
+            state.advertisedName = entry.name
             return state
         }
     }

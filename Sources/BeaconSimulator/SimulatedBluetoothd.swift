@@ -325,7 +325,7 @@ public actor SimulatedBluetoothd {
             if let uuids = filter["UUIDs"]?.stringArray, !uuids.isEmpty { return false }
             if let transport = filter["Transport"]?.string, transport == "bredr" { return false }
             if let pattern = filter["Pattern"]?.string, !pattern.isEmpty,
-                !state.address.hasPrefix(pattern), !"SBeacon".hasPrefix(pattern)
+                !state.address.hasPrefix(pattern), state.bluezName?.hasPrefix(pattern) != true
             {
                 return false
             }
@@ -408,13 +408,16 @@ public actor SimulatedBluetoothd {
         guard let state = beacons[address]?.state else { return }
         let path = Self.devicePath(adapters[index].path, address)
         adapters[index].devices[address] = Device(path: path, reportedRSSI: state.rssi)
-        let properties: [String: BusValue] = [
-            "Address": .string(address), "AddressType": "random", "Name": "SBeacon", "Alias": "SBeacon",
+        // Name and Alias as bluetoothd makes them of the advertised name
+        // (BlueZName): no Name at all when it comes to nothing.
+        var properties: [String: BusValue] = [
+            "Address": .string(address), "AddressType": "random", "Alias": .string(state.bluezAlias),
             "Paired": false, "Bonded": false, "Trusted": false, "Blocked": false, "LegacyPairing": false,
             "RSSI": .int16(state.rssi), "TxPower": .int16(state.txPower), "Connected": false,
             "UUIDs": .strings([]), "Adapter": .objectPath(adapters[index].path),
             "ManufacturerData": manufacturerData(state), "ServicesResolved": false,
         ]
+        if let name = state.bluezName { properties["Name"] = .string(name) }
         try? await bus.export(deviceInterface(index, address), at: path, properties: properties)
     }
 

@@ -12,6 +12,8 @@ public struct SimulatorCommandLine: Sendable {
     public var fresh = false
     public var fleetPath: String?
     public var showHelp = false
+    /// `--exit-with-parent FD` and what to tidy when the parent is gone.
+    public var lifeline: Lifeline?
 
     public static let usage = """
         usage: beaconbench-sim [options]
@@ -47,7 +49,9 @@ public struct SimulatorCommandLine: Sendable {
                                          stalled-reply, dropped-notification,
                                          vanish, adapter-off
           --fleet FILE.json              the beacons, described one by one (see
-                                         docs/simulator.md), instead of --count
+                                         docs/simulator.md), instead of --count;
+                                         their names and Device Information
+                                         strings may be any bytes
           --state FILE                   keep the fleet's state in FILE across runs:
                                          read at start when it exists (then it is
                                          the fleet), written atomically after
@@ -55,6 +59,16 @@ public struct SimulatorCommandLine: Sendable {
           --stall-seconds S              how long a stalled reply stalls (default 30)
           --outage-seconds S             how long a vanished beacon or an adapter
                                          switched off stays so (default 5)
+          --exit-with-parent FD          FD is the read end of a pipe or socket
+                                         whose other end only the parent holds:
+                                         at its end of file (the parent is gone,
+                                         even killed with -9) stop as on SIGTERM
+          --bus-daemon PID               with --exit-with-parent, when the parent
+                                         is gone: stop this dbus-daemon too (only
+                                         if started in its process group)
+          --bus-directory DIR            with --exit-with-parent, when the parent
+                                         is gone: remove DIR (the private bus's
+                                         directory) too
           --help                         this text
 
         It refuses to start where org.bluez is already owned (a real bluetoothd).
@@ -68,6 +82,9 @@ public struct SimulatorCommandLine: Sendable {
 
     public init(arguments: [String]) throws {
         var rest = arguments[...]
+        var parentDescriptor: Int32?
+        var busDaemon: pid_t?
+        var busDirectory: String?
         func value(_ option: String) throws -> String {
             guard let next = rest.popFirst() else { throw UsageError(description: "\(option) needs a value") }
             return next
@@ -112,54 +129,79 @@ public struct SimulatorCommandLine: Sendable {
             case "--state": options.statePath = try value(option)
             case "--stall-seconds": options.stall = .seconds(try number(option, 0...3600) as Int)
             case "--outage-seconds": options.outage = .seconds(try number(option, 0...3600) as Int)
+            case "--exit-with-parent": parentDescriptor = try number(option, 0...65_535)
+            case "--bus-daemon": busDaemon = try number(option, 1...pid_t.max)
+            case "--bus-directory": busDirectory = try value(option)
             default: throw UsageError(description: "unknown option '\(option)'")
             }
+        }
+        if let parentDescriptor {
+            lifeline = Lifeline(descriptor: parentDescriptor, busDaemon: busDaemon, busDirectory: busDirectory)
+        } else if busDaemon != nil || busDirectory != nil {
+            throw UsageError(description: "--bus-daemon and --bus-directory go with --exit-with-parent")
         }
     }
 }
 
-/// Runs the simulator until SIGINT or SIGTERM.
+/// Runs the simulator until SIGINT or SIGTERM, or until its parent is gone
+/// (`--exit-with-parent`).
 public enum SimulatorMain {
     public static func run(_ commandLine: SimulatorCommandLine) async throws -> Never {
-        let now = SimulatedBluetoothd.now()
-        let fleet: [BeaconState]
-        if let path = commandLine.options.statePath, let saved = try StateFile.load(path) {
-            fleet = saved
-        } else if let path = commandLine.fleetPath {
-            fleet = try FleetFile.load(path, now: now)
-        } else {
-            fleet = FleetGenerator.make(
-                count: commandLine.count, seed: commandLine.options.seed, now: now, fresh: commandLine.fresh)
+        let lifeline = commandLine.lifeline
+        try lifeline?.check()
+        do {
+            let now = SimulatedBluetoothd.now()
+            let fleet: [BeaconState]
+            if let path = commandLine.options.statePath, let saved = try StateFile.load(path) {
+                fleet = saved
+            } else if let path = commandLine.fleetPath {
+                fleet = try FleetFile.load(path, now: now)
+            } else {
+                fleet = FleetGenerator.make(
+                    count: commandLine.count, seed: commandLine.options.seed, now: now, fresh: commandLine.fresh)
+            }
+            if let path = commandLine.options.statePath { try StateFile.save(fleet, to: path) }
+            let bus = try await BusConnection.connect(commandLine.bus)
+            let daemon = SimulatedBluetoothd(bus: bus, options: commandLine.options, fleet: fleet)
+            try await daemon.start()
+            try await bus.export(SimulatorControl.interface(for: daemon), at: SimulatorControl.path)
+            _ = try await bus.requestName(SimulatorControl.busName)
+            print("ready bus=\(bus.address) adapters=\(await daemon.adapterCount) beacons=\(await daemon.beaconCount)")
+            fflush(nil)
+            let ending = await waitForEnding(lifeline)
+            await daemon.saveNow()
+            await bus.close()
+            if ending == .parentGone { lifeline?.tidyAfterParent() }
+            exit(0)
+        } catch {
+            // A parent that died while this started tidies nothing: do it.
+            if let lifeline, lifeline.parentIsGone { lifeline.tidyAfterParent() }
+            throw error
         }
-        if let path = commandLine.options.statePath { try StateFile.save(fleet, to: path) }
-        let bus = try await BusConnection.connect(commandLine.bus)
-        let daemon = SimulatedBluetoothd(bus: bus, options: commandLine.options, fleet: fleet)
-        try await daemon.start()
-        try await bus.export(SimulatorControl.interface(for: daemon), at: SimulatorControl.path)
-        _ = try await bus.requestName(SimulatorControl.busName)
-        print("ready bus=\(bus.address) adapters=\(await daemon.adapterCount) beacons=\(await daemon.beaconCount)")
-        fflush(nil)
-        await waitForTerminationSignal()
-        await daemon.saveNow()
-        await bus.close()
-        exit(0)
     }
 
-    static func waitForTerminationSignal() async {
+    enum Ending { case signal, parentGone }
+
+    /// Waits for SIGINT or SIGTERM, or for the parent to be gone.
+    static func waitForEnding(_ lifeline: Lifeline?) async -> Ending {
         var sources: [any DispatchSourceSignal] = []
         let once = OnceFlag()
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+        let ending = await withCheckedContinuation { (continuation: CheckedContinuation<Ending, Never>) in
             for number in [SIGINT, SIGTERM] {
                 signal(number, SIG_IGN)
                 let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
                 source.setEventHandler {
-                    if once.claim() { continuation.resume() }
+                    if once.claim() { continuation.resume(returning: .signal) }
                 }
                 source.resume()
                 sources.append(source)
             }
+            lifeline?.watch {
+                if once.claim() { continuation.resume(returning: .parentGone) }
+            }
         }
         withExtendedLifetime(sources) {}
+        return ending
     }
 }
 

@@ -137,7 +137,9 @@ public actor BluetoothClient {
 
     private func index(_ path: ObjectPath) {
         guard let interfaces = objects[path] else { return }
-        if let address = interfaces["org.bluez.Device1"]?["Address"]?.string?.uppercased() {
+        if let address = interfaces["org.bluez.Device1"]?["Address"]?.string?.uppercased(),
+            Device.isValidAddress(address)
+        {
             devicePathsByAddress[address, default: []].insert(path)
             addressByDevicePath[path] = address
         }
@@ -257,7 +259,7 @@ public actor BluetoothClient {
     public func devices() -> [Device] {
         objects.compactMap { path, interfaces in
             interfaces["org.bluez.Device1"].map { Device(path: path, properties: $0) }
-        }.sorted { $0.path < $1.path }
+        }.filter { Device.isValidAddress($0.address) }.sorted { $0.path < $1.path }
     }
 
     /// The device with `address`, on `adapter` if given.
@@ -390,11 +392,44 @@ public struct Device: Sendable, Equatable {
         self.path = path
         address = properties["Address"]?.string ?? ""
         adapter = properties["Adapter"]?.objectPath
-        name = properties["Name"]?.string
+        name = properties["Name"]?.string.map(Self.bounded)
         rssi = properties["RSSI"]?.int16
         connected = properties["Connected"]?.bool ?? false
         servicesResolved = properties["ServicesResolved"]?.bool ?? false
         manufacturerData = (properties["ManufacturerData"]?.uint16KeyedDictionary ?? [:]).compactMapValues(\.bytes)
+    }
+}
+
+extension Device {
+    /// A Bluetooth device name is at most 248 bytes (Core spec, Vol 3, Part
+    /// C, 3.2.2); a longer one is cut there, at a character boundary. What
+    /// it holds is never trusted: it is shown only through `Visible.text`.
+    static func bounded(_ name: String) -> String {
+        guard name.utf8.count > 248 else { return name }
+        var cut = ""
+        for character in name {
+            guard cut.utf8.count + character.utf8.count <= 248 else { break }
+            cut.append(character)
+        }
+        return cut
+    }
+
+    /// Whether `address` is `XX:XX:XX:XX:XX:XX` in hex digits, as BlueZ
+    /// writes one. A device with any other address (from a bluetoothd that
+    /// is not what it claims) is not listed at all.
+    public static func isValidAddress(_ address: String) -> Bool {
+        let bytes = Array(address.utf8)
+        guard bytes.count == 17 else { return false }
+        for (index, byte) in bytes.enumerated() {
+            if index % 3 == 2 {
+                guard byte == UInt8(ascii: ":") else { return false }
+            } else {
+                guard (byte >= 48 && byte <= 57) || (byte >= 65 && byte <= 70) || (byte >= 97 && byte <= 102) else {
+                    return false
+                }
+            }
+        }
+        return true
     }
 }
 

@@ -1,6 +1,7 @@
 import InventorySync
 import Profiles
 import SBeaconProtocol
+import SafeText
 import Workbench
 
 /// An error in a batch (or a REPL line): where, and what; printed as
@@ -81,13 +82,47 @@ public struct BatchParser {
         var column: Int
     }
 
+    /// What a batch may not exceed (docs/batch-language.md, "Limits"): far
+    /// beyond any real batch, far below what could exhaust memory. Each is
+    /// an error naming the file and line.
+    public struct Limits: Sendable {
+        /// The batch file (and standard input).
+        public static let fileBytes = 1 << 20
+        /// A line as written (physical lines joined by `\`), in characters.
+        public var lineCharacters = 64 * 1024
+        /// A line once its variables are expanded, in characters.
+        public var expandedLineCharacters = 64 * 1024
+        /// All expansion in one text, in characters.
+        public var expansionCharacters = 1 << 20
+        /// Variables defined through variables: `set b ${a}` is depth 2.
+        public var nestingDepth = 8
+        /// A variable's name.
+        public static let nameCharacters = 64
+
+        public init() {}
+    }
+
+    /// The limits this parser keeps (the fuzzer makes them smaller).
+    public var limits = Limits()
+
+    /// `text` as a message quotes it: the first characters only, made
+    /// visible (a file can hold any bytes).
+    func quoted(_ text: some StringProtocol) -> String { "'" + Visible.text(text, limit: 60) + "'" }
+
     /// Parses and checks a whole text.
     /// - Throws: the first `BatchError`, with its line and column.
     public func parse(_ text: String) throws(BatchError) -> [LocatedCommand] {
         var variables = self.variables
+        // How deep each variable's definition goes through others.
+        var depths: [String: Int] = [:]
+        var expansion = 0
         var commands: [LocatedCommand] = []
-        for logical in logicalLines(text) {
-            let expanded = try expand(logical, variables: variables)
+        for (name, value) in overrides
+        where value.count > limits.expandedLineCharacters || name.count > Limits.nameCharacters {
+            throw fail(0, 0, "--set \(quoted(name)): longer than \(limits.expandedLineCharacters) characters")
+        }
+        for logical in try logicalLines(text) {
+            let (expanded, depth) = try expand(logical, variables: variables, depths: depths, total: &expansion)
             let tokens = try tokenize(expanded)
             guard let first = tokens.first else { continue }
             var arguments = Array(tokens.dropFirst())
@@ -100,9 +135,18 @@ public struct BatchParser {
             }
             let command = try parseCommand(first, arguments)
             if !devices.isEmpty, !command.isDeviceStep, first.text != "watch" {
-                throw fail(first, "'\(first.text)' does not act on a device named on the line")
+                throw fail(first, "\(quoted(first.text)) does not act on a device named on the line")
             }
-            if case .set(let name, let value) = command { variables[name] = value }
+            if case .set(let name, let value) = command {
+                variables[name] = value
+                depths[name] = depth + 1
+                if depth + 1 > limits.nestingDepth {
+                    throw fail(
+                        first,
+                        "\(quoted(name)) is defined through \(depth + 1) levels of variables (at most \(limits.nestingDepth))"
+                    )
+                }
+            }
             commands.append(LocatedCommand(command: command, line: first.line, column: first.column, devices: devices))
         }
         return commands
@@ -115,12 +159,21 @@ public struct BatchParser {
     func fail(_ token: Token, _ message: String) -> BatchError { fail(token.line, token.column, message) }
 
     /// Physical lines joined where one ends in `\`.
-    func logicalLines(_ text: String) -> [[Placed]] {
+    /// - Throws: when the text or a line is longer than `Limits` allow.
+    func logicalLines(_ text: String) throws(BatchError) -> [[Placed]] {
+        guard text.utf8.count <= Limits.fileBytes else {
+            throw fail(1, 1, "the batch is larger than \(Limits.fileBytes / 1024) KiB")
+        }
         var lines: [[Placed]] = []
         var current: [Placed] = []
         var lineNumber = 1
         let physical = text.split(separator: "\n", omittingEmptySubsequences: false)
         for raw in physical {
+            guard current.count + raw.count <= limits.lineCharacters else {
+                throw fail(
+                    lineNumber, 1,
+                    "the line is longer than \(limits.lineCharacters) characters (it begins \(quoted(raw)))")
+            }
             var characters = raw.enumerated().map { Placed(character: $1, line: lineNumber, column: $0 + 1) }
             if characters.last?.character == "\r" { characters.removeLast() }
             if characters.last?.character == "\\" {
@@ -138,15 +191,20 @@ public struct BatchParser {
     }
 
     /// Replaces `${name}` (outside comments) with its value; the value's
-    /// characters keep the position of the `$`.
-    func expand(_ line: [Placed], variables: [String: String]) throws(BatchError) -> [Placed] {
+    /// characters keep the position of the `$`. Also answers how deep the
+    /// deepest variable used goes, and adds what it expanded to `total`.
+    /// - Throws: on an unknown or malformed variable, or past `Limits`.
+    func expand(
+        _ line: [Placed], variables: [String: String], depths: [String: Int] = [:], total: inout Int
+    ) throws(BatchError) -> (line: [Placed], depth: Int) {
         var out: [Placed] = []
+        var depth = 0
         var index = 0
         var quoted = false
         while index < line.count {
             let placed = line[index]
             if placed.character == "\"" { quoted.toggle() }
-            if placed.character == "#", !quoted { return out }
+            if placed.character == "#", !quoted { return (out, depth) }
             guard placed.character == "$", index + 1 < line.count, line[index + 1].character == "{" else {
                 out.append(placed)
                 index += 1
@@ -156,18 +214,34 @@ public struct BatchParser {
                 throw fail(placed.line, placed.column, "'${' without a closing '}'")
             }
             let name = String(line[(index + 2)..<close].map(\.character))
-            guard !name.isEmpty, name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" || $0 == "-" }) else {
-                throw fail(placed.line, placed.column, "'\(name)' is not a variable name")
+            guard !name.isEmpty, name.count <= Limits.nameCharacters,
+                name.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" || $0 == "-" })
+            else {
+                throw fail(placed.line, placed.column, "\(self.quoted(name)) is not a variable name")
             }
             guard let value = overrides[name] ?? variables[name] else {
                 throw fail(
-                    placed.line, placed.column, "variable '\(name)' is not set (use --set \(name)=… or 'set \(name) …')"
+                    placed.line, placed.column,
+                    "variable \(self.quoted(name)) is not set (use --set \(name)=… or 'set \(name) …')"
                 )
             }
+            let length = value.count
+            guard out.count + length + (line.count - close - 1) <= limits.expandedLineCharacters else {
+                throw fail(
+                    placed.line, placed.column,
+                    "the line is longer than \(limits.expandedLineCharacters) characters once ${\(name)} is expanded")
+            }
+            total += length
+            guard total <= limits.expansionCharacters else {
+                throw fail(
+                    placed.line, placed.column,
+                    "variables expand to more than \(limits.expansionCharacters) characters in all")
+            }
             out += value.map { Placed(character: $0, line: placed.line, column: placed.column) }
+            depth = max(depth, overrides[name] == nil ? depths[name] ?? 1 : 1)
             index = close + 1
         }
-        return out
+        return (out, depth)
     }
 
     /// Splits on blanks; double quotes group, `\"` inside them is a quote.
@@ -206,18 +280,18 @@ public struct BatchParser {
     func parseCommand(_ name: Token, _ arguments: [Token]) throws(BatchError) -> Command {
         func none() throws(BatchError) {
             if let extra = arguments.first {
-                throw fail(extra, "'\(name.text)' takes no argument, got '\(extra.text)'")
+                throw fail(extra, "\(quoted(name.text)) takes no argument, got \(quoted(extra.text))")
             }
         }
         func atMost(_ count: Int) throws(BatchError) {
             if arguments.count > count {
-                throw fail(arguments[count], "unexpected '\(arguments[count].text)' (usage: \(usage(name.text)))")
+                throw fail(arguments[count], "unexpected \(quoted(arguments[count].text)) (usage: \(usage(name.text)))")
             }
         }
         func clearFlag() throws(BatchError) -> Bool {
             try atMost(1)
             guard let flag = arguments.first else { return false }
-            guard flag.text == "--clear" else { throw fail(flag, "unknown option '\(flag.text)' (only --clear)") }
+            guard flag.text == "--clear" else { throw fail(flag, "unknown option \(quoted(flag.text)) (only --clear)") }
             return true
         }
         switch name.text {
@@ -234,12 +308,12 @@ public struct BatchParser {
                     guard index + 1 < arguments.count else { throw fail(argument, "--rssi needs a value in -127–0") }
                     let value = arguments[index + 1]
                     guard let number = Int16(value.text), (-127...0).contains(number) else {
-                        throw fail(value, "--rssi wants dBm in -127–0, got '\(value.text)'")
+                        throw fail(value, "--rssi wants dBm in -127–0, got \(quoted(value.text))")
                     }
                     floor = number
                     index += 2
                 } else if argument.text.hasPrefix("--") {
-                    throw fail(argument, "unknown option '\(argument.text)' (scan takes --rssi N)")
+                    throw fail(argument, "unknown option \(quoted(argument.text)) (scan takes --rssi N)")
                 } else {
                     seconds = try duration(argument, range: 0.1...3600)
                     index += 1
@@ -290,7 +364,7 @@ public struct BatchParser {
                         major = value
                         majorFromProfile = nil
                     } else {
-                        throw fail(argument, "major must be 0–65535 or 'profile', got '\(parts[1])'")
+                        throw fail(argument, "major must be 0–65535 or 'profile', got \(quoted(parts[1]))")
                     }
                 case "minor":
                     switch parts[1] {
@@ -299,11 +373,14 @@ public struct BatchParser {
                     case "profile": minor = nil
                     default:
                         guard let value = UInt16(parts[1]) else {
-                            throw fail(argument, "minor must be auto, keep, 'profile' or 0–65535, got '\(parts[1])'")
+                            throw fail(
+                                argument, "minor must be auto, keep, 'profile' or 0–65535, got \(quoted(parts[1]))")
                         }
                         minor = .fixed(value)
                     }
-                default: throw fail(argument, "unknown key '\(parts[0])' (identity takes a profile, major= and minor=)")
+                default:
+                    throw fail(
+                        argument, "unknown key \(quoted(parts[0])) (identity takes a profile, major= and minor=)")
                 }
             }
             if major == nil {
@@ -313,7 +390,7 @@ public struct BatchParser {
                         "identity needs a profile or major=N (usage: \(usage("identity")))")
                 }
                 guard identityRules[profile.text] != nil else {
-                    throw fail(profile, "profile '\(profile.text)' gives no identity: write major=N")
+                    throw fail(profile, "profile \(quoted(profile.text)) gives no identity: write major=N")
                 }
             }
             return .identity(profile: profile?.text, major: major, minor: minor)
@@ -331,7 +408,7 @@ public struct BatchParser {
                 case "--live": source = .live
                 case "--passive": source = .passive
                 case let text where text.hasPrefix("--"):
-                    throw fail(argument, "unknown option '\(text)' (audit takes --live or --passive)")
+                    throw fail(argument, "unknown option \(quoted(text)) (audit takes --live or --passive)")
                 default:
                     guard profile == nil else { throw fail(argument, "audit takes one profile name") }
                     profile = try profileName(argument)
@@ -373,7 +450,7 @@ public struct BatchParser {
         case "help":
             try atMost(1)
             if let topic = arguments.first, CommandSpec.named(topic.text) == nil {
-                throw fail(topic, "no command '\(topic.text)'")
+                throw fail(topic, "no command \(quoted(topic.text))")
             }
             return .help(command: arguments.first?.text)
         case "sync":
@@ -388,12 +465,14 @@ public struct BatchParser {
         case "set":
             guard arguments.count == 2 else { throw fail(arguments.first ?? name, "usage: set NAME VALUE") }
             guard arguments[0].text.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" || $0 == "-" }) else {
-                throw fail(arguments[0], "'\(arguments[0].text)' is not a variable name")
+                throw fail(arguments[0], "\(quoted(arguments[0].text)) is not a variable name")
             }
             return .set(name: arguments[0].text, value: overrides[arguments[0].text] ?? arguments[1].text)
         default:
             let suggestion = CommandSpec.all.map(\.name).min { distance($0, name.text) < distance($1, name.text) }
-            throw fail(name, "unknown command '\(name.text)'" + (suggestion.map { " (did you mean '\($0)'?)" } ?? ""))
+            throw fail(
+                name,
+                "unknown command \(quoted(name.text))" + (suggestion.map { " (did you mean \(quoted($0))?)" } ?? ""))
         }
     }
 
@@ -401,7 +480,7 @@ public struct BatchParser {
 
     func profileName(_ token: Token) throws(BatchError) -> String {
         guard profiles.contains(token.text) else {
-            throw fail(token, "no profile '\(token.text)' (known: \(profiles.sorted().joined(separator: ", ")))")
+            throw fail(token, "no profile \(quoted(token.text)) (known: \(profiles.sorted().joined(separator: ", ")))")
         }
         return token.text
     }
@@ -418,7 +497,7 @@ public struct BatchParser {
         guard let value = Double(number), value.isFinite, range.contains(value * scale) else {
             throw fail(
                 token,
-                "'\(text)' is not a duration in \(Int(range.lowerBound * 1000)) ms–\(Int(range.upperBound)) s (write 10s, 500ms or 2m)"
+                "\(quoted(text)) is not a duration in \(Int(range.lowerBound * 1000)) ms–\(Int(range.upperBound)) s (write 10s, 500ms or 2m)"
             )
         }
         return value * scale
@@ -428,17 +507,17 @@ public struct BatchParser {
         let text = token.text
         if text.hasPrefix("battery>=") {
             guard let value = UInt8(text.dropFirst(9)), value <= 100 else {
-                throw fail(token, "battery>= wants a percentage 0–100, got '\(text.dropFirst(9))'")
+                throw fail(token, "battery>= wants a percentage 0–100, got \(quoted(text.dropFirst(9)))")
             }
             return .battery(atLeast: value)
         }
         if text.hasPrefix("firmware>=") {
             guard let version = try? FirmwareVersion(String(text.dropFirst(10))) else {
-                throw fail(token, "firmware>= wants a version like 1.0.8, got '\(text.dropFirst(10))'")
+                throw fail(token, "firmware>= wants a version like 1.0.8, got \(quoted(text.dropFirst(10)))")
             }
             return .firmware(atLeast: version)
         }
-        throw fail(token, "unknown requirement '\(text)' (battery>=N or firmware>=X.Y.Z)")
+        throw fail(token, "unknown requirement \(quoted(text)) (battery>=N or firmware>=X.Y.Z)")
     }
 
     func selector(_ token: Token) throws(BatchError) -> Command.Selector {
@@ -456,27 +535,27 @@ public struct BatchParser {
         }
         if text.hasPrefix("battery<") {
             guard let value = UInt8(text.dropFirst(8)), value <= 100 else {
-                throw fail(token, "battery< wants a percentage 0–100, got '\(text.dropFirst(8))'")
+                throw fail(token, "battery< wants a percentage 0–100, got \(quoted(text.dropFirst(8)))")
             }
             return .batteryBelow(value)
         }
         if text.hasPrefix("firmware<") {
             guard let version = try? FirmwareVersion(String(text.dropFirst(9))) else {
-                throw fail(token, "firmware< wants a version like 1.0.8, got '\(text.dropFirst(9))'")
+                throw fail(token, "firmware< wants a version like 1.0.8, got \(quoted(text.dropFirst(9)))")
             }
             return .firmwareBelow(version)
         }
         if text.hasPrefix("minor=") {
             let bounds = text.dropFirst(6).split(separator: "-", omittingEmptySubsequences: false).map { UInt16($0) }
             guard bounds.count == 2, let low = bounds[0], let high = bounds[1], low <= high else {
-                throw fail(token, "minor= wants a range A-B with A ≤ B in 0–65535, got '\(text.dropFirst(6))'")
+                throw fail(token, "minor= wants a range A-B with A ≤ B in 0–65535, got \(quoted(text.dropFirst(6)))")
             }
             return .minorRange(low, high)
         }
         if let device = deviceName(text) { return device }
         throw fail(
             token,
-            "unknown selector '\(text)' (all, new, unprovisioned, in-range, profile=NAME, battery<N, firmware<X, minor=A-B, an address or a MAC ending)"
+            "unknown selector \(quoted(text)) (all, new, unprovisioned, in-range, profile=NAME, battery<N, firmware<X, minor=A-B, an address or a MAC ending)"
         )
     }
 

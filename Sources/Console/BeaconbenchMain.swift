@@ -1,5 +1,6 @@
 import Foundation
 import Profiles
+import SafeText
 
 /// beaconbench from the command line to its exit status: the executable
 /// only calls `run`.
@@ -7,11 +8,12 @@ public enum BeaconbenchMain {
     public static let version = "0.2.0"
 
     public static func run(_ arguments: [String]) async -> Int32 {
+        Secrets.scrubArguments()
         let invocation: Invocation
         do {
             invocation = try Invocation.parse(arguments)
         } catch {
-            Terminal.emit(2, "\(error)\n")
+            Terminal.emit(2, Terminal.rendered("\(error)", color: false) + "\n")
             return ExitStatus.badInput.rawValue
         }
         switch invocation.mode {
@@ -38,20 +40,20 @@ public enum BeaconbenchMain {
         let interrupts = Interrupts()
         switch invocation.mode {
         case .run(let file, let overrides, let dryRun):
-            guard let data = FileManager.default.contents(atPath: file) else {
-                terminal.error("\(file): cannot read the batch (\(String(cString: strerror(errno))))")
+            let data: [UInt8]
+            do {
+                data = try BoundedFile.read(file, limit: BatchParser.Limits.fileBytes)
+            } catch {
+                terminal.error("\(file): \(error) (a batch is at most 1 MiB)")
                 return ExitStatus.badInput.rawValue
             }
             if Paths.isWorldWritable(file) {
                 terminal.warning("\(file) is writable by anyone: check it before trusting it")
             }
-            guard let text = String(data: data, encoding: .utf8) else {
-                terminal.error("\(file): not UTF-8 text")
-                return ExitStatus.badInput.rawValue
-            }
+            guard let text = utf8Text(data, file: file, terminal: terminal) else { return ExitStatus.badInput.rawValue }
             return await runText(
                 text, file: file, overrides: overrides, dryRun: dryRun, invocation: invocation, terminal: terminal,
-                profiles: profiles, label: "run \(file)", digest: SHA256.hex(Array(data)), interrupts: interrupts)
+                profiles: profiles, label: "run \(file)", digest: SHA256.hex(data), interrupts: interrupts)
         case .oneShot(let words):
             let line = words.map(Self.quoted).joined(separator: " ")
             return await runText(
@@ -66,12 +68,54 @@ public enum BeaconbenchMain {
                 await session.finish()
                 return await session.status.rawValue
             }
-            let data = FileHandle.standardInput.readDataToEndOfFile()
+            let data: [UInt8]
+            do {
+                data = try BoundedFile.read(descriptor: 0, limit: BatchParser.Limits.fileBytes)
+            } catch {
+                terminal.error("<stdin>: \(error) (a batch is at most 1 MiB)")
+                return ExitStatus.badInput.rawValue
+            }
+            guard let text = utf8Text(data, file: "<stdin>", terminal: terminal) else {
+                return ExitStatus.badInput.rawValue
+            }
             return await runText(
-                String(decoding: data, as: UTF8.self), file: "<stdin>", overrides: [:], dryRun: false,
-                invocation: invocation, terminal: terminal, profiles: profiles, label: "stdin",
-                digest: SHA256.hex(Array(data)), interrupts: interrupts)
+                text, file: "<stdin>", overrides: [:], dryRun: false, invocation: invocation, terminal: terminal,
+                profiles: profiles, label: "stdin", digest: SHA256.hex(data), interrupts: interrupts)
         }
+    }
+
+    /// A batch's bytes as text; nil (after saying where) when they are not
+    /// UTF-8: the first bad byte's line and column.
+    static func utf8Text(_ bytes: [UInt8], file: String, terminal: Terminal) -> String? {
+        if let text = String(validating: bytes, as: UTF8.self) { return text }
+        var line = 1
+        var lineStart = 0
+        var index = 0
+        while index < bytes.count {
+            let rest = bytes[index...]
+            let length = Self.validPrefixLength(rest)
+            if length == 0 { break }
+            for offset in index..<index + length where bytes[offset] == 0x0A {
+                line += 1
+                lineStart = offset + 1
+            }
+            index += length
+        }
+        let column = String(decoding: bytes[lineStart..<index], as: UTF8.self).count + 1
+        terminal.message(
+            "\(file):\(line):\(column): error: not UTF-8 text (byte \(Visible.bytes(bytes[index..<min(index + 1, bytes.count)])))"
+        )
+        return nil
+    }
+
+    /// How many bytes at the start of `bytes` are whole UTF-8 characters
+    /// (up to 4096 at a time).
+    static func validPrefixLength(_ bytes: ArraySlice<UInt8>) -> Int {
+        var iterator = bytes.prefix(4096).makeIterator()
+        var parser = Unicode.UTF8.ForwardParser()
+        var length = 0
+        while case .valid(let encoded) = parser.parseScalar(from: &iterator) { length += encoded.count }
+        return length
     }
 
     /// Parses and checks the whole text, then runs it.

@@ -20,12 +20,47 @@ enum Paths {
     /// `$XDG_CONFIG_HOME/beaconbench/profiles`.
     static func configProfiles() -> String { xdg("XDG_CONFIG_HOME", ".config") + "/profiles" }
 
-    /// Creates the directories above `path` (0700) when missing.
+    /// Creates the directories above `path` when missing, each mode 0700
+    /// whatever the umask (`mkdir`, then `chmod` of the ones made here;
+    /// directories that were there are left as they are).
     static func makeParent(of path: String) throws {
         let parent = URL(fileURLWithPath: path).deletingLastPathComponent().path
-        guard !FileManager.default.fileExists(atPath: parent) else { return }
-        try FileManager.default.createDirectory(
-            atPath: parent, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        var missing: [String] = []
+        var directory = parent
+        var info = stat()
+        // Upwards to the first that exists (following links, as the user's
+        // own directories may be links)…
+        while !directory.isEmpty, directory != "/", stat(directory, &info) != 0 {
+            guard errno == ENOENT else { throw PathError(directory, errno) }
+            missing.append(directory)
+            directory = URL(fileURLWithPath: directory).deletingLastPathComponent().path
+        }
+        if missing.isEmpty, stat(parent, &info) == 0, info.st_mode & S_IFMT != S_IFDIR {
+            throw PathError(parent, ENOTDIR)
+        }
+        // …then down, making each; the mode set through a descriptor of the
+        // directory just made, never through a link put in its place.
+        for directory in missing.reversed() {
+            guard mkdir(directory, 0o700) == 0 else {
+                if errno == EEXIST, stat(directory, &info) == 0, info.st_mode & S_IFMT == S_IFDIR { continue }
+                throw PathError(directory, errno)
+            }
+            let descriptor = open(directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard descriptor >= 0 else { throw PathError(directory, errno) }
+            defer { close(descriptor) }
+            guard fchmod(descriptor, 0o700) == 0 else { throw PathError(directory, errno) }
+        }
+    }
+
+    /// A directory that could not be made or used.
+    struct PathError: Error, CustomStringConvertible {
+        var path: String
+        var code: Int32
+        init(_ path: String, _ code: Int32) {
+            self.path = path
+            self.code = code
+        }
+        var description: String { "\(path): \(String(cString: strerror(code)))" }
     }
 
     /// The profiles shipped with beaconbench: `share/beaconbench/profiles`

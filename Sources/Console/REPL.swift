@@ -1,5 +1,6 @@
 import CReadline
 import Foundation
+import SafeText
 import Synchronization
 
 /// The interactive console: GNU readline with completion and a history
@@ -21,7 +22,9 @@ final class REPL: Sendable {
 
     /// Runs until `quit` or Ctrl-D.
     func run(interrupts: Interrupts) async {
-        editor.loadHistory(historyPath, warn: { self.terminal.warning($0) })
+        let history = HistoryFile.open(historyPath, warn: { self.terminal.warning($0) })
+        defer { history?.close() }
+        editor.loadHistory(from: history)
         terminal.message("beaconbench \(BeaconbenchMain.version): type 'help', Tab completes, Ctrl-D leaves")
         while true {
             let facts = await session.promptFacts()
@@ -38,7 +41,7 @@ final class REPL: Sendable {
             }
             let trimmed = line.trimmingCharacters(in: .whitespaces)
             if trimmed.isEmpty { continue }
-            editor.remember(trimmed, in: historyPath)
+            editor.remember(trimmed, in: history)
             let parser = BatchParser(
                 file: "<repl>", overrides: [:], profiles: session.profiles,
                 variables: await session.variables)
@@ -63,7 +66,8 @@ final class REPL: Sendable {
     }
 
     func prompt(_ facts: (adapter: String, seen: Int, selected: Int?)) -> String {
-        var inside = "\(facts.adapter) · \(facts.seen) seen"
+        // The adapter's name comes from bluetoothd: shown, never obeyed.
+        var inside = "\(Visible.text(facts.adapter, limit: 32)) · \(facts.seen) seen"
         if let selected = facts.selected { inside += " · \(selected) selected" }
         guard terminal.color else { return "beaconbench [\(inside)]> " }
         // \u{1}…\u{2} tell readline that the escapes take no room.
@@ -88,7 +92,9 @@ final class REPL: Sendable {
 
 /// SIGINT, routed to whatever should stop: the running command, or the
 /// line being typed. With nothing to stop (a batch already cancelled), it
-/// exits at once with status 130.
+/// exits at once with status 130, after stopping what `--sim` started.
+/// Creating it also installs the handlers of SIGTERM, SIGHUP and SIGPIPE
+/// (`Signals`).
 final class Interrupts: @unchecked Sendable {
     // `source` is set once in init and never changed (DispatchSource is
     // thread-safe but not marked Sendable).
@@ -99,13 +105,14 @@ final class Interrupts: @unchecked Sendable {
     private let source: any DispatchSourceSignal
 
     init() {
+        Signals.install()
         signal(SIGINT, SIG_IGN)
         source = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
         source.setEventHandler { [routing] in
             if let action = routing.handler.withLock({ $0 }) {
                 action()
             } else {
-                _exit(130)
+                Signals.leave(130)
             }
         }
         source.resume()
@@ -193,30 +200,137 @@ final class LineEditor: Sendable {
 
     // MARK: History
 
-    func loadHistory(_ path: String, warn: (String) -> Void) {
+    /// Gives readline the file's lines (Up, Ctrl-R).
+    func loadHistory(from history: HistoryFile?) {
+        stifle_history(Int32(HistoryFile.limit))
+        for line in history?.lines() ?? [] { add_history(line) }
+    }
+
+    /// Adds a line to the history, its passwords replaced by `***`, and
+    /// appends it to the file at once (a crash keeps it).
+    func remember(_ line: String, in history: HistoryFile?) {
+        let kept = Secrets.historyLine(line)
+        if let last = beaconbench_last_history_line(), String(cString: last) == kept { return }
+        add_history(kept)
+        history?.append(kept)
+    }
+}
+
+/// The REPL's history file (`$XDG_STATE_HOME/beaconbench/history`), read
+/// and appended through one descriptor opened without following a symbolic
+/// link: made here mode 0600 whatever the umask; a file that is there is
+/// used only if it is a regular file of this user's with no other link,
+/// and is never chmod-ed. Otherwise a warning, once, and no history kept.
+/// (readline's own `read_history` and `append_history` follow links.)
+struct HistoryFile: Sendable {
+    static let limit = 1000
+    let path: String
+    let descriptor: Int32
+
+    static func open(_ path: String, warn: (String) -> Void) -> HistoryFile? {
         do {
             try Paths.makeParent(of: path)
         } catch {
             warn("history is not kept: \(error)")
-            return
+            return nil
         }
-        if !FileManager.default.fileExists(atPath: path) {
-            let fd = open(path, O_CREAT | O_WRONLY | O_CLOEXEC, 0o600)
-            if fd >= 0 { close(fd) }
+        let flags = O_RDWR | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
+        var descriptor = Glibc.open(path, flags | O_CREAT | O_EXCL, 0o600)
+        if descriptor >= 0 {
+            // The umask may have taken bits away; this is the file just made.
+            guard fchmod(descriptor, 0o600) == 0 else {
+                warn("history is not kept: \(path): \(String(cString: strerror(errno)))")
+                Glibc.close(descriptor)
+                return nil
+            }
+            return HistoryFile(path: path, descriptor: descriptor)
         }
-        chmod(path, 0o600)
-        stifle_history(1000)
-        read_history(path)
+        if errno == EEXIST { descriptor = Glibc.open(path, flags) }
+        guard descriptor >= 0 else {
+            let reason = errno == ELOOP ? "is a symbolic link" : "cannot be opened: \(String(cString: strerror(errno)))"
+            warn("history is not kept: \(path) \(reason) (beaconbench keeps it only in a file of its own)")
+            return nil
+        }
+        var info = stat()
+        let problem: String? =
+            if fstat(descriptor, &info) != 0 {
+                String(cString: strerror(errno))
+            } else if info.st_mode & S_IFMT != S_IFREG {
+                "is not a regular file"
+            } else if info.st_uid != geteuid() {
+                "belongs to user \(info.st_uid)"
+            } else if info.st_nlink != 1 {
+                "has other hard links"
+            } else {
+                nil
+            }
+        if let problem {
+            Glibc.close(descriptor)
+            warn("history is not kept: \(path) \(problem) (beaconbench keeps it only in a file of its own)")
+            return nil
+        }
+        if info.st_mode & 0o077 != 0 {
+            warn(
+                "\(path) can be read by others (mode \(String(info.st_mode & 0o777, radix: 8))): chmod 600 it")
+        }
+        let history = HistoryFile(path: path, descriptor: descriptor)
+        history.tidy()
+        return history
     }
 
-    /// Adds a line to the history and appends it to the file at once (a
-    /// crash keeps it).
-    func remember(_ line: String, in path: String) {
-        if let last = beaconbench_last_history_line(), String(cString: last) == line { return }
-        add_history(line)
-        append_history(1, path)
-        history_truncate_file(path, 1000)
+    /// The lines kept, oldest first: the last `limit`.
+    func lines() -> [String] {
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 64 * 1024)
+        var offset: off_t = 0
+        while true {
+            let count = pread(descriptor, &chunk, chunk.count, offset)
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { break }
+            bytes += chunk[..<count]
+            offset += off_t(count)
+        }
+        let lines = bytes.split(separator: UInt8(ascii: "\n")).map { String(decoding: $0, as: UTF8.self) }
+            .filter { !$0.isEmpty && !Self.isTimestamp($0) }
+        return Array(lines.suffix(Self.limit))
     }
+
+    /// readline writes `#1700000000` lines before entries when asked to
+    /// keep times; they are not commands.
+    static func isTimestamp(_ line: String) -> Bool {
+        line.hasPrefix("#") && line.count > 1 && line.dropFirst().allSatisfy(\.isNumber)
+    }
+
+    /// Appends one line (`O_APPEND`: several sessions append safely).
+    func append(_ line: String) {
+        write(Array((line + "\n").utf8))
+    }
+
+    /// At open: a file longer than `limit` lines, or holding a password
+    /// written by an older beaconbench, is rewritten in place (through the
+    /// same descriptor) with its last `limit` lines, passwords replaced.
+    private func tidy() {
+        let kept = lines()
+        let redacted = kept.map(Secrets.historyLine)
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return }
+        let size = kept.reduce(0) { $0 + $1.utf8.count + 1 }
+        guard redacted != kept || off_t(size) != info.st_size else { return }
+        guard ftruncate(descriptor, 0) == 0 else { return }
+        write(Array(redacted.map { $0 + "\n" }.joined().utf8))
+    }
+
+    private func write(_ bytes: [UInt8]) {
+        var rest = bytes[...]
+        while !rest.isEmpty {
+            let written = rest.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
+            if written < 0, errno == EINTR { continue }
+            guard written > 0 else { return }
+            rest = rest.dropFirst(written)
+        }
+    }
+
+    func close() { Glibc.close(descriptor) }
 }
 
 /// The line being read; only the readline thread touches it.

@@ -71,13 +71,22 @@ public actor Session {
         if invocation.inventoryIsServer { throw ConsoleFailure(.badInput, Self.serverIsReadOnly(nil)) }
         do {
             try Paths.makeParent(of: path)
-            let inventory = try Inventory(path: path)
+            // Read commands alone open it read-only: another user's, or one
+            // on read-only media, can be listed and audited.
+            let inventory = try Inventory(path: path, readOnly: onlyReadsTheInventory)
+            if let caveat = inventory.caveat { terminal.warning(caveat) }
             inventoryHandle = inventory
             return inventory
+        } catch let error as InventoryPathError {
+            throw ConsoleFailure(.badInput, "cannot open the inventory: \(error)")
         } catch {
             throw ConsoleFailure(.infrastructure, "cannot open the inventory \(path): \(error)")
         }
     }
+
+    /// Set by a batch (or one command) whose every command only reads the
+    /// inventory; a REPL, which may write later, opens it read-write.
+    private var onlyReadsTheInventory = false
 
     /// What the read commands read: the server when `--inventory` names
     /// one, else the bench's own inventory.
@@ -218,6 +227,7 @@ public actor Session {
     /// steps form one pipeline per device; at the end, one recap.
     public func runBatch(_ commands: [LocatedCommand], dryRun: Bool) async {
         self.dryRun = dryRun
+        onlyReadsTheInventory = commands.allSatisfy(\.command.onlyReadsTheInventory)
         var index = 0
         while index < commands.count {
             if Task.isCancelled { break }
@@ -643,9 +653,9 @@ public actor Session {
                     let (header, rows) = Format.outcomeTable(outcomes)
                     for line in table(header, rows) { terminal.result(line) }
                 }
-            case .exportCSV: terminal.result(try await inventory.deviceTable().csv().trimmingCharacters(in: .newlines))
+            case .exportCSV: terminal.document(try await inventory.deviceTable().csv())
             case .exportJSON:
-                terminal.result(try await inventory.deviceTable().json().trimmingCharacters(in: .newlines))
+                terminal.document(try await inventory.deviceTable().json())
             }
         } catch let error as ConsoleFailure {
             throw error

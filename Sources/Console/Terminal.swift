@@ -1,10 +1,18 @@
 import Foundation
+import SafeText
 import Synchronization
 
 /// Where the console's words go: results to standard output, messages and
 /// progress to standard error; colour only on a terminal and without
 /// NO_COLOR; a progress line kept at the bottom on a terminal; events that
 /// arrive while the REPL waits for input printed above the half-typed line.
+///
+/// Every line written for people passes through `Terminal.visible` (that is,
+/// `Visible.text`): text a device or a file chose never reaches the screen
+/// raw, wherever it was put into a line. The console's own colours survive
+/// because `styled` marks them with a code no outside text can hold (see
+/// `StyleMark`). JSON lines are exact and escaped (`JSONText`), and exports
+/// are written as their writers made them safe (`document`).
 public final class Terminal: Sendable {
     public let outputIsTerminal: Bool
     public let errorIsTerminal: Bool
@@ -33,7 +41,7 @@ public final class Terminal: Sendable {
 
     /// `text` in `style` when colour is on.
     public func styled(_ text: String, _ style: Style) -> String {
-        color ? "\u{1B}[\(style.rawValue)m\(text)\u{1B}[0m" : text
+        color ? StyleMark.open(style.rawValue) + text + StyleMark.open("0") : text
     }
 
     /// A result line (standard output).
@@ -57,17 +65,79 @@ public final class Terminal: Sendable {
     /// shown when standard error is not a terminal.
     public func status(_ text: String?) {
         guard errorIsTerminal else { return }
+        let line = text.map { Self.rendered($0, color: color) }
         state.withLock { state in
-            state.statusLine = text
-            Self.emit(2, "\r\u{1B}[K" + (text ?? ""))
+            state.statusLine = line
+            Self.emit(2, "\r\u{1B}[K" + (line ?? ""))
         }
     }
 
+    /// Sets what prints a line above the REPL's prompt; it is handed lines
+    /// already made visible.
     func setPromptHook(_ hook: (@Sendable (String) -> Void)?) {
-        state.withLock { $0.aboveThePrompt = hook }
+        let color = color
+        var rendering: (@Sendable (String) -> Void)?
+        if let hook {
+            rendering = { @Sendable text in hook(Terminal.rendered(text, color: color)) }
+        }
+        state.withLock { $0.aboveThePrompt = rendering }
+    }
+
+    /// A document a writer made safe itself (a CSV or JSON export), written
+    /// as it is to standard output.
+    public func document(_ text: String) {
+        // Bytes, not characters: a CSV record ends with CRLF, one Character.
+        var bytes = Array(text.utf8)
+        if bytes.last == UInt8(ascii: "\n") { bytes.removeLast() }
+        writeLine(String(decoding: bytes, as: UTF8.self), to: 1)
+    }
+
+    /// The longest line written: a table row is far shorter; a line this
+    /// long is text from outside that escaped every other bound.
+    static let lineLimit = 16 * 1024
+
+    /// `text` as it goes to the screen: outside text made visible and
+    /// bounded, the console's own style marks turned into colour codes (or
+    /// dropped without colour).
+    static func rendered(_ text: String, color: Bool) -> String {
+        var line = ""
+        for (index, piece) in visible(text, limit: lineLimit).components(separatedBy: StyleMark.mark).enumerated() {
+            if index == 0 {
+                line += piece
+            } else if let code = StyleMark.code(at: piece) {
+                if color { line += "\u{1B}[\(code)m" }
+                line += piece.dropFirst(code.count + 1)
+            }
+        }
+        return line
+    }
+
+    /// `text` made visible (`Visible.text`) except for the console's own
+    /// style marks, which stay for `rendered` to turn into colour; at most
+    /// `limit` characters.
+    static func visible(_ text: String, limit: Int? = Visible.defaultLimit) -> String {
+        guard text.contains(StyleMark.mark) else { return Visible.text(text, limit: limit) }
+        return text.components(separatedBy: StyleMark.mark).map { Visible.text($0, limit: limit) }
+            .joined(separator: StyleMark.mark)
+    }
+
+    /// How many columns `text` takes on the screen once made visible: its
+    /// style marks take none.
+    static func width(_ text: String) -> Int {
+        var width = visible(text, limit: nil).count
+        var rest = Substring(text)
+        while let range = rest.range(of: StyleMark.mark) {
+            rest = rest[range.upperBound...]
+            width -= 1 + (StyleMark.code(at: rest).map { $0.count + 1 } ?? 0)
+        }
+        return width
     }
 
     private func write(_ text: String, to descriptor: Int32) {
+        writeLine(Self.rendered(text, color: color), to: descriptor)
+    }
+
+    private func writeLine(_ text: String, to descriptor: Int32) {
         state.withLock { state in
             if let status = state.statusLine, errorIsTerminal {
                 Self.emit(2, "\r\u{1B}[K")
@@ -91,27 +161,58 @@ public final class Terminal: Sendable {
         }
     }
 
-    /// One JSON object per line, keys sorted.
+    /// One JSON object per line, keys sorted: exact, and safe on a terminal
+    /// (`JSONText.safe`).
     public func jsonLine(_ object: [String: Any]) {
         guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
-        result(String(decoding: data, as: UTF8.self))
+        writeLine(JSONText.safe(String(decoding: data, as: UTF8.self)), to: 1)
     }
 }
 
-/// Columns padded to their widest cell; numbers right-aligned.
+/// The console's own colours inside a line: a mark no text from outside can
+/// hold, then the SGR code and `m`. The mark is three private-use code
+/// points chosen at random when the process starts; `Visible.text` shows any
+/// private-use character from outside as an escape, so outside text can
+/// neither forge a mark nor, knowing none, guess one.
+enum StyleMark {
+    static let mark: String = {
+        var generator = SystemRandomNumberGenerator()
+        let scalars = (0..<3).map { _ in Unicode.Scalar(UInt32.random(in: 0xF0000...0xFFFFD, using: &generator))! }
+        return String(String.UnicodeScalarView(scalars))
+    }()
+
+    static func open(_ code: String) -> String { mark + code + "m" }
+
+    /// The SGR code at the start of `text` (what follows a mark), if it is one.
+    static func code(at text: some StringProtocol) -> String? {
+        let digits = text.prefix { $0.isASCII && ($0.isNumber || $0 == ";") }
+        guard !digits.isEmpty, digits.count <= 8, text.dropFirst(digits.count).first == "m" else { return nil }
+        return String(digits)
+    }
+}
+
+/// Columns padded to their widest cell; numbers right-aligned. Each cell is
+/// made visible (`Terminal.visible`) and bounded before it is measured, so
+/// outside text keeps the columns straight; colour marks take no width.
 func table(_ header: [String], _ rows: [[String]], numeric: Set<Int> = []) -> [String] {
-    var widths = header.map(\.count)
+    let header = header.map { Terminal.visible($0, limit: tableCellLimit) }
+    let rows = rows.map { $0.map { Terminal.visible($0, limit: tableCellLimit) } }
+    var widths = header.map(Terminal.width)
     for row in rows {
         for (index, cell) in row.enumerated() where index < widths.count {
-            widths[index] = max(widths[index], cell.count)
+            widths[index] = max(widths[index], Terminal.width(cell))
         }
     }
     func render(_ cells: [String]) -> String {
         cells.enumerated().map { index, cell in
-            let pad = String(repeating: " ", count: max(0, widths[index] - cell.count))
+            let pad = String(repeating: " ", count: max(0, widths[index] - Terminal.width(cell)))
             if index == cells.count - 1 { return numeric.contains(index) ? pad + cell : cell }
             return numeric.contains(index) ? pad + cell : cell + pad
         }.joined(separator: "  ")
     }
     return [render(header)] + rows.map(render)
 }
+
+/// The widest a table cell is shown: a device's name or an error longer
+/// than this is cut (`Visible.text`), the whole value kept in the inventory.
+let tableCellLimit = 200

@@ -12,10 +12,45 @@ public actor Inventory {
     let database: Database
     public nonisolated let path: String
 
-    /// Opens (creating and migrating) the inventory at `path`.
-    public init(path: String) throws {
-        self.path = path
+    /// What the user should be told about how the file was opened (a
+    /// read-only opening that cannot read a log left beside it), or nil.
+    public nonisolated let caveat: String?
+
+    /// Opens (creating and migrating) the inventory at `path`: a new file is
+    /// made mode 0600, a symbolic link is followed only to an existing
+    /// regular file (`path` is then that file's).
+    ///
+    /// With `readOnly` (the read commands), an existing file is opened with
+    /// `SQLITE_OPEN_READONLY` and nothing is written: no journal mode, no
+    /// migration, no interrupted runs marked, no file made beside it. A
+    /// file of an older schema is read as it is; a query it cannot answer
+    /// says to open it once for writing. A missing file is created as by a
+    /// writer (an empty inventory).
+    /// - Throws: `InventoryPathError` when `path` is no inventory file
+    ///   (nothing is created), else `SQLiteError`.
+    public init(path: String, readOnly: Bool = false) throws {
+        if readOnly, path != ":memory:", try Database.resolve(path) != nil {
+            database = try Database(path: path, readOnly: true)
+            self.path = database.path
+            caveat = database.caveat
+            let version = try database.userVersion
+            let known = Schema.migrations.count
+            guard version <= known else {
+                throw SQLiteError(
+                    code: 0,
+                    message: "\(database.path) has schema version \(version); this beaconbench knows up to \(known)",
+                    sql: nil)
+            }
+            if version < known {
+                database.olderSchema =
+                    "\(database.path) has schema version \(version), this beaconbench \(known), and it was opened"
+                    + " read-only: open it once for writing to migrate it"
+            }
+            return
+        }
         database = try Database(path: path)
+        self.path = database.path
+        caveat = nil
         try Schema.migrate(database)
         try database.run(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('bench_id', ?)", [.text(UUID().uuidString.lowercased())])

@@ -1,6 +1,7 @@
 import Foundation
 import Profiles
 import SBeaconProtocol
+import SafeText
 
 /// What the read commands (`inventory`, `log`, `audit` from the inventory)
 /// need of an inventory: a bench's own SQLite file (`Inventory`), or the
@@ -31,15 +32,11 @@ public struct DeviceTable: Sendable {
         self.rows = rows
     }
 
-    /// RFC 4180 CSV with a header line; NULL is an empty field.
+    /// CSV with a header record; NULL is an empty field. RFC 4180 quoting,
+    /// CRLF line ends, cells protected against formula injection and control
+    /// characters shown (see `CSV`).
     public func csv() -> String {
-        let lines = rows.map { row in
-            row.map { value in
-                if case .text(let text) = value { return AuditExport.csvField(text) }
-                return value.textForm ?? ""
-            }.joined(separator: ",")
-        }
-        return ([columns.joined(separator: ",")] + lines).joined(separator: "\n") + "\n"
+        CSV.document(header: columns, rows: rows.map { row in row.map { $0.textForm ?? "" } })
     }
 
     /// A JSON array of objects, one key per column (null where unknown).
@@ -59,11 +56,7 @@ public struct DeviceTable: Sendable {
         return "[\n" + objects.joined(separator: ",\n") + (objects.isEmpty ? "]\n" : "\n]\n")
     }
 
-    static func jsonString(_ text: String) -> String {
-        let data = (try? JSONSerialization.data(withJSONObject: [text], options: [.fragmentsAllowed])) ?? Data()
-        let array = String(decoding: data, as: UTF8.self)
-        return String(array.dropFirst().dropLast())
-    }
+    static func jsonString(_ text: String) -> String { JSONText.string(text) }
 }
 
 /// Rows of device columns into records, shared by the SQLite inventory and

@@ -8,7 +8,8 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     public var sql: String?
 
     public var description: String {
-        "SQLite error \(code): \(message)" + (sql.map { " (in: \($0.prefix(200)))" } ?? "")
+        "SQLite error \(code): \(message)"
+            + (sql.map { " (in: \($0.split(whereSeparator: \.isWhitespace).joined(separator: " ").prefix(120)))" } ?? "")
     }
 
     /// The primary result code (the extended code's low byte).
@@ -68,42 +69,250 @@ public enum SQLiteValue: Sendable, Hashable, ExpressibleByStringLiteral, Express
     }
 }
 
+/// A path the inventory will not be opened at: a symbolic link that does
+/// not lead to an existing regular file, a directory or a device, a `-wal`
+/// or `-shm` beside it that is a symbolic link. Nothing was created; the
+/// user named something else than an inventory (bad input, exit 1).
+public struct InventoryPathError: Error, Sendable, CustomStringConvertible {
+    public var path: String
+    public var reason: String
+    public init(_ path: String, _ reason: String) {
+        self.path = path
+        self.reason = reason
+    }
+    public var description: String { "\(path) \(reason)" }
+}
+
 /// One SQLite connection. Not thread-safe: its owner (the `Inventory`
 /// actor) confines it. Every value reaches SQL as a bound parameter.
 public final class Database {
     let handle: OpaquePointer
+    /// The file opened: the path given, or, when that is a symbolic link,
+    /// the regular file it leads to (so that SQLite's `-wal` and `-shm`
+    /// files are made beside the real file).
     public let path: String
+    /// Opened with `SQLITE_OPEN_READONLY`: nothing is written, not even the
+    /// journal mode.
+    public let isReadOnly: Bool
+    /// What a read-only opening could not do as asked, for the user to be
+    /// told (a write-ahead log that an immutable opening does not read).
+    public private(set) var caveat: String?
+    /// Set by the owner when a read-only file has an older schema than this
+    /// program's: a query that fails says how to migrate the file.
+    public var olderSchema: String?
 
-    /// Opens (creating it mode 0600 when missing) with WAL, foreign keys
-    /// and a busy timeout.
-    /// - Throws: `SQLiteError` with SQLite's message.
-    public init(path: String, busyTimeout: Int32 = 15000) throws {
-        self.path = path
-        if path != ":memory:" && access(path, F_OK) != 0 {
-            // Created here so the mode is 0600 whatever the umask; SQLite gives
-            // the WAL and SHM files the database's mode.
-            let fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0o600)
-            if fd >= 0 { close(fd) }
+    /// Opens `path` for reading and writing with WAL, foreign keys and a
+    /// busy timeout. A new file is created here, mode 0600 whatever the
+    /// umask and never through a symbolic link (SQLite gives the `-wal` and
+    /// `-shm` files the database's mode, and opens them without following
+    /// links). A `path` that is a symbolic link is followed only to an
+    /// existing regular file.
+    ///
+    /// With `readOnly`, the file must exist; it is opened with
+    /// `SQLITE_OPEN_READONLY` and nothing about it is changed (no journal
+    /// mode, no file made beside it). See `openForReading`.
+    /// - Throws: `InventoryPathError` for a path that is no inventory file,
+    ///   else `SQLiteError` with SQLite's message.
+    public init(path: String, busyTimeout: Int32 = 15000, readOnly: Bool = false) throws {
+        isReadOnly = readOnly
+        if path == ":memory:" {
+            self.path = path
+            handle = try Self.open(
+                path, flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, busyTimeout: busyTimeout)
+        } else if readOnly {
+            guard let existing = try Self.resolve(path) else {
+                throw SQLiteError(code: SQLITE_CANTOPEN, message: "\(path): no such file", sql: nil)
+            }
+            self.path = existing
+            let opened = try Self.openForReading(existing, busyTimeout: busyTimeout)
+            handle = opened.handle
+            caveat = opened.caveat
+        } else {
+            let file = try Self.createIfMissing(path)
+            self.path = file
+            handle = try Self.open(
+                file, flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX,
+                busyTimeout: busyTimeout)
         }
-        var opened: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
-        let code = sqlite3_open_v2(path, &opened, flags, nil)
-        guard code == SQLITE_OK, let opened else {
-            let message = opened.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
-            if let opened { sqlite3_close_v2(opened) }
-            throw SQLiteError(code: code, message: "\(path): \(message)", sql: nil)
-        }
-        handle = opened
-        sqlite3_extended_result_codes(handle, 1)
-        sqlite3_busy_timeout(handle, busyTimeout)
         do {
-            try execute("PRAGMA journal_mode = WAL")
-            try execute("PRAGMA foreign_keys = ON")
-            try execute("PRAGMA synchronous = NORMAL")
+            if readOnly {
+                // A guard for this connection only: the file is not touched.
+                try execute("PRAGMA query_only = ON")
+            } else {
+                try execute("PRAGMA journal_mode = WAL")
+                try execute("PRAGMA foreign_keys = ON")
+                try execute("PRAGMA synchronous = NORMAL")
+            }
         } catch {
             sqlite3_close_v2(handle)
             throw error
         }
+    }
+
+    /// `sqlite3_open_v2`, with extended result codes and a busy timeout.
+    private static func open(_ filename: String, flags: Int32, busyTimeout: Int32) throws -> OpaquePointer {
+        var opened: OpaquePointer?
+        let code = sqlite3_open_v2(filename, &opened, flags, nil)
+        guard code == SQLITE_OK, let opened else {
+            let message = opened.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            if let opened { sqlite3_close_v2(opened) }
+            throw SQLiteError(code: code, message: "\(filename): \(message)", sql: nil)
+        }
+        sqlite3_extended_result_codes(opened, 1)
+        sqlite3_busy_timeout(opened, busyTimeout)
+        return opened
+    }
+
+    /// The regular file `path` names: itself, or the existing regular file a
+    /// symbolic link leads to; nil when nothing is there.
+    /// - Throws: `InventoryPathError` for a dangling link, a link to
+    ///   something else than a regular file, a directory, a device…; or a
+    ///   `-wal`, `-shm` or `-journal` beside the file that is a link.
+    static func resolve(_ path: String) throws(InventoryPathError) -> String? {
+        var info = stat()
+        guard lstat(path, &info) == 0 else {
+            if errno == ENOENT { return nil }
+            throw InventoryPathError(path, "cannot be examined: \(String(cString: strerror(errno)))")
+        }
+        var file = path
+        if info.st_mode & S_IFMT == S_IFLNK {
+            let target = (try? symbolicLinkTarget(path)) ?? "?"
+            guard let resolved = realpath(path, nil) else {
+                let why =
+                    errno == ENOENT
+                    ? "which does not exist" : "which cannot be followed (\(String(cString: strerror(errno))))"
+                throw InventoryPathError(
+                    path,
+                    "is a symbolic link to \(target), \(why): beaconbench follows a link only to an existing"
+                        + " inventory file (nothing was created)")
+            }
+            file = String(cString: resolved)
+            free(resolved)
+            guard stat(file, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
+                throw InventoryPathError(
+                    path, "is a symbolic link to \(file), which is not a regular file: it cannot be an inventory")
+            }
+        } else if info.st_mode & S_IFMT != S_IFREG {
+            let kind = info.st_mode & S_IFMT == S_IFDIR ? "a directory" : "not a regular file"
+            throw InventoryPathError(path, "is \(kind): it cannot be an inventory (give a file's path)")
+        }
+        // SQLite opens these without following links and would only say
+        // "unable to open database file": say why.
+        for suffix in ["-wal", "-shm", "-journal"] where lstat(file + suffix, &info) == 0 {
+            if info.st_mode & S_IFMT == S_IFLNK {
+                throw InventoryPathError(
+                    file + suffix, "is a symbolic link: beaconbench will not follow it (remove it if it is not yours)")
+            }
+        }
+        return file
+    }
+
+    private static func symbolicLinkTarget(_ path: String) throws -> String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let count = readlink(path, &buffer, buffer.count - 1)
+        guard count >= 0 else { throw SQLiteError(code: SQLITE_CANTOPEN, message: "readlink", sql: nil) }
+        return String(decoding: buffer[..<count].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// The file to open for writing: `path` resolved, or created empty with
+    /// mode 0600 (`O_EXCL | O_NOFOLLOW`, then `fchmod`, as the umask may
+    /// have taken bits away) when nothing is there.
+    static func createIfMissing(_ path: String) throws -> String {
+        for _ in 0..<3 {
+            if let existing = try resolve(path) { return existing }
+            let descriptor = Glibc.open(path, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0o600)
+            if descriptor >= 0 {
+                let changed = fchmod(descriptor, 0o600)
+                let error = errno
+                close(descriptor)
+                guard changed == 0 else {
+                    unlink(path)
+                    throw SQLiteError(
+                        code: SQLITE_CANTOPEN,
+                        message: "\(path): cannot set mode 0600: \(String(cString: strerror(error)))",
+                        sql: nil)
+                }
+                return path
+            }
+            // Another process made it (or a link) meanwhile: look again.
+            guard errno == EEXIST else {
+                throw SQLiteError(
+                    code: SQLITE_CANTOPEN, message: "\(path): cannot create: \(String(cString: strerror(errno)))",
+                    sql: nil)
+            }
+        }
+        throw SQLiteError(code: SQLITE_CANTOPEN, message: "\(path): keeps changing while being opened", sql: nil)
+    }
+
+    /// Opens an existing file read-only, changing nothing and making no file
+    /// beside it:
+    /// - a WAL-mode file with no `-wal` beside it (no writer has it open, and
+    ///   nothing waits in a log) is opened as immutable: a normal read-only
+    ///   opening would make `-wal` and `-shm` files, owned by the reader,
+    ///   where it may, and fails where it may not (read-only media, a
+    ///   directory of another user);
+    /// - otherwise normally (`SQLITE_OPEN_READONLY`), which reads a live
+    ///   writer's log through its `-shm`; when that cannot be done, as
+    ///   immutable, with a caveat when a log is there that this does not read.
+    /// Immutable means no locking: a writer that starts while it reads may
+    /// make it fail or read a mixture (never harm the file).
+    static func openForReading(
+        _ path: String, busyTimeout: Int32
+    ) throws -> (handle: OpaquePointer, caveat: String?) {
+        let flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW | SQLITE_OPEN_NOMUTEX
+        var info = stat()
+        let hasLog = lstat(path + "-wal", &info) == 0
+        let logBytes = hasLog ? Int(info.st_size) : 0
+        let walMode = isWALMode(path)
+        if walMode, !hasLog {
+            return (try open(immutableURI(path), flags: flags | SQLITE_OPEN_URI, busyTimeout: busyTimeout), nil)
+        }
+        let handle = try open(path, flags: flags, busyTimeout: busyTimeout)
+        // The log and its index are opened at the first read: try one. (A
+        // rollback-mode file's hot journal is an error, not a fallback: its
+        // file may be half written.)
+        let code = sqlite3_exec(handle, "SELECT count(*) FROM sqlite_schema", nil, nil, nil)
+        guard code != SQLITE_OK, walMode, [SQLITE_CANTOPEN, SQLITE_READONLY].contains(code & 0xff) else {
+            return (handle, nil)
+        }
+        sqlite3_close_v2(handle)
+        let caveat =
+            logBytes > 32
+            ? "\(path)-wal holds changes that a read-only opening here cannot read (a writer has the inventory"
+                + " open, or stopped without closing it): they are not shown; once no writer has it open, opening"
+                + " it for writing folds them in"
+            : nil
+        return (try open(immutableURI(path), flags: flags | SQLITE_OPEN_URI, busyTimeout: busyTimeout), caveat)
+    }
+
+    /// Whether the file's header says WAL mode (bytes 18 and 19 are 2).
+    static func isWALMode(_ path: String) -> Bool {
+        let descriptor = Glibc.open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard descriptor >= 0 else { return false }
+        defer { close(descriptor) }
+        var header = [UInt8](repeating: 0, count: 20)
+        guard pread(descriptor, &header, 20, 0) == 20 else { return false }
+        return header[18] == 2 && header[19] == 2
+    }
+
+    /// `file:PATH?mode=ro&immutable=1`, the path absolute and escaped.
+    static func immutableURI(_ path: String) -> String {
+        var absolute = path
+        if let resolved = realpath(path, nil) {
+            absolute = String(cString: resolved)
+            free(resolved)
+        }
+        let plain = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/-._~".utf8)
+        let hex = Array("0123456789ABCDEF".utf8)
+        var escaped: [UInt8] = []
+        for byte in absolute.utf8 {
+            if plain.contains(byte) {
+                escaped.append(byte)
+            } else {
+                escaped += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 0xf)]]
+            }
+        }
+        return "file:" + String(decoding: escaped, as: UTF8.self) + "?mode=ro&immutable=1"
     }
 
     deinit {
@@ -129,7 +338,12 @@ public final class Database {
     public func prepare(_ sql: String) throws -> Statement {
         var statement: OpaquePointer?
         let code = sqlite3_prepare_v3(handle, sql, -1, 0, &statement, nil)
-        guard code == SQLITE_OK, let statement else { throw error(code, sql) }
+        guard code == SQLITE_OK, let statement else {
+            var failure = error(code, sql)
+            // A missing table or column, in a file not migrated yet.
+            if let olderSchema, code & 0xff == SQLITE_ERROR { failure.message += " (\(olderSchema))" }
+            throw failure
+        }
         return Statement(connection: handle, handle: statement, sql: sql)
     }
 

@@ -58,7 +58,11 @@ final class PostgresConnection {
                 PQconnectionNeedsPassword(connection) == 1 || message.contains("authentication failed")
                 || message.contains("does not exist") || message.contains("no password supplied")
             PQfinish(connection)
-            throw SyncError("cannot connect to the server: \(message)", isConnectionFailure: !refused)
+            // libpq quotes a part of a string it cannot parse, which may be
+            // the password: never shown.
+            throw SyncError(
+                "cannot connect to the server: \(ConnectionPasswords.scrub(message, of: conninfo))",
+                isConnectionFailure: !refused)
         }
         handle = connection
         location = Self.describe(conninfo)
@@ -195,5 +199,141 @@ final class PostgresConnection {
             _ = try? exec("ROLLBACK")
             throw error
         }
+    }
+}
+
+/// Passwords written into connection strings, found so that they are never
+/// shown or kept: the `PASSWORD` of `scheme://USER:PASSWORD@host…`, and the
+/// value of `password=VALUE` (a `key=value` connection string, or a URL's
+/// query). The way to give a password is libpq's own: PGPASSWORD,
+/// `~/.pgpass`, or a PGSERVICE entry.
+public enum ConnectionPasswords {
+    /// The byte ranges of every password in `text`, in order, not
+    /// overlapping.
+    public static func ranges(in text: [UInt8]) -> [Range<Int>] {
+        var found = urlPasswords(text) + keywordPasswords(text)
+        found.sort { $0.lowerBound < $1.lowerBound }
+        var merged: [Range<Int>] = []
+        for range in found where !range.isEmpty {
+            if let last = merged.last, range.lowerBound <= last.upperBound {
+                merged[merged.count - 1] = last.lowerBound..<max(last.upperBound, range.upperBound)
+            } else {
+                merged.append(range)
+            }
+        }
+        return merged
+    }
+
+    /// Whether `text` holds a password.
+    public static func contains(_ text: String) -> Bool { !ranges(in: Array(text.utf8)).isEmpty }
+
+    /// `text` with every password replaced by `replacement`.
+    public static func redacted(_ text: String, replacement: String = "***") -> String {
+        let bytes = Array(text.utf8)
+        let found = ranges(in: bytes)
+        guard !found.isEmpty else { return text }
+        var result: [UInt8] = []
+        var position = 0
+        for range in found {
+            result += bytes[position..<range.lowerBound]
+            result += Array(replacement.utf8)
+            position = range.upperBound
+        }
+        result += bytes[position...]
+        return String(decoding: result, as: UTF8.self)
+    }
+
+    /// A message about `conninfo` (libpq quotes the piece of a string it
+    /// could not parse, which may be the password) with the passwords of
+    /// `conninfo`, and any other it holds, replaced by `***`.
+    public static func scrub(_ message: String, of conninfo: String) -> String {
+        var text = redacted(message)
+        let bytes = Array(conninfo.utf8)
+        // Longest first, so that a password inside another goes with it.
+        let secrets = ranges(in: bytes).map { String(decoding: bytes[$0], as: UTF8.self) }.filter { $0.count >= 3 }
+        for secret in secrets.sorted(by: { $0.count > $1.count }) {
+            text = text.replacingOccurrences(of: secret, with: "***")
+        }
+        return text
+    }
+
+    static func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || (0x09...0x0d).contains(byte) }
+
+    /// `scheme://USER:PASSWORD@…`: the user information ends, as libpq
+    /// reads it, at the first `@` before a `/`; a password holding a `/`
+    /// is found too (up to an `@` before any `?`).
+    static func urlPasswords(_ text: [UInt8]) -> [Range<Int>] {
+        var found: [Range<Int>] = []
+        var index = 0
+        while index + 2 < text.count {
+            guard text[index] == UInt8(ascii: ":"), text[index + 1] == UInt8(ascii: "/"),
+                text[index + 2] == UInt8(ascii: "/")
+            else {
+                index += 1
+                continue
+            }
+            let start = index + 3
+            var end = start
+            while end < text.count, !isSpace(text[end]) { end += 1 }
+            var at: Int?
+            for position in start..<end {
+                let byte = text[position]
+                if byte == UInt8(ascii: "@") {
+                    at = position
+                    break
+                }
+                if byte == UInt8(ascii: "?") || byte == UInt8(ascii: "#") { break }
+            }
+            if let at, let colon = text[start..<at].firstIndex(of: UInt8(ascii: ":")), colon + 1 < at {
+                found.append((colon + 1)..<at)
+            }
+            index = max(start, at ?? start)
+        }
+        return found
+    }
+
+    /// `password=VALUE` at the start of a word or after a URL's `?` or `&`;
+    /// a `key=value` string's value may be quoted ('…', with backslash escapes).
+    static func keywordPasswords(_ text: [UInt8]) -> [Range<Int>] {
+        let keyword = Array("password".utf8)
+        var found: [Range<Int>] = []
+        var index = 0
+        while index + keyword.count < text.count {
+            let before = index == 0 ? nil : text[index - 1]
+            let inURL = before == UInt8(ascii: "?") || before == UInt8(ascii: "&")
+            guard before.map(isSpace) ?? true || inURL,
+                zip(text[index..<(index + keyword.count)], keyword).allSatisfy({ $0 | 0x20 == $1 })
+            else {
+                index += 1
+                continue
+            }
+            var position = index + keyword.count
+            while position < text.count, isSpace(text[position]) { position += 1 }
+            guard position < text.count, text[position] == UInt8(ascii: "=") else {
+                index += 1
+                continue
+            }
+            position += 1
+            while !inURL, position < text.count, isSpace(text[position]) { position += 1 }
+            if !inURL, position < text.count, text[position] == UInt8(ascii: "'") {
+                var end = position + 1
+                while end < text.count, text[end] != UInt8(ascii: "'") {
+                    end += text[end] == UInt8(ascii: "\\") ? 2 : 1
+                }
+                end = min(end, text.count)
+                found.append((position + 1)..<end)
+                index = end
+                continue
+            }
+            var end = position
+            while end < text.count, !isSpace(text[end]),
+                !inURL || (text[end] != UInt8(ascii: "&") && text[end] != UInt8(ascii: "#"))
+            {
+                end += 1
+            }
+            found.append(position..<end)
+            index = max(end, index + 1)
+        }
+        return found
     }
 }

@@ -1,8 +1,8 @@
 import Foundation
 import Synchronization
 
-/// A `dbus-daemon` of the test's own, on a socket in a temporary directory,
-/// with a policy that lets any connection own any name and call anything.
+/// A `dbus-daemon` of the test's own, on a socket in a temporary directory
+/// that only this user can enter, admitting only this user's connections.
 /// Tests, benchmarks and `beaconbench --sim` never touch the machine's
 /// system or session bus.
 ///
@@ -11,26 +11,46 @@ import Synchronization
 /// defer { bus.stop() }
 /// let connection = try await BusConnection.connect(.address(bus.address))
 /// ```
-public final class PrivateBus: Sendable {
+public final class PrivateBus: CleanUp.Stoppable {
     /// The D-Bus address, `unix:path=…/bus`.
     public let address: String
-    /// The temporary directory holding the socket and configuration.
+    /// The temporary directory holding the socket and configuration: mode
+    /// 0700, every file in it 0600, whatever the umask.
     public let directory: String
     /// The daemon; spawned and reaped here, not by Foundation's `Process`,
-    /// so stopping never waits on a run loop.
+    /// so stopping never waits on a run loop. It leads a process group of
+    /// its own, which the simulator on this bus joins (see
+    /// `SimulatorProcess`).
     public let daemon: ChildProcess
 
-    private init(address: String, directory: String, daemon: ChildProcess) {
-        self.address = address
-        self.directory = directory
-        self.daemon = daemon
+    private var socketPath: String { directory + "/bus" }
+
+    /// Makes the directory and configuration and spawns the daemon (not
+    /// waiting for it).
+    private init(daemonPath: String) throws {
+        directory = try Self.makePrivateDirectory()
+        address = "unix:path=\(directory)/bus"
+        let configPath = directory + "/bus.conf"
+        do {
+            try Self.writePrivateFile(
+                configPath, Self.configuration(socketPath: directory + "/bus", user: getuid()))
+            daemon = try ChildProcess(
+                daemonPath, ["--config-file=\(configPath)", "--nofork", "--nopidfile", "--nosyslog"])
+        } catch {
+            try? FileManager.default.removeItem(atPath: directory)
+            throw error
+        }
     }
 
     deinit { stop() }
 
-    /// The daemon's configuration: a private listening socket, an open
-    /// policy, and limits high enough for the concurrency tests.
-    public static func configuration(socketPath: String) -> String {
+    /// The daemon's configuration: a private listening socket; only `user`
+    /// (this process's) may connect, and may own any name and send and
+    /// receive anything; no eavesdropping (a monitor of the same user,
+    /// `dbus-monitor` or `busctl monitor`, still works: dbus-daemon lets the
+    /// bus's own user call BecomeMonitor whatever the policy). Limits high
+    /// enough for the concurrency tests.
+    public static func configuration(socketPath: String, user: uid_t = getuid()) -> String {
         """
         <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
          "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
@@ -39,11 +59,16 @@ public final class PrivateBus: Sendable {
           <listen>unix:path=\(socketPath)</listen>
           <auth>EXTERNAL</auth>
           <policy context="default">
-            <allow user="*"/>
+            <deny user="*"/>
+            <allow user="\(user)"/>
+            <deny own="*"/>
+            <deny send_destination="*"/>
+            <deny receive_sender="*"/>
+          </policy>
+          <policy user="\(user)">
             <allow own="*"/>
-            <allow send_destination="*" eavesdrop="true"/>
+            <allow send_destination="*"/>
             <allow receive_sender="*"/>
-            <allow eavesdrop="true"/>
           </policy>
           <limit name="max_incoming_bytes">1000000000</limit>
           <limit name="max_outgoing_bytes">1000000000</limit>
@@ -60,31 +85,67 @@ public final class PrivateBus: Sendable {
     /// Starts `dbus-daemon` and waits until its socket accepts connections.
     /// - Throws: when `dbus-daemon` is missing or does not come up in 10 s.
     public static func start() throws -> PrivateBus {
-        let directory = FileManager.default.temporaryDirectory
-            .appendingPathComponent("beaconbench-bus-\(UUID().uuidString.prefix(8))").path
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let socketPath = directory + "/bus"
-        let configPath = directory + "/bus.conf"
-        try configuration(socketPath: socketPath).write(toFile: configPath, atomically: true, encoding: .utf8)
-
         guard
-            let daemon = ["/usr/bin/dbus-daemon", "/bin/dbus-daemon"].first(where: {
+            let daemonPath = ["/usr/bin/dbus-daemon", "/bin/dbus-daemon"].first(where: {
                 FileManager.default.isExecutableFile(atPath: $0)
             })
         else {
             throw LocalBusError("dbus-daemon is not installed (apt-get install dbus-daemon)")
         }
-        let process = try ChildProcess(
-            daemon, ["--config-file=\(configPath)", "--nofork", "--nopidfile", "--nosyslog"])
+        let bus = try CleanUp.register { try PrivateBus(daemonPath: daemonPath) }
         let deadline = Date().addingTimeInterval(10)
-        while !acceptsConnections(socketPath) {
-            guard process.isRunning, Date() < deadline else {
-                process.terminate()
-                throw LocalBusError("dbus-daemon did not listen on \(socketPath) within 10 s")
+        while !acceptsConnections(bus.socketPath) {
+            guard bus.daemon.isRunning, Date() < deadline else {
+                bus.stop()
+                throw LocalBusError("dbus-daemon did not listen on \(bus.socketPath) within 10 s")
             }
             usleep(2_000)
         }
-        return PrivateBus(address: "unix:path=\(socketPath)", directory: directory, daemon: process)
+        // The daemon made its socket under our umask; the directory, 0700,
+        // kept it private meanwhile.
+        chmod(bus.socketPath, 0o600)
+        return bus
+    }
+
+    /// A new directory `beaconbench-bus-XXXXXXXX` in the temporary
+    /// directory, mode 0700 whatever the umask; never one that was there.
+    private static func makePrivateDirectory() throws -> String {
+        let parent = FileManager.default.temporaryDirectory.path
+        for _ in 0..<16 {
+            let path = parent + "/beaconbench-bus-\(UUID().uuidString.prefix(8))"
+            if mkdir(path, 0o700) == 0 {
+                guard chmod(path, 0o700) == 0 else {
+                    let reason = String(cString: strerror(errno))
+                    rmdir(path)
+                    throw LocalBusError("cannot make \(path) private: \(reason)")
+                }
+                return path
+            }
+            if errno != EEXIST {
+                throw LocalBusError("cannot make a directory in \(parent): \(String(cString: strerror(errno)))")
+            }
+        }
+        throw LocalBusError("cannot make a new directory in \(parent)")
+    }
+
+    /// Writes a new file, mode 0600 whatever the umask, never through a
+    /// link or over a file that was there.
+    private static func writePrivateFile(_ path: String, _ text: String) throws {
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw LocalBusError("cannot write \(path): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        guard fchmod(fd, 0o600) == 0 else {
+            throw LocalBusError("cannot make \(path) private: \(String(cString: strerror(errno)))")
+        }
+        var bytes = Array(text.utf8)[...]
+        while !bytes.isEmpty {
+            let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if written < 0, errno == EINTR { continue }
+            guard written > 0 else {
+                throw LocalBusError("cannot write \(path): \(String(cString: strerror(errno)))")
+            }
+            bytes = bytes.dropFirst(written)
+        }
     }
 
     /// True once something listens on the socket (the file appears at
@@ -110,15 +171,35 @@ public final class PrivateBus: Sendable {
     private let stopped = Mutex(false)
 
     /// Stops the daemon (SIGTERM, then reaps it) and removes its directory.
-    /// Safe to call more than once.
+    /// Safe to call from any thread and more than once: a second caller
+    /// waits until the first is done.
     public func stop() {
-        let alreadyStopped = stopped.withLock { stopped in
-            defer { stopped = true }
-            return stopped
+        stopped.withLock { stopped in
+            guard !stopped else { return }
+            daemon.terminate()
+            try? FileManager.default.removeItem(atPath: directory)
+            stopped = true
         }
-        guard !alreadyStopped else { return }
-        daemon.terminate()
-        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// The daemon stopped (SIGSTOP): the bus carries nothing more, and no
+    /// client sees it go.
+    public func freezeBeforeExit() {
+        stopped.withLock { stopped in
+            if !stopped { daemon.send(SIGSTOP) }
+        }
+    }
+
+    /// The directory removed, then the daemon killed (SIGKILL ends it even
+    /// frozen) and not waited for: the process exits next, and clients
+    /// that would see the bus go have no time to.
+    public func stopBeforeExit() {
+        stopped.withLock { stopped in
+            guard !stopped else { return }
+            try? FileManager.default.removeItem(atPath: directory)
+            daemon.send(SIGKILL)
+            stopped = true
+        }
     }
 
     /// The environment a stock client (busctl, gdbus, bluetoothctl, Python)
@@ -132,16 +213,33 @@ public final class PrivateBus: Sendable {
 }
 
 /// A child process started with posix_spawn and reaped here.
-public final class ChildProcess: Sendable {
+public final class ChildProcess: CleanUp.Stoppable {
     public let pid: pid_t
     private let reaped = Mutex(false)
 
     /// Starts `path` with `arguments`; standard output to `standardOutput`
-    /// (a file path) or /dev/null, the other streams to /dev/null.
+    /// (a file path) or /dev/null, the other streams to /dev/null;
+    /// `descriptor`, when given, as its descriptor 3; in the process group
+    /// `processGroup` (0: a new one of its own).
     public init(
-        _ path: String, _ arguments: [String], standardOutput: String? = nil, standardError: String? = nil
+        _ path: String, _ arguments: [String], standardOutput: String? = nil, standardError: String? = nil,
+        descriptor: Int32? = nil, processGroup: pid_t = 0
     ) throws {
-        pid = try spawn(path, arguments, standardOutput: standardOutput, standardError: standardError)
+        pid = try spawn(
+            path, arguments, standardOutput: standardOutput, standardError: standardError, descriptor: descriptor,
+            processGroup: processGroup)
+    }
+
+    /// `terminate()`: what `CleanUp.stopAllBeforeExit` does to a child
+    /// registered.
+    public func stop() { terminate() }
+
+    /// Sends `signal`, unless the process has been reaped (its pid may be
+    /// another process's by then).
+    public func send(_ signal: Int32) {
+        reaped.withLock { reaped in
+            if !reaped { kill(pid, signal) }
+        }
     }
 
     /// SIGTERM, then the exit status as `waitpid` reports it (nil when it
@@ -207,9 +305,11 @@ public final class ChildProcess: Sendable {
 }
 
 /// Starts a program with posix_spawn; standard input from /dev/null, the
-/// output streams to the files given or /dev/null.
+/// output streams to the files given or /dev/null (made 0600: the umask can
+/// only take bits away), `descriptor` as descriptor 3.
 func spawn(
-    _ path: String, _ arguments: [String], standardOutput: String? = nil, standardError: String? = nil
+    _ path: String, _ arguments: [String], standardOutput: String? = nil, standardError: String? = nil,
+    descriptor: Int32? = nil, processGroup: pid_t = 0
 ) throws -> pid_t {
     var actions = posix_spawn_file_actions_t()
     posix_spawn_file_actions_init(&actions)
@@ -219,6 +319,17 @@ func spawn(
         &actions, 1, standardOutput ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
     posix_spawn_file_actions_addopen(
         &actions, 2, standardError ?? "/dev/null", O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    var moved: Int32 = -1
+    defer { if moved >= 0 { close(moved) } }
+    if var descriptor {
+        // dup2 onto 3 clears close-on-exec, except when it is 3 already.
+        if descriptor == 3 {
+            moved = fcntl(descriptor, F_DUPFD_CLOEXEC, 10)
+            guard moved >= 0 else { throw LocalBusError("cannot pass a descriptor to \(path)") }
+            descriptor = moved
+        }
+        posix_spawn_file_actions_adddup2(&actions, descriptor, 3)
+    }
     // The calling thread may be a dispatch worker with every signal
     // blocked; the child must start with none blocked and default handlers,
     // or it would never see SIGTERM.
@@ -231,9 +342,10 @@ func spawn(
     sigfillset(&defaultSignals)
     posix_spawnattr_setsigmask(&attributes, &noSignals)
     posix_spawnattr_setsigdefault(&attributes, &defaultSignals)
-    // A process group of its own: Ctrl-C at a terminal (SIGINT to the
-    // foreground group) is for beaconbench, not for its bus or simulator.
-    posix_spawnattr_setpgroup(&attributes, 0)
+    // A process group of its own (or the one given): Ctrl-C at a terminal
+    // (SIGINT to the foreground group) is for beaconbench, not for its bus
+    // or simulator.
+    posix_spawnattr_setpgroup(&attributes, processGroup)
     posix_spawnattr_setflags(
         &attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
     let argv = ([path] + arguments).map { strdup($0) } + [nil]

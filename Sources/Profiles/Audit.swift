@@ -1,5 +1,6 @@
 import Foundation
 import SBeaconProtocol
+import SafeText
 
 /// What is known of one beacon for an audit, from whichever source: the
 /// inventory (offline), a live read, or adverts alone. Unknown fields are
@@ -10,6 +11,8 @@ public struct AuditSubject: Sendable, Equatable {
     public var assignedProfile: String?
     public var battery: UInt8?
     public var firmware: FirmwareVersion?
+    /// The Firmware Revision string as read live, when it is not a version.
+    public var unreadableFirmware: String?
     public var calibrated: Bool?
     public var calibratedAt: Date?
     public var calibrationVector: Vector?
@@ -48,6 +51,8 @@ public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible 
     case unknownProfile(String)
     case batteryLow(percent: Int, minimum: Int)
     case firmwareOld(version: String, minimum: String)
+    /// Its Firmware Revision string is not MAJOR.MINOR.PATCH.
+    case firmwareUnreadable(revision: String)
     case notCalibrated
     case calibrationTooOld(days: Int, maximum: Int)
     case calibrationImplausible(magnitude: Int)
@@ -67,6 +72,7 @@ public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible 
         case .unknownProfile: "unknown-profile"
         case .batteryLow: "battery-low"
         case .firmwareOld: "firmware-old"
+        case .firmwareUnreadable: "firmware-unreadable"
         case .notCalibrated: "not-calibrated"
         case .calibrationTooOld: "calibration-old"
         case .calibrationImplausible: "calibration-implausible"
@@ -85,6 +91,8 @@ public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible 
         case .unknownProfile(let name): "profile '\(name)' does not exist"
         case .batteryLow(let percent, let minimum): "battery \(percent) % is below \(minimum) %"
         case .firmwareOld(let version, let minimum): "firmware \(version) is older than \(minimum)"
+        case .firmwareUnreadable(let revision):
+            "firmware revision '\(DeviceInformationText.excerpt(revision))' is not a version (MAJOR.MINOR.PATCH)"
         case .notCalibrated: "not calibrated"
         case .calibrationTooOld(let days, let maximum): "calibrated \(days) days ago (at most \(maximum))"
         case .calibrationImplausible(let magnitude): "calibration vector |g| = \(magnitude) mG is outside 1000 ± 150 mG"
@@ -136,6 +144,8 @@ public enum Auditor {
         if let firmware = subject.firmware, firmware < requirements.minimumFirmware {
             findings.append(
                 .firmwareOld(version: firmware.description, minimum: requirements.minimumFirmware.description))
+        } else if subject.firmware == nil, let revision = subject.unreadableFirmware {
+            findings.append(.firmwareUnreadable(revision: revision))
         }
         if requirements.calibrationRequired, subject.calibrated == false {
             findings.append(.notCalibrated)
@@ -240,23 +250,16 @@ public enum Auditor {
 }
 
 /// Audit findings as CSV (one row per finding, clean devices as one row
-/// with code `ok`) and JSON.
+/// with code `ok`; protected as `CSV` says) and JSON (exact, and safe on a
+/// terminal).
 public enum AuditExport {
     public static func csv(_ reports: [AuditReport]) -> String {
-        var lines = ["address,profile,code,finding"]
+        var rows: [[String]] = []
         for report in reports {
-            let rows = report.findings.isEmpty ? [("ok", "")] : report.findings.map { ($0.code, $0.description) }
-            for (code, text) in rows {
-                lines.append([report.address, report.profile ?? "", code, text].map(csvField).joined(separator: ","))
-            }
+            let findings = report.findings.isEmpty ? [("ok", "")] : report.findings.map { ($0.code, $0.description) }
+            for (code, text) in findings { rows.append([report.address, report.profile ?? "", code, text]) }
         }
-        return lines.joined(separator: "\n") + "\n"
-    }
-
-    /// RFC 4180 quoting.
-    public static func csvField(_ text: String) -> String {
-        guard text.contains(where: { $0 == "," || $0 == "\"" || $0 == "\n" || $0 == "\r" }) else { return text }
-        return "\"" + text.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        return CSV.document(header: ["address", "profile", "code", "finding"], rows: rows)
     }
 
     public static func json(_ reports: [AuditReport]) throws -> String {
@@ -276,6 +279,6 @@ public enum AuditExport {
                 address: report.address, profile: report.profile,
                 findings: report.findings.map { Row.Finding(code: $0.code, text: $0.description) })
         }
-        return String(decoding: try encoder.encode(rows), as: UTF8.self)
+        return JSONText.safe(String(decoding: try encoder.encode(rows), as: UTF8.self))
     }
 }

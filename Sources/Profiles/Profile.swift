@@ -1,5 +1,6 @@
 import Foundation
 import SBeaconProtocol
+import SafeText
 
 /// A named threshold profile: what a car's, a van's or a truck's beacon
 /// must hold, and what it must meet. One JSON file per profile in
@@ -65,11 +66,36 @@ public struct ProfileError: Error, Sendable, Equatable, CustomStringConvertible 
     public var message: String
 
     public var description: String {
-        keyPath.isEmpty ? "\(file): \(message)" : "\(file): \(keyPath): \(message)"
+        keyPath.isEmpty ? "\(file): \(message)" : "\(file): \(Visible.text(keyPath, limit: 80)): \(message)"
     }
 }
 
 public enum ProfileLoader {
+    /// What a profile may not exceed (docs/profiles.md, "Limits"); each is
+    /// an error naming the file and key.
+    public enum Limits {
+        /// The file.
+        public static let fileBytes = 1 << 20
+        /// The description, in characters.
+        public static let descriptionCharacters = 1000
+        /// A profile's name (its file name without `.json`): letters,
+        /// digits, `-` and `_`.
+        public static let nameCharacters = 64
+        /// Profile files in one directory.
+        public static let filesPerDirectory = 1000
+    }
+
+    /// A value from the file as a message quotes it: bounded and visible.
+    static func quoted(_ text: some StringProtocol) -> String { "'" + Visible.text(text, limit: 60) + "'" }
+
+    /// Whether `name` can name a profile: what `apply NAME` can write.
+    public static func isValidName(_ name: String) -> Bool {
+        !name.isEmpty && name.count <= Limits.nameCharacters
+            && name.unicodeScalars.allSatisfy {
+                $0.isASCII && ($0.properties.isAlphabetic || ("0"..."9").contains($0) || $0 == "-" || $0 == "_")
+            }
+    }
+
     /// Loads one profile file, checking every key.
     /// - Throws: `ProfileError` naming the file, the key path and the rule.
     public static func load(_ path: String) throws -> Profile {
@@ -78,15 +104,26 @@ public enum ProfileLoader {
         guard url.pathExtension == "json" else {
             throw ProfileError(file: path, keyPath: "", message: "a profile is a .json file")
         }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw ProfileError(file: path, keyPath: "", message: "cannot be read")
+        guard isValidName(name) else {
+            throw ProfileError(
+                file: path, keyPath: "",
+                message: "a profile's name (its file name) is 1–\(Limits.nameCharacters) letters, digits, - or _")
         }
-        return try parse(data, name: name, file: path)
+        let bytes: [UInt8]
+        do {
+            bytes = try BoundedFile.read(path, limit: Limits.fileBytes)
+        } catch {
+            throw ProfileError(file: path, keyPath: "", message: "\(error) (a profile is at most 1 MiB)")
+        }
+        return try parse(Data(bytes), name: name, file: path)
     }
 
     /// Checks a profile's text as if read from `file` (the name is the
     /// file's without `.json`).
     public static func parse(_ data: Data, name: String, file path: String) throws -> Profile {
+        guard data.count <= Limits.fileBytes else {
+            throw ProfileError(file: path, keyPath: "", message: "larger than 1 MiB (a profile is at most 1 MiB)")
+        }
         let object: Any
         do {
             object = try JSONSerialization.jsonObject(with: data, options: [])
@@ -105,7 +142,13 @@ public enum ProfileLoader {
         var profiles: [String: Profile] = [:]
         for directory in directories {
             guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { continue }
-            for file in names.sorted() where file.hasSuffix(".json") {
+            let files = names.filter { $0.hasSuffix(".json") }
+            guard files.count <= Limits.filesPerDirectory else {
+                throw ProfileError(
+                    file: directory, keyPath: "",
+                    message: "holds \(files.count) profiles; at most \(Limits.filesPerDirectory) are read")
+            }
+            for file in files.sorted() {
                 let profile = try load(directory + "/" + file)
                 profiles[profile.name] = profile
             }
@@ -141,6 +184,7 @@ public enum ProfileLoader {
         func object(_ value: Any, _ path: String, allowed: [String]) throws -> [String: Any] {
             guard let object = value as? [String: Any] else { throw fail(path, "must be an object") }
             for key in object.keys.sorted() where !allowed.contains(key) {
+                // The key is from the file: `ProfileError` shows it bounded.
                 throw fail(
                     path.isEmpty ? key : "\(path).\(key)",
                     "unknown key (allowed here: \(allowed.joined(separator: ", ")))")
@@ -195,6 +239,11 @@ public enum ProfileLoader {
                 value, "", allowed: ["description", "driving_behaviour", "requirements", "identity"])
             let description = try required(
                 try string(top, "description", ""), "description", "a sentence saying what the profile is for")
+            guard description.count <= Limits.descriptionCharacters else {
+                throw fail(
+                    "description",
+                    "\(description.count) characters; at most \(Limits.descriptionCharacters) (a sentence or two)")
+            }
 
             let drivingValue = try required(top["driving_behaviour"], "driving_behaviour", "the thresholds")
             let driving = try object(
@@ -227,10 +276,10 @@ public enum ProfileLoader {
                     default: nil
                     }
                 guard let flag else {
-                    throw fail("driving_behaviour.enabled[\(index)]", "\(item) is not one of DB, HP, LP")
+                    throw fail("driving_behaviour.enabled[\(index)]", "\(quoted("\(item)")) is not one of DB, HP, LP")
                 }
                 guard !enable.contains(flag) else {
-                    throw fail("driving_behaviour.enabled[\(index)]", "\(item) is listed twice")
+                    throw fail("driving_behaviour.enabled[\(index)]", "\(quoted("\(item)")) is listed twice")
                 }
                 enable.insert(flag)
             }
@@ -249,7 +298,7 @@ public enum ProfileLoader {
                 try string(requirementsObject, "minimum_firmware", "requirements"), "requirements.minimum_firmware",
                 "a version like 1.0.8")
             guard let firmware = try? FirmwareVersion(firmwareText) else {
-                throw fail("requirements.minimum_firmware", "'\(firmwareText)' is not MAJOR.MINOR.PATCH")
+                throw fail("requirements.minimum_firmware", "\(quoted(firmwareText)) is not MAJOR.MINOR.PATCH")
             }
             let calibrationRequired = try required(
                 try bool(requirementsObject, "calibration_required", "requirements"),
@@ -266,7 +315,7 @@ public enum ProfileLoader {
                     "0–65535")
                 let minorText = try string(identityObject, "minor", "identity") ?? "sequential"
                 guard let minor = Profile.IdentityRule.MinorRule(rawValue: minorText) else {
-                    throw fail("identity.minor", "'\(minorText)' is not one of sequential, keep")
+                    throw fail("identity.minor", "\(quoted(minorText)) is not one of sequential, keep")
                 }
                 identity = Profile.IdentityRule(major: UInt16(major), minor: minor)
             }

@@ -96,7 +96,9 @@ public struct MACEnding: Hashable, Sendable, Codable, CustomStringConvertible {
     public init(address: String) throws {
         let parts = address.split(separator: ":")
         guard parts.count == 6, let octets = Optional(parts.compactMap { UInt8($0, radix: 16) }), octets.count == 6
-        else { throw ProtocolError("MAC address", "'\(address)' is not six hex octets") }
+        else {
+            throw ProtocolError("MAC address", "'\(DeviceInformationText.excerpt(address))' is not six hex octets")
+        }
         bytes = Array(octets.suffix(4))
     }
 
@@ -119,7 +121,8 @@ public struct FirmwareVersion: Hashable, Sendable, Codable, Comparable, CustomSt
     public init(_ text: String) throws {
         let parts = text.split(separator: ".", omittingEmptySubsequences: false).map { UInt8($0) }
         guard parts.count == 3, let major = parts[0], let minor = parts[1], let patch = parts[2] else {
-            throw ProtocolError("firmware revision", "'\(text)' is not MAJOR.MINOR.PATCH")
+            throw ProtocolError(
+                "firmware revision", "'\(DeviceInformationText.excerpt(text))' is not MAJOR.MINOR.PATCH")
         }
         self.init(major: major, minor: minor, patch: patch)
     }

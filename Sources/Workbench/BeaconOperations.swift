@@ -41,7 +41,10 @@ public struct BeaconInfo: Sendable, Equatable {
     public var model: String
     public var serial: String
     public var hardwareRevision: String
-    public var firmware: FirmwareVersion
+    /// The Firmware Revision string as sent (up to a NUL, 512 bytes at most).
+    public var firmwareRevision: String
+    /// That string as a version; nil when it is not MAJOR.MINOR.PATCH.
+    public var firmware: FirmwareVersion?
     public var battery: UInt8
     public var uptime: UInt32
     public var timeOffset: Int64
@@ -181,7 +184,7 @@ public struct SBeacon: Sendable {
             model: try await readString(SBeaconUUID.modelNumber),
             serial: try await readString(SBeaconUUID.serialNumber),
             hardwareRevision: try await readString(SBeaconUUID.hardwareRevision),
-            firmware: try decode("read the firmware revision") { try FirmwareVersion(firmwareText) },
+            firmwareRevision: firmwareText, firmware: try? FirmwareVersion(firmwareText),
             battery: try await readBattery(),
             uptime: try await readUptime(),
             timeOffset: try await readTimeOffset(),

@@ -619,9 +619,14 @@ public actor FleetRunner {
                 ? (.ok, "battery \(battery) %") : (.skipped, "battery \(battery) % is below \(minimum) %")
         case .requireFirmware(let minimum):
             let text = try await beacon.readFirmwareRevision()
-            let version = (try? FirmwareVersion(text)) ?? FirmwareVersion(major: 0, minor: 0, patch: 0)
+            guard let version = try? FirmwareVersion(text) else {
+                return (
+                    .skipped,
+                    "firmware revision '\(DeviceInformationText.excerpt(text))' is not a version (MAJOR.MINOR.PATCH)"
+                )
+            }
             return version >= minimum
-                ? (.ok, "firmware \(version)") : (.skipped, "firmware \(text) is older than \(minimum)")
+                ? (.ok, "firmware \(version)") : (.skipped, "firmware \(version) is older than \(minimum)")
         case .syncTime:
             if dryRun {
                 let stored = try await beacon.readTimeOffset()
@@ -814,7 +819,16 @@ public actor FleetRunner {
     static func describe(_ info: BeaconInfo) -> String {
         let calibration = info.calibration
         let pending = info.tripInformation
-        return "\(info.model) \(info.serial) hw \(info.hardwareRevision), firmware \(info.firmware), "
+        // The device's own strings, cut short for a line (the inventory
+        // keeps them whole).
+        let model = DeviceInformationText.excerpt(info.model, limit: 64)
+        let serial = DeviceInformationText.excerpt(info.serial, limit: 64)
+        let hardware = DeviceInformationText.excerpt(info.hardwareRevision, limit: 64)
+        let firmware =
+            info.firmware?.description
+            ?? "'\(DeviceInformationText.excerpt(info.firmwareRevision))' (not a version)"
+        let head: String = "\(model) \(serial) hw \(hardware), firmware \(firmware), "
+        return head
             + "battery \(info.battery) %, identity \(info.identity.major).\(info.identity.minor), "
             + (calibration.calibrated
                 ? "calibrated (\(calibration.vector.x), \(calibration.vector.y), \(calibration.vector.z) mG)"

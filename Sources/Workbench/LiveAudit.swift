@@ -9,6 +9,7 @@ extension AuditSubject {
         self.init(address: address)
         battery = info.battery
         firmware = info.firmware
+        if info.firmware == nil { unreadableFirmware = info.firmwareRevision }
         calibrated = info.calibration.calibrated
         if info.calibration.calibrated, info.timeOffset != 0 {
             let epochMilliseconds = BeaconTime.epochMilliseconds(

@@ -3,6 +3,7 @@ import DBusBinding
 import Foundation
 import Profiles
 import SBeaconProtocol
+import SafeText
 
 /// What the fuzzer feeds bytes to: every decoder of input from outside
 /// (files, adverts, notifications, bus messages). Each must answer with a
@@ -10,6 +11,14 @@ import SBeaconProtocol
 enum FuzzTarget: String, CaseIterable {
     case batch, profile, records, adverts
     case dbusValue = "dbus-value"
+    /// The display function (`Visible`): what reaches a terminal.
+    case display
+    /// The CSV writer and the JSON escaping of exports.
+    case csv
+    /// Batch variables: `set` lines defined through each other, expanded.
+    case expansion
+    /// Device Information strings as a device sends them.
+    case gattText = "gatt-text"
 
     func exercise(_ bytes: [UInt8]) {
         switch self {
@@ -43,7 +52,60 @@ enum FuzzTarget: String, CaseIterable {
             }
         case .dbusValue:
             _ = try? WireMessage.decodeBody(marshalled: bytes)
+        case .display:
+            // The first byte bounds the length; the rest is the text.
+            let limit = Int(bytes.first ?? 0) + 1
+            let text = String(decoding: bytes.dropFirst(), as: UTF8.self)
+            Self.checkVisible(Visible.text(text, limit: limit), limit: limit)
+            Self.checkVisible(Visible.bytes(bytes.dropFirst(), limit: limit), limit: limit)
+            Self.checkVisible(Visible.window(text, column: limit, radius: 10), limit: 30)
+            let once = Visible.text(text, limit: nil)
+            Self.require(Visible.text(once, limit: nil) == once, "Visible.text is not idempotent")
+        case .csv:
+            let text = String(decoding: bytes, as: UTF8.self)
+            let field = CSV.field(text)
+            let unquoted = field.hasPrefix("\"") ? field.dropFirst() : field[...]
+            if let first = unquoted.unicodeScalars.first {
+                Self.require(!"=+-@\t\r".unicodeScalars.contains(first), "a CSV cell starts with \(first)")
+            }
+            Self.require(field.unicodeScalars.allSatisfy(Visible.isShownAsIs), "a CSV cell holds a control character")
+            let json = JSONText.string(text)
+            Self.require(json.unicodeScalars.allSatisfy(Visible.isShownAsIs), "JSON holds a control character")
+            let decoded = try? JSONSerialization.jsonObject(with: Data("[\(json)]".utf8)) as? [String]
+            Self.require(decoded == [text], "JSON does not give the text back")
+        case .expansion:
+            // Each byte defines a variable through earlier ones: bits pick
+            // which and how often; the batch ends using the last.
+            var lines = ["set v0 0123456789"]
+            for (index, byte) in bytes.prefix(40).enumerated() {
+                let uses = (0...index).filter { byte & (1 << ($0 % 8)) != 0 }.map { "${v\($0)}" }
+                let repeats = Int(byte >> 5) + 1
+                lines.append("set v\(index + 1) " + String(repeating: uses.joined(), count: repeats))
+            }
+            lines.append("require firmware>=${v\(min(bytes.count, 40))}")
+            // The same code with smaller bounds, so that each run is quick.
+            var parser = BatchParser(file: "fuzz.batch", overrides: [:], profiles: ["car"])
+            parser.limits.expandedLineCharacters = 2048
+            parser.limits.expansionCharacters = 16 * 1024
+            _ = try? parser.parse(lines.joined(separator: "\n"))
+        case .gattText:
+            let text = DeviceInformationText.decode(bytes)
+            Self.require(text.utf8.count <= DeviceInformationText.maximumLength * 3, "unbounded text")
+            Self.checkVisible(Visible.text(text), limit: Visible.defaultLimit)
+            _ = try? FirmwareVersion(text)
         }
+    }
+
+    /// Stops the fuzzer (a crash it records) when `condition` fails.
+    static func require(_ condition: Bool, _ message: @autoclosure () -> String) {
+        guard condition else { fatalError(message()) }
+    }
+
+    /// Nothing a terminal acts on, and no more than `limit` characters shown
+    /// (each at most 10 characters of escape) plus the cut mark.
+    static func checkVisible(_ shown: String, limit: Int) {
+        require(shown.unicodeScalars.allSatisfy(Visible.isShownAsIs), "a control character reached the screen")
+        require(shown.count <= limit * 10 + 40, "\(shown.count) characters shown for a limit of \(limit)")
     }
 
     /// Valid inputs to start from, written by `beaconbench-fuzz seed`.
@@ -95,6 +157,19 @@ enum FuzzTarget: String, CaseIterable {
                         firmware: FirmwareVersion(major: 1, minor: 0, patch: 8), configCRC: 0x1234
                     ).bytes,
                 [2] + Array("A1:B2:A3:B5:C7:D9".utf8),
+            ]
+        case .display, .csv:
+            return [
+                Array("\u{40}SUM(1)\u{1B}]0;pwned\u{07}\u{1B}[2J1.0.8".utf8), Array("=cmd|' /C calc'!A0".utf8),
+                [0x10, 0xFF, 0xC0, 0x80, 0x1B, 0x00, 0x1B, 0x5B, 0x33, 0x31, 0x6D],
+                Array("abc\u{202E}fed\u{9B}2J".utf8),
+                Array("plain SBeacon, \"quoted\"\r\nnext".utf8),
+            ]
+        case .expansion: return [[0x01, 0x03, 0x07], [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF], [0x00]]
+        case .gattText:
+            return [
+                Array("1.0.8".utf8), Array("SB-1\u{0}\u{0}\u{0}".utf8), [0x1B, 0x5D, 0x30, 0x3B, 0x07, 0x00, 0x1B],
+                Array(repeating: 0x41, count: 600),
             ]
         case .dbusValue:
             let map: BusValue = .propertyMap(["RSSI": .int16(-60), "Name": .string("SBeacon")])

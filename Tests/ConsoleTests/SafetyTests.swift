@@ -7,7 +7,9 @@ struct SafetyTests {
     /// Every seed and every input that ever crashed a fuzz target, replayed
     /// through the same code (the replayer is beaconbench-fuzz built
     /// normally; scripts/fuzz builds it with libFuzzer).
-    @Test(arguments: ["batch", "profile", "records", "adverts", "dbus-value"])
+    @Test(arguments: [
+        "batch", "profile", "records", "adverts", "dbus-value", "display", "csv", "expansion", "gatt-text",
+    ])
     func savedFuzzInputsStillPass(target: String) async throws {
         let fuzz = ConsoleFixture.repository + "/Tests/Fuzz"
         let replay = try await runTool(

@@ -227,7 +227,7 @@ struct InventoryAuditTests {
         #expect(reports[1].findings == [.batteryLow(percent: 10, minimum: 30), .neverReadBack])
         let csv = try await inventory.deviceTable().csv()
         #expect(csv.hasPrefix("address,mac_ending,major,minor,"))
-        #expect(csv.split(separator: "\n").count == 3)
+        #expect(csv.split(separator: "\r\n").count == 3)
         let json = try await inventory.deviceTable().json()
         let decoded = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]]
         #expect(decoded?.count == 2)

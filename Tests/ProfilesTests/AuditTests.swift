@@ -98,13 +98,9 @@ struct AuditTests {
             Auditor.audit($0, profiles: ["van": Self.van], now: Self.now)
         }
         #expect(
-            AuditExport.csv(reports) == """
-                address,profile,code,finding
-                C1:00:00:00:00:01,van,ok,
-                C1:00:00:00:00:02,van,battery-low,battery 5 % is below 30 %
-
-                """)
-        #expect(AuditExport.csvField("a,\"b\"") == "\"a,\"\"b\"\"\"")
+            AuditExport.csv(reports)
+                == "address,profile,code,finding\r\nC1:00:00:00:00:01,van,ok,\r\n"
+                + "C1:00:00:00:00:02,van,battery-low,battery 5 % is below 30 %\r\n")
         let json = try AuditExport.json(reports)
         #expect(json.contains("\"code\" : \"battery-low\""))
     }

@@ -64,11 +64,11 @@ struct ProfileTests {
         ),
         (
             valid.replacingOccurrences(of: #"["DB"]"#, with: #"["DB", "XX"]"#),
-            "driving_behaviour.enabled[1]: XX is not one of DB, HP, LP"
+            "driving_behaviour.enabled[1]: 'XX' is not one of DB, HP, LP"
         ),
         (
             valid.replacingOccurrences(of: #"["DB"]"#, with: #"["DB", "DB"]"#),
-            "driving_behaviour.enabled[1]: DB is listed twice"
+            "driving_behaviour.enabled[1]: 'DB' is listed twice"
         ),
         (
             valid.replacingOccurrences(of: #""minimum_firmware": "1.0.7""#, with: #""minimum_firmware": "1.0""#),

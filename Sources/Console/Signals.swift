@@ -1,0 +1,103 @@
+import Foundation
+import LocalBus
+import Synchronization
+
+/// SIGTERM, SIGHUP and SIGPIPE (standard output or error closed, as under
+/// `| head -1`): beaconbench stops what it started (the private bus and
+/// simulator of `--sim`, through `CleanUp.stopAllBeforeExit`: the bus
+/// frozen first, so that the run sees nothing go), puts the terminal back
+/// as it found it, and exits with 128 + the signal's number (143, 129,
+/// 141), printing nothing more. A run cut short so is marked `interrupted`
+/// by the next beaconbench to open the inventory, as after a crash.
+/// (SIGINT is `Interrupts`', which ends here too when there is nothing left
+/// to stop.)
+///
+/// Should beaconbench follow its own parent (PR_SET_PDEATHSIG)? No: a
+/// closed terminal sends SIGHUP, a parent gone closes the pipes it gave
+/// (end of input, then SIGPIPE on output), and otherwise a process whose
+/// parent has gone runs on, as any Unix command does (nohup). Its children
+/// follow it, whatever ends it: see `SimulatorProcess`.
+enum Signals {
+    /// Installs the handlers, once; `Interrupts` does it as it starts.
+    static func install() { _ = installed }
+
+    /// The sources, kept for the life of the process (set once, then only
+    /// held).
+    nonisolated(unsafe) private static let installed: [any DispatchSourceProtocol] = {
+        _ = savedTerminal
+        var sources: [any DispatchSourceProtocol] = []
+        // SIGTERM and SIGHUP come to the process: a dispatch source gets
+        // them (libdispatch blocks them and reads a signalfd).
+        for number in [SIGTERM, SIGHUP] {
+            signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler { leave(128 + number) }
+            source.resume()
+            sources.append(source)
+        }
+        // SIGPIPE comes to the thread that wrote, and a dispatch source
+        // never sees it (its signalfd reads only the process's and its
+        // own thread's signals; tried: writes to a closed pipe from the
+        // main thread, a Task and a Thread all went unreported). A handler
+        // of our own, which runs on the writing thread, writes a byte to a
+        // socket that a read source watches. (The write itself then fails
+        // with EPIPE, which `Terminal.emit` ignores.)
+        var ends: [Int32] = [-1, -1]
+        let kind = Int32(SOCK_STREAM.rawValue | SOCK_CLOEXEC.rawValue | SOCK_NONBLOCK.rawValue)
+        guard socketpair(AF_UNIX, kind, 0, &ends) == 0 else { return sources }
+        pipeWake = ends[1]
+        let source = DispatchSource.makeReadSource(fileDescriptor: ends[0], queue: .global())
+        source.setEventHandler { leave(128 + SIGPIPE) }
+        source.resume()
+        sources.append(source)
+        signal(SIGPIPE) { _ in
+            let saved = errno
+            var byte: UInt8 = 1
+            _ = send(pipeWake, &byte, 1, Int32(MSG_DONTWAIT | MSG_NOSIGNAL))
+            errno = saved
+        }
+        return sources
+    }()
+
+    /// The socket the SIGPIPE handler writes to: set once, before the
+    /// handler is installed, and only read after.
+    nonisolated(unsafe) private static var pipeWake: Int32 = -1
+
+    /// The terminal's settings before readline changed them.
+    private static let savedTerminal: termios? = {
+        guard isatty(0) == 1 else { return nil }
+        var settings = termios()
+        return tcgetattr(0, &settings) == 0 ? settings : nil
+    }()
+
+    private static let leaving = Mutex(false)
+
+    /// Stops what was started, restores the terminal and exits with
+    /// `status`, printing nothing more. The first caller does it; any other
+    /// waits for the exit.
+    static func leave(_ status: Int32) -> Never {
+        let first = leaving.withLock { leaving in
+            defer { leaving = true }
+            return !leaving
+        }
+        guard first else {
+            while true { sleep(60) }
+        }
+        // Silence: the run, cut short, would report the bus going away.
+        let null = open("/dev/null", O_WRONLY | O_CLOEXEC)
+        if null >= 0 {
+            dup2(null, 1)
+            dup2(null, 2)
+        }
+        if var settings = savedTerminal {
+            // Even from the background: SIGTTOU blocked on this thread.
+            var block = sigset_t()
+            sigemptyset(&block)
+            sigaddset(&block, SIGTTOU)
+            pthread_sigmask(SIG_BLOCK, &block, nil)
+            tcsetattr(0, TCSANOW, &settings)
+        }
+        CleanUp.stopAllBeforeExit()
+        _exit(status)
+    }
+}
