@@ -75,15 +75,22 @@ public func runToolBlocking(
     let group = DispatchGroup()
     for (pipe, isError) in [(outPipe, false), (errPipe, true)] {
         group.enter()
-        DispatchQueue.global().async {
+        // A thread of its own: blocking reads on Dispatch's global pool
+        // (as many threads as cores) can starve the timeout below.
+        Thread.detachNewThread {
             let data = pipe.fileHandleForReading.readDataToEndOfFile()
             collected.store(data, isError: isError)
             group.leave()
         }
     }
-    let killer = DispatchWorkItem { if process.isRunning { process.terminate() } }
-    DispatchQueue.global().asyncAfter(deadline: .now() + timeout, execute: killer)
+    // SIGTERM at the timeout, SIGKILL 2 s later: Foundation's Process
+    // spawns with the calling thread's signal mask, and a thread started
+    // from a dispatch worker blocks SIGTERM (dbus-monitor would never end).
+    let pid = process.processIdentifier
+    let terminator = Watchdog(after: timeout) { kill(pid, SIGTERM) }
+    let killer = Watchdog(after: timeout + 2) { kill(pid, SIGKILL) }
     process.waitUntilExit()
+    terminator.cancel()
     killer.cancel()
     group.wait()
     return ToolOutput(status: process.terminationStatus, stdout: collected.stdout, stderr: collected.stderr)
@@ -96,4 +103,29 @@ private final class OutputCollector: Sendable {
     }
     var stdout: String { String(decoding: streams.withLock { $0.out }, as: UTF8.self) }
     var stderr: String { String(decoding: streams.withLock { $0.err }, as: UTF8.self) }
+}
+
+/// Runs `action` once after `seconds` unless cancelled first, on a thread
+/// of its own, so that no amount of blocked work elsewhere delays it.
+public final class Watchdog: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var cancelled = false
+
+    public init(after seconds: TimeInterval, _ action: @escaping @Sendable () -> Void) {
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        Thread.detachNewThread { [self] in
+            condition.lock()
+            while !cancelled, condition.wait(until: deadline) {}
+            let fire = !cancelled
+            condition.unlock()
+            if fire { action() }
+        }
+    }
+
+    public func cancel() {
+        condition.lock()
+        cancelled = true
+        condition.signal()
+        condition.unlock()
+    }
 }

@@ -89,8 +89,7 @@ struct SimCleanupTests {
         /// The shell's wait status, on a thread of its own; killed after 60 s.
         func waitForExit() async -> Int32 {
             let shell = shell
-            let killer = DispatchWorkItem { kill(shell.pid, SIGKILL) }
-            DispatchQueue.global().asyncAfter(deadline: .now() + 60, execute: killer)
+            let killer = Watchdog(after: 60) { kill(shell.pid, SIGKILL) }
             defer { killer.cancel() }
             return await withCheckedContinuation { continuation in
                 Thread.detachNewThread { continuation.resume(returning: shell.waitForExit().status) }
@@ -173,7 +172,9 @@ struct SimCleanupTests {
             script: "printf 'scan 300ms\\nscan 300ms\\nscan 30s\\n' | \"$@\" | head -1; echo \"${PIPESTATUS[1]}\" >&2",
             ["--sim", "5", "--json"])
         defer { run.remove() }
-        _ = try await run.waitForSimulator()
+        // Not waiting for the simulator's ready line: on a loaded machine
+        // the whole run can be over before it is seen. The scan's line in
+        // stdout says the simulator ran.
         let status = await run.waitForExit()
         #expect(status == 0, "wait status \(status)")
         #expect(run.text("stdout").split(separator: "\n").count == 1, "\(run.text("stdout"))")
