@@ -17,19 +17,36 @@ public struct BatchError: Error, Sendable, Equatable, CustomStringConvertible {
 
 /// A command with the place it was written.
 public struct LocatedCommand: Sendable, Equatable {
-    public var command: Command
+    public var command: any ConsoleCommand
     public var line: Int
     public var column: Int
     /// Devices named on the line (`info a3b5c7d9`): the command acts on
     /// them instead of the selection.
     public var devices: [DeviceSelector] = []
+    /// `--dry-run` on the line: nothing written to a beacon.
+    public var dryRun = false
+    /// `--json` on the line: this command's output as JSON.
+    public var json = false
 
-    public init(command: Command, line: Int, column: Int, devices: [DeviceSelector] = []) {
+    public init(
+        command: any ConsoleCommand, line: Int, column: Int, devices: [DeviceSelector] = [], dryRun: Bool = false,
+        json: Bool = false
+    ) {
         self.command = command
         self.line = line
         self.column = column
         self.devices = devices
+        self.dryRun = dryRun
+        self.json = json
     }
+
+    public static func == (a: LocatedCommand, b: LocatedCommand) -> Bool {
+        AnyHashable(a.command) == AnyHashable(b.command) && a.line == b.line && a.column == b.column
+            && a.devices == b.devices && a.dryRun == b.dryRun && a.json == b.json
+    }
+
+    /// Whether the command is a `quit`.
+    public var isQuit: Bool { command is QuitCommand }
 }
 
 /// The batch language (docs/batch-language.md): one command per line, `#`
@@ -104,6 +121,9 @@ public struct BatchParser {
 
     /// The limits this parser keeps (the fuzzer makes them smaller).
     public var limits = Limits()
+    /// Whether a `--set` the text never uses is an error (a batch file);
+    /// a REPL line has no `--set`.
+    public var checkOverridesUsed = true
 
     /// `text` as a message quotes it: the first characters only, made
     /// visible (a file can hold any bytes).
@@ -121,33 +141,36 @@ public struct BatchParser {
         where value.count > limits.expandedLineCharacters || name.count > Limits.nameCharacters {
             throw fail(0, 0, "--set \(quoted(name)): longer than \(limits.expandedLineCharacters) characters")
         }
+        var used = Set<String>()
         for logical in try logicalLines(text) {
-            let (expanded, depth) = try expand(logical, variables: variables, depths: depths, total: &expansion)
+            let (expanded, depth) = try expand(
+                logical, variables: variables, depths: depths, total: &expansion, used: &used)
             let tokens = try tokenize(expanded)
             guard let first = tokens.first else { continue }
-            var arguments = Array(tokens.dropFirst())
-            var devices: [DeviceSelector] = []
-            if Command.deviceCommandNames.contains(first.text) {
-                while let last = arguments.last, let device = deviceName(last.text) {
-                    devices.insert(device, at: 0)
-                    arguments.removeLast()
-                }
-            }
-            let command = try parseCommand(first, arguments)
-            if !devices.isEmpty, !command.isDeviceStep, first.text != "watch" {
-                throw fail(first, "\(quoted(first.text)) does not act on a device named on the line")
-            }
-            if case .set(let name, let value) = command {
-                variables[name] = value
-                depths[name] = depth + 1
+            let located = try CommandTable.parse(tokens, parser: self)
+            if let set = located.command as? SetCommand {
+                variables[set.name] = set.value
+                used.insert(set.name)
+                depths[set.name] = depth + 1
                 if depth + 1 > limits.nestingDepth {
                     throw fail(
                         first,
-                        "\(quoted(name)) is defined through \(depth + 1) levels of variables (at most \(limits.nestingDepth))"
+                        "\(quoted(set.name)) is defined through \(depth + 1) levels of variables (at most \(limits.nestingDepth))"
                     )
                 }
             }
-            commands.append(LocatedCommand(command: command, line: first.line, column: first.column, devices: devices))
+            commands.append(located)
+        }
+        // A --set the batch never uses is a typo, not a choice.
+        if checkOverridesUsed {
+            for name in overrides.keys.sorted() where !used.contains(name) {
+                let known = Array(used)
+                throw fail(
+                    0, 0,
+                    "--set \(quoted(name)): the batch uses no variable of that name"
+                        + (CommandTable.suggestion(name, among: known).map { " (did you mean '\($0)'?)" }
+                            ?? (known.isEmpty ? "" : " (it uses \(known.sorted().joined(separator: ", ")))")))
+            }
         }
         return commands
     }
@@ -197,6 +220,15 @@ public struct BatchParser {
     func expand(
         _ line: [Placed], variables: [String: String], depths: [String: Int] = [:], total: inout Int
     ) throws(BatchError) -> (line: [Placed], depth: Int) {
+        var used = Set<String>()
+        return try expand(line, variables: variables, depths: depths, total: &total, used: &used)
+    }
+
+    /// `expand`, also adding the names of the variables used to `used`.
+    func expand(
+        _ line: [Placed], variables: [String: String], depths: [String: Int] = [:], total: inout Int,
+        used: inout Set<String>
+    ) throws(BatchError) -> (line: [Placed], depth: Int) {
         var out: [Placed] = []
         var depth = 0
         var index = 0
@@ -219,6 +251,7 @@ public struct BatchParser {
             else {
                 throw fail(placed.line, placed.column, "\(self.quoted(name)) is not a variable name")
             }
+            used.insert(name)
             guard let value = overrides[name] ?? variables[name] else {
                 throw fail(
                     placed.line, placed.column,
@@ -275,208 +308,7 @@ public struct BatchParser {
         return tokens
     }
 
-    // MARK: Commands
-
-    func parseCommand(_ name: Token, _ arguments: [Token]) throws(BatchError) -> Command {
-        func none() throws(BatchError) {
-            if let extra = arguments.first {
-                throw fail(extra, "\(quoted(name.text)) takes no argument, got \(quoted(extra.text))")
-            }
-        }
-        func atMost(_ count: Int) throws(BatchError) {
-            if arguments.count > count {
-                throw fail(arguments[count], "unexpected \(quoted(arguments[count].text)) (usage: \(usage(name.text)))")
-            }
-        }
-        func clearFlag() throws(BatchError) -> Bool {
-            try atMost(1)
-            guard let flag = arguments.first else { return false }
-            guard flag.text == "--clear" else { throw fail(flag, "unknown option \(quoted(flag.text)) (only --clear)") }
-            return true
-        }
-        switch name.text {
-        case "scan":
-            if arguments.count == 1, arguments[0].text == "on" || arguments[0].text == "off" {
-                return .backgroundScan(arguments[0].text == "on")
-            }
-            var seconds = 10.0
-            var floor: Int16?
-            var index = 0
-            while index < arguments.count {
-                let argument = arguments[index]
-                if argument.text == "--rssi" {
-                    guard index + 1 < arguments.count else { throw fail(argument, "--rssi needs a value in -127–0") }
-                    let value = arguments[index + 1]
-                    guard let number = Int16(value.text), (-127...0).contains(number) else {
-                        throw fail(value, "--rssi wants dBm in -127–0, got \(quoted(value.text))")
-                    }
-                    floor = number
-                    index += 2
-                } else if argument.text.hasPrefix("--") {
-                    throw fail(argument, "unknown option \(quoted(argument.text)) (scan takes --rssi N)")
-                } else {
-                    seconds = try duration(argument, range: 0.1...3600)
-                    index += 1
-                }
-            }
-            return .scan(seconds: seconds, rssiFloor: floor)
-        case "devices":
-            try atMost(1)
-            return .devices(filter: arguments.first?.text)
-        case "select":
-            guard !arguments.isEmpty else { throw fail(name, "select needs a selector (usage: \(usage("select")))") }
-            var selectors: [Command.Selector] = []
-            for argument in arguments { selectors.append(try selector(argument)) }
-            return .select(selectors)
-        case "info": try none(); return .info
-        case "sync-time": try none(); return .syncTime
-        case "calibrate": try none(); return .calibrate
-        case "reboot": try none(); return .reboot
-        case "quit", "exit": try none(); return .quit
-        case "require":
-            guard arguments.count == 1 else {
-                throw fail(
-                    arguments.dropFirst().first ?? name, "require takes one condition: battery>=N or firmware>=X.Y.Z")
-            }
-            return .require(try requirement(arguments[0]))
-        case "identity":
-            // identity [PROFILE] [major=N|profile] [minor=auto|keep|N|profile]
-            var profile: Token?
-            var major: UInt16?
-            var minor: Command.MinorChoice?
-            var majorFromProfile: Token?
-            for argument in arguments {
-                let parts = argument.text.split(separator: "=", maxSplits: 1).map(String.init)
-                guard parts.count == 2 else {
-                    guard profile == nil else {
-                        throw fail(argument, "identity takes one profile name (usage: \(usage("identity")))")
-                    }
-                    _ = try profileName(argument)
-                    profile = argument
-                    continue
-                }
-                switch parts[0] {
-                case "major":
-                    if parts[1] == "profile" {
-                        major = nil
-                        majorFromProfile = argument
-                    } else if let value = UInt16(parts[1]) {
-                        major = value
-                        majorFromProfile = nil
-                    } else {
-                        throw fail(argument, "major must be 0–65535 or 'profile', got \(quoted(parts[1]))")
-                    }
-                case "minor":
-                    switch parts[1] {
-                    case "auto", "sequential": minor = .auto
-                    case "keep": minor = .keep
-                    case "profile": minor = nil
-                    default:
-                        guard let value = UInt16(parts[1]) else {
-                            throw fail(
-                                argument, "minor must be auto, keep, 'profile' or 0–65535, got \(quoted(parts[1]))")
-                        }
-                        minor = .fixed(value)
-                    }
-                default:
-                    throw fail(
-                        argument, "unknown key \(quoted(parts[0])) (identity takes a profile, major= and minor=)")
-                }
-            }
-            if major == nil {
-                guard let profile else {
-                    throw fail(
-                        majorFromProfile ?? name,
-                        "identity needs a profile or major=N (usage: \(usage("identity")))")
-                }
-                guard identityRules[profile.text] != nil else {
-                    throw fail(profile, "profile \(quoted(profile.text)) gives no identity: write major=N")
-                }
-            }
-            return .identity(profile: profile?.text, major: major, minor: minor)
-        case "apply", "verify":
-            guard arguments.count == 1 else {
-                throw fail(arguments.dropFirst().first ?? name, "\(name.text) takes one profile name")
-            }
-            let profile = try profileName(arguments[0])
-            return name.text == "apply" ? .apply(profile: profile) : .verify(profile: profile)
-        case "audit":
-            var profile: String?
-            var source = Command.AuditSource.inventory
-            for argument in arguments {
-                switch argument.text {
-                case "--live": source = .live
-                case "--passive": source = .passive
-                case let text where text.hasPrefix("--"):
-                    throw fail(argument, "unknown option \(quoted(text)) (audit takes --live or --passive)")
-                default:
-                    guard profile == nil else { throw fail(argument, "audit takes one profile name") }
-                    profile = try profileName(argument)
-                }
-            }
-            return .audit(profile: profile, source: source)
-        case "trips": return .trips(clear: try clearFlag())
-        case "events": return .events(clear: try clearFlag())
-        case "incidents": return .incidents(clear: try clearFlag())
-        case "watch":
-            try atMost(1)
-            return .watch(
-                seconds: try arguments.first.map { token throws(BatchError) in try duration(token, range: 0.1...86_400)
-                } ?? 30)
-        case "factory-reset":
-            guard arguments.map(\.text) == ["--yes"] else {
-                throw fail(arguments.first ?? name, "factory-reset erases a beacon: write 'factory-reset --yes'")
-            }
-            return .factoryReset
-        case "inventory":
-            switch arguments.map(\.text) {
-            case ["list"]: return .inventory(.list)
-            case ["export", "--csv"]: return .inventory(.exportCSV)
-            case ["export", "--json"]: return .inventory(.exportJSON)
-            case let words where words.count == 2 && words[0] == "show": return .inventory(.show(words[1]))
-            default: throw fail(arguments.first ?? name, "usage: \(usage("inventory"))")
-            }
-        case "log":
-            try atMost(1)
-            return .log(device: arguments.first?.text)
-        case "profiles":
-            switch arguments.map(\.text) {
-            case ["list"], []: return .profiles(.list)
-            case ["check"]: return .profiles(.check)
-            case let words where words.count == 2 && words[0] == "show":
-                return .profiles(.show(try profileName(arguments[1])))
-            default: throw fail(arguments.first ?? name, "usage: \(usage("profiles"))")
-            }
-        case "help":
-            try atMost(1)
-            if let topic = arguments.first, CommandSpec.named(topic.text) == nil {
-                throw fail(topic, "no command \(quoted(topic.text))")
-            }
-            return .help(command: arguments.first?.text)
-        case "sync":
-            guard arguments.count == 2, arguments[0].text == "--to" else {
-                throw fail(arguments.first ?? name, "usage: \(usage("sync"))")
-            }
-            let url = arguments[1].text
-            guard ServerInventory.isServerURL(url) || url.contains("=") else {
-                throw fail(arguments[1], "sync wants a PostgreSQL URL (postgresql://…) or connection string")
-            }
-            return .sync(to: url)
-        case "set":
-            guard arguments.count == 2 else { throw fail(arguments.first ?? name, "usage: set NAME VALUE") }
-            guard arguments[0].text.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" || $0 == "-" }) else {
-                throw fail(arguments[0], "\(quoted(arguments[0].text)) is not a variable name")
-            }
-            return .set(name: arguments[0].text, value: overrides[arguments[0].text] ?? arguments[1].text)
-        default:
-            let suggestion = CommandSpec.all.map(\.name).min { distance($0, name.text) < distance($1, name.text) }
-            throw fail(
-                name,
-                "unknown command \(quoted(name.text))" + (suggestion.map { " (did you mean \(quoted($0))?)" } ?? ""))
-        }
-    }
-
-    func usage(_ name: String) -> String { CommandSpec.named(name)?.usage ?? name }
+    // MARK: Values a command checks
 
     func profileName(_ token: Token) throws(BatchError) -> String {
         guard profiles.contains(token.text) else {
@@ -503,7 +335,7 @@ public struct BatchParser {
         return value * scale
     }
 
-    func requirement(_ token: Token) throws(BatchError) -> Command.Requirement {
+    func requirement(_ token: Token) throws(BatchError) -> RequireCommand.Requirement {
         let text = token.text
         if text.hasPrefix("battery>=") {
             guard let value = UInt8(text.dropFirst(9)), value <= 100 else {
@@ -520,7 +352,7 @@ public struct BatchParser {
         throw fail(token, "unknown requirement \(quoted(text)) (battery>=N or firmware>=X.Y.Z)")
     }
 
-    func selector(_ token: Token) throws(BatchError) -> Command.Selector {
+    func selector(_ token: Token) throws(BatchError) -> DeviceSelector {
         let text = token.text
         switch text {
         case "all": return .all
@@ -567,7 +399,7 @@ public struct BatchParser {
     }
 
     /// Edit distance, for "did you mean".
-    func distance(_ a: String, _ b: String) -> Int {
+    static func distance(_ a: String, _ b: String) -> Int {
         let a = Array(a), b = Array(b)
         var previous = Array(0...b.count)
         for (i, x) in a.enumerated() {

@@ -162,20 +162,15 @@ enum BatchChecks {
                     file: file, line: located.line, column: located.column,
                     message: Session.serverIsReadOnly(located.command))
             }
-            if case .select = located.command { selected = true }
-            let actsOnDevices = located.command.isDeviceStep || isWatch(located)
+            if located.command is SelectCommand { selected = true }
+            let actsOnDevices = located.command.isDeviceStep || located.command is WatchCommand
             if actsOnDevices, located.devices.isEmpty, !selected {
                 throw BatchError(
                     file: file, line: located.line, column: located.column,
                     message:
-                        "no devices for '\(Format.stepName(located.command))': 'select …' them first or name one on the line"
+                        "no devices for '\(located.command.stepName)': 'select …' them first or name one on the line"
                 )
             }
         }
-    }
-
-    static func isWatch(_ located: LocatedCommand) -> Bool {
-        if case .watch = located.command { return true }
-        return false
     }
 }

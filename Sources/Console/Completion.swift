@@ -23,39 +23,58 @@ enum Completion {
     }
 
     /// The candidates for the word being typed after `words` (the words
-    /// before it on the line).
+    /// before it on the line), from the command table: commands, then a
+    /// family's subcommands, then the command's options and the values of
+    /// the operand or option being written.
     static func candidates(after words: [String], prefix: String) -> [String] {
-        guard let command = words.first else { return CommandSpec.all.map(\.name) + ["exit"] }
-        let devices = addresses + endings
-        let selectors =
-            ["all", "new", "unprovisioned", "in-range", "battery<", "firmware<", "minor="]
-            + profiles.map { "profile=\($0)" } + devices
-        let isDevice = Command.deviceCommandNames.contains(command)
-        var options: [String]
-        switch command {
-        case "scan": options = ["on", "off", "--rssi", "10s", "30s"]
-        case "select":
-            if prefix.hasPrefix("minor=") { return minors.map { "minor=\($0)-\($0)" } }
-            options = selectors
-        case "apply", "verify": options = words.count == 1 ? profiles : []
-        case "audit": options = ["--live", "--passive"] + profiles
-        case "trips", "events", "incidents": options = ["--clear"]
-        case "identity": options = profiles + ["major=", "minor=auto", "minor=keep", "minor="]
-        case "require": options = ["battery>=", "firmware>="]
-        case "factory-reset": options = ["--yes"]
-        case "watch": options = ["30s", "60s"]
-        case "inventory":
-            options =
-                words.count == 1 ? ["list", "show", "export"] : words[1] == "export" ? ["--csv", "--json"] : devices
-        case "log": options = devices
-        case "profiles": options = words.count == 1 ? ["list", "show", "check"] : profiles
-        case "help": options = CommandSpec.all.map(\.name)
-        case "set": options = variables
-        case "devices": options = endings
-        default: options = []
+        guard let first = words.first else {
+            return Array(Set(CommandTable.specs.map(\.family) + CommandTable.specs.flatMap(\.aliases))).sorted()
         }
-        if isDevice, command != "select" { options += devices }
-        return options
+        var rest = Array(words.dropFirst())
+        let spec: CommandSpec
+        if let second = rest.first, let entry = CommandTable.named("\(first) \(second)") {
+            spec = entry.spec
+            rest.removeFirst()
+        } else if let members = CommandTable.family(first), rest.isEmpty {
+            return members.map { String($0.spec.name.split(separator: " ")[1]) }
+                + (members.first { $0.spec.isFamilyDefault }.map { $0.spec.allOptions.map(\.name) } ?? [])
+        } else if let entry = CommandTable.named(first) {
+            spec = entry.spec
+        } else {
+            return []
+        }
+        // The value of an option just written.
+        if let last = rest.last, let option = spec.allOptions.first(where: { $0.name == last }), let kind = option.value
+        {
+            return values(kind, prefix: prefix)
+        }
+        let operandCount = rest.filter { !$0.hasPrefix("--") }.count
+        var candidates = spec.allOptions.map(\.name).filter { !rest.contains($0) }
+        if let operand = spec.operands.indices.contains(operandCount)
+            ? spec.operands[operandCount] : spec.operands.last.flatMap({ $0.repeating ? $0 : nil })
+        {
+            candidates += values(operand.kind, prefix: prefix)
+        }
+        if spec.actsOnDevices, !(spec.operands.last?.kind == .selector) { candidates += addresses + endings }
+        return candidates
+    }
+
+    /// The values completed for a kind: fixed words, profiles, variables,
+    /// commands, the devices seen.
+    static func values(_ kind: ValueKind, prefix: String) -> [String] {
+        switch kind {
+        case .profile: return profiles
+        case .variable: return variables
+        case .command: return Array(Set(CommandTable.specs.map(\.family))).sorted()
+        case .device: return addresses + endings
+        case .selector:
+            if prefix.hasPrefix("minor=") { return minors.map { "minor=\($0)-\($0)" } }
+            return ["all", "new", "unprovisioned", "in-range", "battery<", "firmware<", "minor="]
+                + profiles.map { "profile=\($0)" } + addresses + endings
+        case .identityKey: return profiles + kind.completionWords
+        case .text: return endings
+        default: return kind.completionWords
+        }
     }
 
     /// readline's completion hook.

@@ -61,17 +61,6 @@ enum Format {
 
     // MARK: Device steps and recaps
 
-    static func stepName(_ command: Command) -> String {
-        switch command {
-        case .apply(let profile): "apply \(profile)"
-        case .verify(let profile): "verify \(profile)"
-        case .audit(_, let source): "audit --\(source.rawValue)"
-        case .watch: "watch"
-        case .identity: "identity"
-        default: command.deviceStep(profiles: [:])?.name ?? "\(command)"
-        }
-    }
-
     /// The recap: one row per device with its result (what the summary
     /// counts), then how many of its steps came to what, its reconnects,
     /// and why it failed or was skipped.
@@ -175,7 +164,7 @@ enum Format {
 
     // MARK: Audits
 
-    static func audit(_ reports: [AuditReport], source: Command.AuditSource, terminal: Terminal) {
+    static func audit(_ reports: [AuditReport], source: AuditCommand.Source, terminal: Terminal) {
         if terminal.json {
             for report in reports {
                 terminal.jsonLine([

@@ -54,7 +54,7 @@ final class REPL: Sendable {
                 terminal.error(error.message)
                 continue
             }
-            if commands.contains(where: { $0.command == .quit }) { break }
+            if commands.contains(where: \.isQuit) { break }
             let task = Task { for command in commands { await self.session.execute(command) } }
             interrupts.onInterrupt {
                 task.cancel()

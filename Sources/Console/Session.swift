@@ -38,6 +38,8 @@ public actor Session {
     /// What completion offers for devices, refreshed after each command.
     public private(set) var seenCache: [SeenBeacon] = []
     private var dryRun = false
+    /// Whether the recap being gathered includes a dry run (`--dry-run` on a line).
+    private var recapWasDry = false
     /// Why the inventory stopped a fleet run (disk full, I/O error…).
     private var inventoryFailure: String?
     /// Set when the user stopped the run (Ctrl-C): the run is recorded as interrupted.
@@ -104,8 +106,8 @@ public actor Session {
 
     /// Why a command cannot run against a server inventory (named as
     /// written: a device step with its argument, else its keyword).
-    static func serverIsReadOnly(_ command: Command?) -> String {
-        (command.map { "'\($0.isDeviceStep ? Format.stepName($0) : $0.keyword)' needs" } ?? "this needs")
+    static func serverIsReadOnly(_ command: (any ConsoleCommand)?) -> String {
+        (command.map { "'\($0.stepName)' needs" } ?? "this needs")
             + " a bench's own inventory: --inventory names a PostgreSQL server, which beaconbench only reads"
             + " (inventory, log, audit); benches write their SQLite inventory and 'sync --to' the server"
     }
@@ -232,11 +234,11 @@ public actor Session {
         while index < commands.count {
             if Task.isCancelled { break }
             let located = commands[index]
-            if located.command == .quit { break }
+            if located.isQuit { break }
             if located.command.isDeviceStep, located.devices.isEmpty {
                 var group = [located]
                 while index + 1 < commands.count, commands[index + 1].command.isDeviceStep,
-                    commands[index + 1].devices.isEmpty
+                    commands[index + 1].devices.isEmpty, commands[index + 1].dryRun == located.dryRun
                 {
                     index += 1
                     group.append(commands[index])
@@ -274,37 +276,18 @@ public actor Session {
     /// Updates variables set on earlier lines (REPL).
     public func setVariable(_ name: String, _ value: String) { variables[name] = value }
 
+    /// Dispatch: the command's own code runs it (see `CommandTable`).
     private func carryOut(_ located: LocatedCommand) async throws(ConsoleFailure) {
         let command = located.command
         if invocation.inventoryIsServer, !command.onlyReadsTheInventory {
             throw ConsoleFailure(.badInput, Self.serverIsReadOnly(command))
         }
-        if command.isDeviceStep {
-            let targets = located.devices.isEmpty ? nil : located.devices
-            try await runDeviceSteps([located], on: targets)
-            return
-        }
-        switch command {
-        case .scan(let seconds, let floor): try await scan(seconds: seconds, rssiFloor: floor)
-        case .backgroundScan(let on): try await backgroundScan(on)
-        case .devices(let filter): try await listDevices(filter)
-        case .select(let selectors): try await select(selectors, text: selectorsText(selectors))
-        case .audit(let profile, let source): try await audit(profile: profile, source: source)
-        case .watch(let seconds): try await watch(seconds: seconds, devices: located.devices)
-        case .inventory(let action): try await inventoryCommand(action)
-        case .log(let device): try await log(device)
-        case .profiles(let action): profilesCommand(action)
-        case .help(let name): help(name)
-        case .set(let name, let value): variables[name] = value
-        case .sync(let url): try await sync(to: url)
-        case .quit: break
-        default: break
-        }
+        try await command.run(in: self, located)
     }
 
     // MARK: Discovery and selection
 
-    private func scan(seconds: Double, rssiFloor: Int16?) async throws(ConsoleFailure) {
+    func scan(seconds: Double, rssiFloor: Int16?) async throws(ConsoleFailure) {
         let bench = try await openBench()
         let terminal = self.terminal
         let announce = terminal.verbose || isInteractive
@@ -342,7 +325,7 @@ public actor Session {
         }
     }
 
-    private func backgroundScan(_ on: Bool) async throws(ConsoleFailure) {
+    func backgroundScan(_ on: Bool) async throws(ConsoleFailure) {
         let bench = try await openBench()
         guard on else {
             guard let watcher = backgroundWatcher else { return terminal.message("no background scan running") }
@@ -381,7 +364,7 @@ public actor Session {
 
     private func updateSeen(_ seen: [SeenBeacon]) { seenCache = seen }
 
-    private func listDevices(_ filter: String?) async throws(ConsoleFailure) {
+    func listDevices(_ filter: String?) async throws(ConsoleFailure) {
         let bench = try await openBench()
         let records = (try? await inventory().devicesByAddress()) ?? [:]
         let beacons = await bench.seen().filter { beacon in
@@ -405,7 +388,7 @@ public actor Session {
         terminal.message("\(beacons.count) SBeacon\(beacons.count == 1 ? "" : "s")")
     }
 
-    private func select(_ selectors: [DeviceSelector], text: String) async throws(ConsoleFailure) {
+    func select(_ selectors: [DeviceSelector], text: String) async throws(ConsoleFailure) {
         let bench = try await openBench()
         do {
             let chosen = try await bench.select(selectors)
@@ -423,7 +406,7 @@ public actor Session {
         }
     }
 
-    func selectorsText(_ selectors: [DeviceSelector]) -> String {
+    static func selectorsText(_ selectors: [DeviceSelector]) -> String {
         selectors.map { selector in
             switch selector {
             case .all: "all"
@@ -461,12 +444,14 @@ public actor Session {
 
     // MARK: Device steps
 
-    private func runDeviceSteps(_ group: [LocatedCommand], on named: [DeviceSelector]?) async throws(ConsoleFailure) {
-        let steps = group.compactMap { $0.command.deviceStep(profiles: profiles) }
+    func runDeviceSteps(_ group: [LocatedCommand], on named: [DeviceSelector]?) async throws(ConsoleFailure) {
+        let steps = group.compactMap { $0.command.step(profiles: profiles) }
+        // `--dry-run` on the line, or for the whole run.
+        let dryRun = self.dryRun || group.contains(where: \.dryRun)
         let addresses = try await targets(named)
         guard !addresses.isEmpty else {
             terminal.message(
-                "no devices selected: nothing to do for \(group.map { Format.stepName($0.command) }.joined(separator: ", "))"
+                "no devices selected: nothing to do for \(group.map(\.command.stepName).joined(separator: ", "))"
             )
             return
         }
@@ -486,6 +471,7 @@ public actor Session {
         }
         board.end()
         let recaps = result.recaps
+        if dryRun { recapWasDry = true }
         for recap in recaps {
             if var merged = self.recaps[recap.address] {
                 merged.ok += recap.ok
@@ -511,7 +497,8 @@ public actor Session {
         }
         // A live audit: the report from what was just read into the inventory.
         for located in group {
-            if case .audit(let profile, .live) = located.command {
+            if let audit = located.command as? AuditCommand, audit.source == .live {
+                let profile = audit.profile
                 let read = Set(recaps.filter { $0.failed == 0 }.map(\.address))
                 try await reportAudit(from: inventorySubjects().filter { read.contains($0.address) }, profile, .live)
             }
@@ -532,12 +519,13 @@ public actor Session {
         let rows = recapOrder.compactMap { recaps[$0] }
         recaps = [:]
         recapOrder = []
-        Format.recap(rows, terminal: terminal, dryRun: dryRun)
+        Format.recap(rows, terminal: terminal, dryRun: dryRun || recapWasDry)
+        recapWasDry = false
     }
 
     // MARK: Watching
 
-    private func watch(seconds: Double, devices: [DeviceSelector]) async throws(ConsoleFailure) {
+    func watch(seconds: Double, devices: [DeviceSelector]) async throws(ConsoleFailure) {
         let addresses = try await targets(devices.isEmpty ? nil : devices)
         guard !addresses.isEmpty else {
             terminal.message("no devices selected: nothing to watch")
@@ -569,7 +557,7 @@ public actor Session {
 
     // MARK: Audits
 
-    private func audit(profile: String?, source: Command.AuditSource) async throws(ConsoleFailure) {
+    func audit(profile: String?, source: AuditCommand.Source) async throws(ConsoleFailure) {
         let subjects: [AuditSubject]
         switch source {
         case .live:
@@ -616,7 +604,7 @@ public actor Session {
     }
 
     private func reportAudit(
-        from subjects: [AuditSubject], _ profile: String?, _ source: Command.AuditSource
+        from subjects: [AuditSubject], _ profile: String?, _ source: AuditCommand.Source
     ) async throws(ConsoleFailure) {
         let reports = Auditor.auditFleet(subjects, profiles: profiles, profile: profile)
         Format.audit(reports, source: source, terminal: terminal)
@@ -625,7 +613,7 @@ public actor Session {
 
     // MARK: Inventory and log
 
-    private func inventoryCommand(_ action: Command.InventoryAction) async throws(ConsoleFailure) {
+    func inventoryCommand(_ action: InventoryAction) async throws(ConsoleFailure) {
         let inventory = try reader()
         do {
             switch action {
@@ -664,7 +652,7 @@ public actor Session {
         }
     }
 
-    private func log(_ device: String?) async throws(ConsoleFailure) {
+    func log(_ device: String?) async throws(ConsoleFailure) {
         let inventory = try reader()
         do {
             let outcomes = try await inventory.outcomes(device: device, limit: device == nil ? 50 : 200)
@@ -682,7 +670,7 @@ public actor Session {
     // MARK: Sync
 
     /// Pushes the inventory; the URL (it may hold a password) is never printed.
-    private func sync(to url: String) async throws(ConsoleFailure) {
+    func sync(to url: String) async throws(ConsoleFailure) {
         let inventory = try inventory()
         let report: InventorySync.Report
         let terminal = self.terminal
@@ -716,9 +704,9 @@ public actor Session {
         }
     }
 
-    // MARK: Profiles and help
+    // MARK: Profiles
 
-    private func profilesCommand(_ action: Command.ProfilesAction) {
+    func profilesCommand(_ action: ProfilesAction) {
         switch action {
         case .list:
             let sorted = profiles.values.sorted { $0.name < $1.name }
@@ -740,21 +728,6 @@ public actor Session {
                 terminal.result("\(profile.name): ok (crc \(String(format: "%04x", profile.config.crc)))")
             }
         }
-    }
-
-    private func help(_ name: String?) {
-        if let name, let spec = CommandSpec.named(name) {
-            terminal.result("usage:   \(spec.usage)")
-            terminal.result("         \(spec.summary)")
-            terminal.result("example: \(spec.example)")
-            return
-        }
-        let width = CommandSpec.all.map(\.usage.count).max() ?? 0
-        for spec in CommandSpec.all {
-            terminal.result(spec.usage.padding(toLength: width + 2, withPad: " ", startingAt: 0) + spec.summary)
-        }
-        terminal.result("")
-        terminal.result("Device commands act on the selection, or on addresses or MAC endings written after them.")
     }
 
     static func seconds(_ value: Double) -> String {
@@ -786,3 +759,8 @@ final class EventCounter: Sendable {
     var events: Int { counts.withLock { $0.events } }
     var tripChanges: Int { counts.withLock { $0.trips } }
 }
+
+/// What `inventory` subcommands ask of `Session.inventoryCommand`.
+enum InventoryAction: Sendable, Equatable { case list, show(String), exportCSV, exportJSON }
+/// What `profiles` subcommands ask of `Session.profilesCommand`.
+enum ProfilesAction: Sendable, Equatable { case list, show(String), check }

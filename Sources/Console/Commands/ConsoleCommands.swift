@@ -1,0 +1,70 @@
+/// `set NAME VALUE`: a variable for `${NAME}` in later lines.
+public struct SetCommand: ConsoleCommand {
+    public var name: String
+    public var value: String
+    public init(name: String, value: String) {
+        self.name = name
+        self.value = value
+    }
+    public static let spec = CommandSpec(
+        name: "set", summary: "set a variable for ${NAME} in later lines (--set NAME=VALUE wins)",
+        example: "set profile van", operands: [.required("NAME", .variable), .required("VALUE", .text)],
+        onlyReadsTheInventory: true)
+    public init(_ arguments: inout ParsedArguments) {
+        name = arguments.operand(0) ?? ""
+        value = arguments.parser.overrides[name] ?? arguments.operand(1) ?? ""
+    }
+    public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
+        await session.setVariable(name, value)
+    }
+}
+
+/// `help [COMMAND]`, `help --man`.
+public struct HelpCommand: ConsoleCommand {
+    public var topic: String?
+    public var manual: Bool
+    public init(topic: String? = nil, manual: Bool = false) {
+        self.topic = topic
+        self.manual = manual
+    }
+    public static let spec = CommandSpec(
+        name: "help", summary: "the commands, or one command with its options and an example",
+        example: "help select", operands: [.optional("COMMAND", .command)],
+        options: [.flag("--man", "the manual page (roff), as `make install` writes it")],
+        onlyReadsTheInventory: true)
+    public init(_ arguments: inout ParsedArguments) {
+        topic = arguments.operand(0)
+        manual = arguments.flag("--man")
+    }
+    public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
+        if manual {
+            session.terminal.document(Manual.page(version: BeaconbenchMain.version))
+        } else {
+            for line in Manual.help(topic) { session.terminal.result(line) }
+        }
+    }
+}
+
+/// `completion bash|zsh|fish`: a shell's completion script, from the table.
+public struct CompletionCommand: ConsoleCommand {
+    public var shell: String
+    public init(shell: String) { self.shell = shell }
+    public static let spec = CommandSpec(
+        name: "completion", summary: "print a shell's completion script (bash, zsh or fish)",
+        example: "completion bash > ~/.local/share/bash-completion/completions/beaconbench",
+        operands: [.required("SHELL", .choice(["bash", "zsh", "fish"]))], onlyReadsTheInventory: true)
+    public init(_ arguments: inout ParsedArguments) { shell = arguments.operand(0) ?? "bash" }
+    public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
+        session.terminal.document(ShellCompletion.script(for: shell))
+    }
+}
+
+/// `quit` (or `exit`, or Ctrl-D).
+public struct QuitCommand: ConsoleCommand {
+    public init() {}
+    public static let spec = CommandSpec(
+        name: "quit", aliases: ["exit"], summary: "leave the REPL (Ctrl-D too); ends a batch",
+        example: "quit", onlyReadsTheInventory: true)
+    public init(_ arguments: inout ParsedArguments) {}
+    public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {}
+}
