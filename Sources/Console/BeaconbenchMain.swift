@@ -57,7 +57,8 @@ public enum BeaconbenchMain {
         case .oneShot(let words):
             let line = words.map(Self.quoted).joined(separator: " ")
             return await runText(
-                line, file: "<command line>", overrides: [:], dryRun: false, invocation: invocation, terminal: terminal,
+                line, file: "<command line>", overrides: [:], dryRun: invocation.dryRun, invocation: invocation,
+                terminal: terminal,
                 profiles: profiles, label: line, digest: nil, interrupts: interrupts)
         default:
             if isatty(0) == 1 {
@@ -142,6 +143,8 @@ public enum BeaconbenchMain {
         await task.value
         if task.isCancelled { await session.markInterrupted() }
         await session.finish()
+        // Interrupted by the user: 130, as shells report SIGINT.
+        if await session.interrupted { return ExitStatus.interrupted.rawValue }
         return await session.status.rawValue
     }
 

@@ -8,6 +8,8 @@ public enum ExitStatus: Int32, Sendable, Comparable {
     case devicesFailed = 2
     /// The bus, BlueZ, the adapter or the inventory is unusable.
     case infrastructure = 3
+    /// Stopped by the user (Ctrl-C), as shells report SIGINT.
+    case interrupted = 130
 
     public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
 }

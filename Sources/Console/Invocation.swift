@@ -39,6 +39,8 @@ public struct Invocation: Sendable, Equatable {
     public var server: String?
     public var concurrency: Int?
     public var json = false
+    /// `--dry-run`: nothing is written to a beacon; what would change is shown.
+    public var dryRun = false
     public var color = true
     public var verbose = false
     public var simulation: Simulation?
@@ -72,22 +74,29 @@ public struct Invocation: Sendable, Equatable {
                                         (default: the last 'sync --to' server) [BEACONBENCH_SERVER]
           --concurrency N               devices worked on at once (default 5, an adapter's connection slots)
                                         [BEACONBENCH_CONCURRENCY]
-          --json                        machine-readable output: one JSON object per line [BEACONBENCH_JSON=1]
+          --json                        machine-readable output: one JSON object per line (docs/json.md)
+                                        [BEACONBENCH_JSON=1]
+          --dry-run                     write nothing to a beacon: show what would change
           --no-color                    no colour (also when NO_COLOR is set or output is not a terminal)
           -v, --verbose                 every step of every device, not just each device's end
                                         [BEACONBENCH_VERBOSE=1]
           --sim N                       run against N simulated beacons: a private dbus-daemon and
-                                        beaconbench-sim for this run only
+                                        beaconbench-sim for this run only; recorded in an inventory of
+                                        its own ($XDG_DATA_HOME/beaconbench/simulated.sqlite) unless
+                                        --inventory is given
           --sim-fleet FILE              the same, with the beacons described in FILE
           --sim-state FILE              keep the simulated fleet's state in FILE across runs
           --sim-option OPTION           pass OPTION to beaconbench-sim (e.g. --sim-option=--latency=realistic)
           --version, --help
 
+        Options go anywhere on the line, the command's own included; `--` ends them.
+        `beaconbench COMMAND --help` shows one command.
+
         exit status: 0 all went well; 1 bad usage or input (nothing was touched);
         2 some devices failed (or an audit found problems); 3 the bus, BlueZ, the
-        adapter or the inventory is unusable.
+        adapter or the inventory is unusable; 130 interrupted (Ctrl-C).
 
-        Type `help` in the REPL, or see docs/batch-language.md.
+        Type `help` in the REPL, `man beaconbench`, or see docs/batch-language.md.
         """
 
     /// Parses `arguments` (without the program name) over `environment`.
@@ -105,53 +114,83 @@ public struct Invocation: Sendable, Equatable {
             guard index < arguments.count else { throw UsageError(message: "\(option) needs a value") }
             return arguments[index]
         }
+        // Global options go anywhere before `--`; the other words are the
+        // command's (its own options included, which its line parser checks).
         var commandWords: [String] = []
         var runArguments: [String]?
+        var optionsEnded = false
+        var helpAsked = false
         while index < arguments.count {
             let argument = arguments[index]
+            index += 1
+            if optionsEnded {
+                if runArguments != nil {
+                    runArguments?.append(argument)
+                } else {
+                    commandWords.append(argument)
+                    // The command's own line parser ends options there too.
+                    if commandWords.count == 1 { commandWords.append("--") }
+                }
+                continue
+            }
             let name = argument.split(separator: "=", maxSplits: 1).first.map(String.init) ?? argument
-            if commandWords.isEmpty, runArguments == nil {
-                switch name {
-                case "--bus": invocation.bus = Self.bus(try value(name))
-                case "--adapter": invocation.adapter = try Self.adapter(try value(name))
-                case "--inventory": invocation.inventoryPath = try value(name)
-                case "--server": invocation.server = try value(name)
-                case "--profiles": invocation.profileDirectories.append(try value(name))
-                case "--concurrency": invocation.concurrency = try Self.concurrency(try value(name))
-                case "--json": invocation.json = true
-                case "--no-color", "--no-colour": invocation.color = false
-                case "-v", "--verbose": invocation.verbose = true
-                case "--sim":
-                    let text = try value(name)
-                    guard let count = Int(text), (1...10_000).contains(count) else {
-                        throw UsageError(message: "--sim wants a number of beacons 1–10000, got '\(text)'")
+            index -= 1
+            switch name {
+            case "--":
+                optionsEnded = true
+                if !commandWords.isEmpty { commandWords.append("--") }
+            case "--bus": invocation.bus = Self.bus(try value(name))
+            case "--adapter": invocation.adapter = try Self.adapter(try value(name))
+            case "--inventory": invocation.inventoryPath = try value(name)
+            case "--server": invocation.server = try value(name)
+            case "--profiles": invocation.profileDirectories.append(try value(name))
+            case "--concurrency": invocation.concurrency = try Self.concurrency(try value(name))
+            case "--json": invocation.json = true
+            case "--dry-run": invocation.dryRun = true
+            case "--no-color", "--no-colour": invocation.color = false
+            case "-v", "--verbose": invocation.verbose = true
+            case "--sim":
+                let text = try value(name)
+                guard let count = Int(text), (1...10_000).contains(count) else {
+                    throw UsageError(message: "--sim wants a number of beacons 1–10000, got '\(text)'")
+                }
+                invocation.simulation = invocation.simulation ?? Simulation()
+                invocation.simulation?.count = count
+            case "--sim-fleet":
+                invocation.simulation = invocation.simulation ?? Simulation()
+                invocation.simulation?.fleetFile = try value(name)
+            case "--sim-state":
+                invocation.simulation = invocation.simulation ?? Simulation()
+                invocation.simulation?.stateFile = try value(name)
+            case "--sim-option":
+                invocation.simulation = invocation.simulation ?? Simulation()
+                invocation.simulation?.options.append(try value(name))
+            case "--version": invocation.mode = .version
+            case "-h", "--help": helpAsked = true
+            case "run" where commandWords.isEmpty && runArguments == nil: runArguments = []
+            default:
+                if runArguments != nil {
+                    // `--set NAME=VALUE` takes the next word.
+                    runArguments?.append(argument)
+                    if argument == "--set", index + 1 < arguments.count {
+                        index += 1
+                        runArguments?.append(arguments[index])
                     }
-                    invocation.simulation = invocation.simulation ?? Simulation()
-                    invocation.simulation?.count = count
-                case "--sim-fleet":
-                    invocation.simulation = invocation.simulation ?? Simulation()
-                    invocation.simulation?.fleetFile = try value(name)
-                case "--sim-state":
-                    invocation.simulation = invocation.simulation ?? Simulation()
-                    invocation.simulation?.stateFile = try value(name)
-                case "--sim-option":
-                    invocation.simulation = invocation.simulation ?? Simulation()
-                    invocation.simulation?.options.append(try value(name))
-                case "--version": invocation.mode = .version
-                case "-h", "--help": invocation.mode = .help
-                case "run": runArguments = []
-                default:
-                    if argument.hasPrefix("-") {
-                        throw UsageError(message: "unknown option '\(argument)'")
-                    }
+                } else if commandWords.isEmpty, argument.hasPrefix("-") {
+                    throw UsageError(message: "unknown option '\(argument)'")
+                } else {
                     commandWords.append(argument)
                 }
-            } else if runArguments != nil {
-                runArguments?.append(argument)
-            } else {
-                commandWords.append(argument)
             }
             index += 1
+        }
+        // `beaconbench scan --help` is `help scan`.
+        if helpAsked {
+            if let first = commandWords.first {
+                invocation.mode = .oneShot(["help", first])
+                return invocation
+            }
+            invocation.mode = .help
         }
         if invocation.mode == .help || invocation.mode == .version { return invocation }
         if let simulation = invocation.simulation {
@@ -163,7 +202,7 @@ public struct Invocation: Sendable, Equatable {
             }
         }
         if let runArguments {
-            invocation.mode = try Self.run(runArguments)
+            invocation.mode = try Self.run(runArguments, dryRun: invocation.dryRun)
         } else if !commandWords.isEmpty {
             invocation.mode = .oneShot(commandWords)
         }
@@ -210,10 +249,10 @@ public struct Invocation: Sendable, Equatable {
         return value
     }
 
-    static func run(_ arguments: [String]) throws(UsageError) -> Mode {
+    static func run(_ arguments: [String], dryRun: Bool = false) throws(UsageError) -> Mode {
         var file: String?
         var overrides: [String: String] = [:]
-        var dryRun = false
+        var dryRun = dryRun
         var index = 0
         while index < arguments.count {
             let argument = arguments[index]

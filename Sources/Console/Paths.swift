@@ -14,6 +14,13 @@ enum Paths {
     /// `$XDG_DATA_HOME/beaconbench/inventory.sqlite`.
     static func defaultInventory() -> String { xdg("XDG_DATA_HOME", ".local/share") + "/inventory.sqlite" }
 
+    /// `$XDG_DATA_HOME/beaconbench/simulated.sqlite`: where `--sim` runs
+    /// record what they do unless `--inventory` says otherwise, so that
+    /// simulated beacons never mix with real ones.
+    static func simulatedInventory() -> String {
+        xdg("XDG_DATA_HOME", ".local/share") + "/simulated.sqlite"
+    }
+
     /// `$XDG_STATE_HOME/beaconbench/history`.
     static func history() -> String { xdg("XDG_STATE_HOME", ".local/state") + "/history" }
 

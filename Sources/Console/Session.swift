@@ -69,7 +69,9 @@ public actor Session {
     /// The bench's own inventory, opened on first use.
     func inventory() throws(ConsoleFailure) -> Inventory {
         if let inventoryHandle { return inventoryHandle }
-        let path = invocation.inventoryPath ?? Paths.defaultInventory()
+        let path =
+            invocation.inventoryPath
+            ?? (invocation.simulation != nil ? Paths.simulatedInventory() : Paths.defaultInventory())
         if invocation.inventoryIsServer { throw ConsoleFailure(.badInput, Self.serverIsReadOnly(nil)) }
         do {
             try Paths.makeParent(of: path)

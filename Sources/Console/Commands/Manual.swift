@@ -7,7 +7,8 @@ enum Manual {
     static func help(_ topic: String?) -> [String] {
         if let topic {
             let specs =
-                CommandTable.named(topic).map { [$0.spec] } ?? CommandTable.family(topic)?.map { $0.spec } ?? []
+                (CommandTable.named(topic).map { [$0.spec] } ?? [])
+                + (CommandTable.family(topic)?.map { $0.spec } ?? [])
             return specs.flatMap(detail)
         }
         let specs = CommandTable.specs
@@ -116,9 +117,18 @@ enum Manual {
         return roff
     }
 
-    /// Text made safe for roff: backslashes and leading dots or quotes.
+    /// Text made safe for roff: backslashes, hyphens, characters beyond
+    /// ASCII (`\[u2026]`), and leading dots or quotes.
     static func escape(_ text: String) -> String {
-        var escaped = text.replacingOccurrences(of: "\\", with: "\\e").replacingOccurrences(of: "-", with: "\\-")
+        var escaped = ""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\\": escaped += "\\e"
+            case "-": escaped += "\\-"
+            case _ where scalar.isASCII: escaped.unicodeScalars.append(scalar)
+            default: escaped += "\\[u" + String(format: "%04X", scalar.value) + "]"
+            }
+        }
         if escaped.hasPrefix(".") || escaped.hasPrefix("'") { escaped = "\\&" + escaped }
         return escaped
     }

@@ -77,14 +77,14 @@ enum ShellCompletion {
                 fi
                 case "$command" in
             \(families)    esac
-                if [[ -n $subcommands && -z $sub ]]; then
-                    COMPREPLY=($(compgen -W "$subcommands" -- "$cur"))
-                    return
+                local extra=""
+                if [[ -n $subcommands ]]; then
+                    if [[ -z $sub ]]; then extra=$subcommands
+                    elif [[ " $subcommands " == *" $sub "* ]]; then command="$command $sub"; fi
                 fi
-                [[ -n $subcommands ]] && command="$command $sub"
                 case "$command" in
             \(cases)    esac
-                COMPREPLY=($(compgen -W "$words" -- "$cur"))
+                COMPREPLY=($(compgen -W "$words $extra" -- "$cur"))
             }
             complete -F _beaconbench beaconbench
 
