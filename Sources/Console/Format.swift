@@ -42,49 +42,18 @@ enum Format {
         return parts.joined(separator: " ")
     }
 
-    static func seenJSON(_ beacon: SeenBeacon, profile: String?) -> [String: Any] {
-        var object: [String: Any] = ["address": beacon.address, "mac_ending": beacon.macEnding]
-        if let rssi = beacon.rssi { object["rssi"] = Int(rssi) }
-        if let identity = beacon.identity {
-            object["major"] = Int(identity.major)
-            object["minor"] = Int(identity.minor)
-        }
-        if let summary = beacon.summary {
-            object["battery"] = Int(summary.battery)
-            object["firmware"] = summary.firmware.description
-            object["status"] = status(summary)
-            object["config_crc"] = String(format: "%04x", summary.configCRC)
-        }
-        if let profile { object["profile"] = profile }
-        return object
-    }
-
     // MARK: Device steps and recaps
 
     /// The recap: one row per device with its result (what the summary
     /// counts), then how many of its steps came to what, its reconnects,
     /// and why it failed or was skipped.
-    static func recap(_ recaps: [DeviceRecap], terminal: Terminal, dryRun: Bool) {
+    static func recap(_ recaps: [DeviceRecap], terminal: Terminal, json: Bool, dryRun: Bool) {
         var results: [DeviceRecap.Result: Int] = [:]
         for recap in recaps { results[recap.result, default: 0] += 1 }
         let count = { (result: DeviceRecap.Result) in results[result] ?? 0 }
-        if terminal.json {
-            for recap in recaps {
-                var object: [String: Any] = [
-                    "device": recap.address, "result": recap.result.rawValue, "ok": recap.ok, "changed": recap.changed,
-                    "unchanged": recap.unchanged, "skipped": recap.skipped, "failed": recap.failed,
-                    "retries": recap.retries,
-                ]
-                if dryRun { object["would_change"] = recap.wouldChange }
-                if let reason = recap.reason { object["reason"] = reason }
-                terminal.jsonLine(object)
-            }
-            terminal.jsonLine([
-                "summary": [
-                    "devices": recaps.count, "changed": count(.changed), "ok": count(.ok), "skipped": count(.skipped),
-                    "failed": count(.failed), "not_started": count(.notStarted), "dry_run": dryRun,
-                ]
-            ])
+        if json {
+            for recap in recaps { terminal.emit(.recap, Shapes.recap(recap, dryRun: dryRun)) }
+            terminal.emit(.summary, Shapes.summary(recaps, dryRun: dryRun))
             return
         }
         let changedWord = dryRun ? "would change" : "changed"
@@ -142,19 +111,6 @@ enum Format {
             + (event.flags.isEmpty ? "" : " (flags \(String(event.flags.rawValue, radix: 2)))")
     }
 
-    static func watchJSON(_ event: WatchEvent) -> [String: Any] {
-        switch event {
-        case .connected(let address): ["device": address, "watch": "connected"]
-        case .realTime(let address, let event):
-            [
-                "device": address, "event": "\(event.type)", "axis": realTimeText(event),
-                "flags": Int(event.flags.rawValue),
-            ]
-        case .tripStatus(let address, let status): ["device": address, "trip_status": "\(status)"]
-        case .malformed(let address, let text): ["device": address, "malformed": text]
-        }
-    }
-
     static func time() -> String {
         var now = time_t(Date().timeIntervalSince1970)
         var parts = tm()
@@ -164,15 +120,9 @@ enum Format {
 
     // MARK: Audits
 
-    static func audit(_ reports: [AuditReport], source: AuditCommand.Source, terminal: Terminal) {
-        if terminal.json {
-            for report in reports {
-                terminal.jsonLine([
-                    "device": report.address, "profile": report.profile ?? NSNull(), "clean": report.isClean,
-                    "findings": report.findings.map { ["code": $0.code, "finding": $0.description] },
-                    "source": source.rawValue,
-                ])
-            }
+    static func audit(_ reports: [AuditReport], source: AuditCommand.Source, terminal: Terminal, json: Bool) {
+        if json {
+            for report in reports { terminal.emit(.audit, Shapes.audit(report, source: source)) }
             return
         }
         var rows: [[String]] = []
@@ -246,29 +196,6 @@ enum Format {
         return lines
     }
 
-    static func recordJSON(_ record: DeviceRecord) -> [String: Any] {
-        var object: [String: Any] = [
-            "address": record.address, "mac_ending": record.macEnding, "last_seen": timestamp(record.seenAt),
-        ]
-        if let benches = record.benches { object["benches"] = benches }
-        if let identity = record.identity {
-            object["major"] = Int(identity.major)
-            object["minor"] = Int(identity.minor)
-        }
-        if let firmware = record.firmware { object["firmware"] = firmware.description }
-        if let battery = record.battery { object["battery"] = Int(battery) }
-        if let calibration = record.calibration { object["calibrated"] = calibration.calibrated }
-        if let profile = record.profile { object["profile"] = profile }
-        if let config = record.config {
-            object["config"] = [
-                "cornering": Int(config.cornering), "braking": Int(config.braking),
-                "acceleration": Int(config.acceleration), "duration": Int(config.duration),
-                "enable": Int(config.enable.rawValue),
-            ]
-        }
-        return object
-    }
-
     static func timestamp(_ date: Date) -> String {
         ISO8601DateFormatter.string(
             from: date, timeZone: TimeZone(identifier: "UTC")!, formatOptions: [.withInternetDateTime])
@@ -291,19 +218,6 @@ enum Format {
             String(outcome.run), outcome.device ?? "-", outcome.step, outcome.status,
             outcome.durationMilliseconds.map(String.init) ?? "", outcome.error ?? outcome.detail ?? "",
         ]
-    }
-
-    static func outcomeJSON(_ outcome: OutcomeRecord) -> [String: Any] {
-        var object: [String: Any] = [
-            "id": outcome.id, "run": outcome.run, "step": outcome.step, "status": outcome.status,
-            "started_at": outcome.startedAt,
-        ]
-        if let device = outcome.device { object["device"] = device }
-        if let bench = outcome.bench { object["bench"] = bench }
-        if let detail = outcome.detail { object["detail"] = detail }
-        if let error = outcome.error { object["error"] = error }
-        if let duration = outcome.durationMilliseconds { object["duration_ms"] = duration }
-        return object
     }
 
     // MARK: Profiles
@@ -339,13 +253,4 @@ enum Format {
         return lines
     }
 
-    static func profileJSON(_ profile: Profile) -> [String: Any] {
-        let config = profile.config
-        return [
-            "name": profile.name, "description": profile.description, "cornering": Int(config.cornering),
-            "braking": Int(config.braking), "acceleration": Int(config.acceleration),
-            "duration": Int(config.duration), "enable": Auditor.flags(config.enable),
-            "crc": String(format: "%04x", config.crc),
-        ]
-    }
 }

@@ -11,6 +11,8 @@ final class ProgressBoard: Sendable {
     let terminal: Terminal
     let total: Int
     let dryRun: Bool
+    /// Steps and notes as JSON lines (docs/json.md: `step`, `note`).
+    let json: Bool
 
     private struct Counts {
         var done = 0
@@ -20,15 +22,16 @@ final class ProgressBoard: Sendable {
     }
     private let counts = Mutex(Counts())
 
-    init(terminal: Terminal, total: Int, dryRun: Bool) {
+    init(terminal: Terminal, total: Int, dryRun: Bool, json: Bool? = nil) {
         self.terminal = terminal
         self.total = total
         self.dryRun = dryRun
+        self.json = json ?? terminal.json
     }
 
     func begin(_ steps: [String]) {
         counts.withLock { $0.steps = steps }
-        if !terminal.json {
+        if !json {
             terminal.message(
                 "\(dryRun ? "dry run: " : "")\(steps.joined(separator: ", ")) on \(total) device\(total == 1 ? "" : "s")"
             )
@@ -43,20 +46,22 @@ final class ProgressBoard: Sendable {
         case .started(let address):
             counts.withLock { $0.active[address] = "connect" }
         case .note(let address, let text):
-            if terminal.json {
-                terminal.jsonLine(address.isEmpty ? ["note": text] : ["device": address, "note": text])
+            if json {
+                terminal.emit(.note, ["device": address.isEmpty ? .null : .string(address), "text": .string(text)])
             } else {
                 if address.isEmpty { terminal.warning(text) } else { terminal.message("\(address)  \(text)") }
             }
         case .step(let address, let step, let status, let detail):
             counts.withLock { $0.active[address] = step }
-            if terminal.json {
-                if dryRun, let detail, detail.hasPrefix("dry run: ") {
-                    terminal.jsonLine(["device": address, "step": step, "would_change": String(detail.dropFirst(9))])
-                } else if terminal.verbose {
-                    var object: [String: Any] = ["device": address, "step": step, "status": status.rawValue]
-                    if let detail { object["detail"] = detail }
-                    terminal.jsonLine(object)
+            if json {
+                let diff = dryRun ? detail.flatMap { $0.hasPrefix("dry run: ") ? String($0.dropFirst(9)) : nil } : nil
+                if diff != nil || terminal.verbose {
+                    terminal.emit(
+                        .step,
+                        [
+                            "device": .string(address), "step": .string(step), "status": .string(status.rawValue),
+                            "detail": diff == nil ? .optional(detail) : .null, "diff": .optional(diff),
+                        ])
                 }
             } else if dryRun, let detail, detail.hasPrefix("dry run: ") {
                 terminal.message("\(address): \(detail.dropFirst(9))")
@@ -70,7 +75,7 @@ final class ProgressBoard: Sendable {
                 counts.done += 1
                 if recap.failed > 0 { counts.failed += 1 }
             }
-            if !terminal.json, !terminal.verbose || terminal.errorIsTerminal {
+            if !json, !terminal.verbose || terminal.errorIsTerminal {
                 let verdict =
                     recap.failed > 0
                     ? terminal.styled("failed", .red) + ": " + (recap.reason ?? "")
@@ -98,7 +103,7 @@ final class ProgressBoard: Sendable {
     }
 
     private func redraw() {
-        guard terminal.errorIsTerminal, !terminal.json else { return }
+        guard terminal.errorIsTerminal, !json else { return }
         let line = counts.withLock { counts -> String in
             let active = counts.active.sorted { $0.key < $1.key }.prefix(3).map { "\($0.key.suffix(5)) \($0.value)" }
             var text = "[\(counts.done)/\(total) done, \(counts.active.count) active"

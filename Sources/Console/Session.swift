@@ -40,6 +40,11 @@ public actor Session {
     private var dryRun = false
     /// Whether the recap being gathered includes a dry run (`--dry-run` on a line).
     private var recapWasDry = false
+    /// Whether the command being carried out answers in JSON: `--json` for
+    /// the whole run, or on its line.
+    private(set) var json = false
+    /// Whether the recap being gathered is JSON (a device command had `--json`).
+    private var recapIsJSON = false
     /// Why the inventory stopped a fleet run (disk full, I/O error…).
     private var inventoryFailure: String?
     /// Set when the user stopped the run (Ctrl-C): the run is recorded as interrupted.
@@ -245,6 +250,7 @@ public actor Session {
                     index += 1
                     group.append(commands[index])
                 }
+                json = terminal.json || group.contains(where: \.json)
                 await perform { () async throws(ConsoleFailure) in try await self.runDeviceSteps(group, on: nil) }
             } else {
                 await execute(located)
@@ -257,6 +263,7 @@ public actor Session {
 
     /// Runs one command (a REPL line, or one of a batch).
     public func execute(_ located: LocatedCommand) async {
+        json = terminal.json || located.json
         await perform { () async throws(ConsoleFailure) in try await self.carryOut(located) }
         refreshSeen()
     }
@@ -307,15 +314,15 @@ public actor Session {
             terminal.status(nil)
             seenCache = found
             let fresh = found.filter { $0.summary?.status.contains(.factoryDefault) ?? false }.count
-            if terminal.json {
+            if json {
                 let settled = lastFound.withLock { $0 } - started
-                terminal.jsonLine([
-                    "scan": [
-                        "seen": found.count, "new": fresh, "seconds": seconds,
-                        "last_found_after": Double(settled.components.attoseconds) / 1e18
-                            + Double(settled.components.seconds),
-                    ]
-                ])
+                terminal.emit(
+                    .scan,
+                    [
+                        "seen": .int(found.count), "new": .int(fresh), "seconds": .number(seconds),
+                        "last_found_after": .number(
+                            Double(settled.components.attoseconds) / 1e18 + Double(settled.components.seconds)),
+                    ])
             } else {
                 terminal.message(
                     "scan: \(found.count) SBeacon\(found.count == 1 ? "" : "s") seen, \(fresh) new"
@@ -375,13 +382,16 @@ public actor Session {
                 || (records[beacon.address]?.profile?.lowercased().contains(filter) ?? false)
         }
         seenCache = await bench.seen()
-        if terminal.json {
+        let selected = Set(selection ?? [])
+        if json {
             for beacon in beacons {
-                terminal.jsonLine(Format.seenJSON(beacon, profile: records[beacon.address]?.profile))
+                terminal.emit(
+                    .beacon,
+                    Shapes.beacon(
+                        beacon, profile: records[beacon.address]?.profile, selected: selected.contains(beacon.address)))
             }
             return
         }
-        let selected = Set(selection ?? [])
         let rows = beacons.map { beacon in
             Format.seenRow(
                 beacon, profile: records[beacon.address]?.profile, selected: selected.contains(beacon.address))
@@ -396,8 +406,9 @@ public actor Session {
             let chosen = try await bench.select(selectors)
             selection = chosen
             selectionText = text
-            if terminal.json {
-                terminal.jsonLine(["selected": chosen])
+            if json {
+                terminal.emit(
+                    .selection, ["devices": .array(chosen.map(JSONValue.string)), "selectors": .string(text)])
             } else {
                 terminal.message("selected \(chosen.count) device\(chosen.count == 1 ? "" : "s") (\(text))")
             }
@@ -459,7 +470,7 @@ public actor Session {
         }
         let bench = try await openBench()
         let run = try await currentRun()
-        let board = ProgressBoard(terminal: terminal, total: addresses.count, dryRun: dryRun)
+        let board = ProgressBoard(terminal: terminal, total: addresses.count, dryRun: dryRun, json: json)
         board.begin(steps.map(\.name))
         let result: FleetResult
         do {
@@ -474,6 +485,7 @@ public actor Session {
         board.end()
         let recaps = result.recaps
         if dryRun { recapWasDry = true }
+        if json { recapIsJSON = true }
         for recap in recaps {
             if var merged = self.recaps[recap.address] {
                 merged.ok += recap.ok
@@ -497,6 +509,10 @@ public actor Session {
                 .infrastructure,
                 "the inventory failed (\(failure)): the run stopped before writing anything more to a beacon")
         }
+        // `info`: what was read, as data on standard output.
+        if group.contains(where: { $0.command is InfoCommand }) {
+            try await showDevices(recaps.filter { $0.failed == 0 && !$0.notStarted }.map(\.address))
+        }
         // A live audit: the report from what was just read into the inventory.
         for located in group {
             if let audit = located.command as? AuditCommand, audit.source == .live {
@@ -507,6 +523,27 @@ public actor Session {
         }
         if Task.isCancelled { terminal.message("cancelled") }
         if isInteractive { printRecap() }
+    }
+
+    /// The inventory's records of these devices: JSON lines of kind
+    /// `device`, or each one's details for people.
+    func showDevices(_ addresses: [String]) async throws(ConsoleFailure) {
+        let inventory = try inventory()
+        for address in addresses {
+            let record: DeviceRecord?
+            do {
+                record = try await inventory.device(address)
+            } catch {
+                throw ConsoleFailure(.infrastructure, "the inventory: \(error)")
+            }
+            guard let record else { continue }
+            if json {
+                terminal.emit(.device, Shapes.device(record))
+            } else {
+                for line in Format.recordDetail(record) { terminal.result(line) }
+                terminal.result("")
+            }
+        }
     }
 
     /// `--concurrency`, else 5 connection slots per adapter in use.
@@ -521,8 +558,9 @@ public actor Session {
         let rows = recapOrder.compactMap { recaps[$0] }
         recaps = [:]
         recapOrder = []
-        Format.recap(rows, terminal: terminal, dryRun: dryRun || recapWasDry)
+        Format.recap(rows, terminal: terminal, json: terminal.json || recapIsJSON, dryRun: dryRun || recapWasDry)
         recapWasDry = false
+        recapIsJSON = false
     }
 
     // MARK: Watching
@@ -539,10 +577,11 @@ public actor Session {
             "watching \(addresses.count) device\(addresses.count == 1 ? "" : "s") for \(Self.seconds(seconds)) (Ctrl-C stops)"
         )
         let counter = EventCounter()
+        let json = self.json
         let failures = await bench.watch(addresses, seconds: seconds) { event in
             counter.add(event)
-            if terminal.json {
-                terminal.jsonLine(Format.watchJSON(event))
+            if json {
+                terminal.emit(.watchEvent, Shapes.watchEvent(event))
             } else {
                 terminal.event(Format.watchLine(event, terminal: terminal))
             }
@@ -551,7 +590,14 @@ public actor Session {
             terminal.error("\(address): watch: \(reason)")
         }
         if !failures.isEmpty { note(.devicesFailed) }
-        if !terminal.json {
+        if json {
+            terminal.emit(
+                .watchSummary,
+                [
+                    "devices": .int(addresses.count), "events": .int(counter.events),
+                    "trip_changes": .int(counter.tripChanges), "failed": .int(failures.count),
+                ])
+        } else {
             terminal.message(
                 "watch: \(counter.events) real-time event(s), \(counter.tripChanges) trip status change(s)")
         }
@@ -609,7 +655,7 @@ public actor Session {
         from subjects: [AuditSubject], _ profile: String?, _ source: AuditCommand.Source
     ) async throws(ConsoleFailure) {
         let reports = Auditor.auditFleet(subjects, profiles: profiles, profile: profile)
-        Format.audit(reports, source: source, terminal: terminal)
+        Format.audit(reports, source: source, terminal: terminal, json: json)
         if reports.contains(where: { !$0.isClean }) { note(.devicesFailed) }
     }
 
@@ -621,8 +667,8 @@ public actor Session {
             switch action {
             case .list:
                 let devices = try await inventory.devices()
-                if terminal.json {
-                    for device in devices { terminal.jsonLine(Format.recordJSON(device)) }
+                if json {
+                    for device in devices { terminal.emit(.device, Shapes.device(device)) }
                 } else {
                     let (header, rows) = Format.recordTable(devices)
                     for line in table(header, rows) { terminal.result(line) }
@@ -633,10 +679,9 @@ public actor Session {
                     throw ConsoleFailure(.badInput, "the inventory has no device \(name)")
                 }
                 let outcomes = try await inventory.outcomes(device: device.address, limit: 20)
-                if terminal.json {
-                    var object = Format.recordJSON(device)
-                    object["outcomes"] = outcomes.map(Format.outcomeJSON)
-                    terminal.jsonLine(object)
+                if json {
+                    terminal.emit(.device, Shapes.device(device))
+                    for outcome in outcomes { terminal.emit(.outcome, Shapes.outcome(outcome)) }
                 } else {
                     for line in Format.recordDetail(device) { terminal.result(line) }
                     terminal.result("")
@@ -645,7 +690,8 @@ public actor Session {
                 }
             case .exportCSV: terminal.document(try await inventory.deviceTable().csv())
             case .exportJSON:
-                terminal.document(try await inventory.deviceTable().json())
+                let table = try await inventory.deviceTable()
+                for row in table.rows { terminal.emit(.deviceRow, Shapes.deviceRow(columns: table.columns, row: row)) }
             }
         } catch let error as ConsoleFailure {
             throw error
@@ -658,8 +704,8 @@ public actor Session {
         let inventory = try reader()
         do {
             let outcomes = try await inventory.outcomes(device: device, limit: device == nil ? 50 : 200)
-            if terminal.json {
-                for outcome in outcomes { terminal.jsonLine(Format.outcomeJSON(outcome)) }
+            if json {
+                for outcome in outcomes { terminal.emit(.outcome, Shapes.outcome(outcome)) }
             } else {
                 let (header, rows) = Format.outcomeTable(outcomes)
                 for line in table(header, rows) { terminal.result(line) }
@@ -698,8 +744,13 @@ public actor Session {
             try? await inventory.setSetting("server", remembered)
         }
         let order = InventorySync.tableNames
-        if terminal.json {
-            terminal.jsonLine(["sync": ["bench": report.benchID, "sent": report.sent]])
+        if json {
+            terminal.emit(
+                .sync,
+                [
+                    "bench": .string(report.benchID),
+                    "sent": .object(report.sent.mapValues { .int($0) }),
+                ])
         } else {
             let counts = order.map { "\($0) \(report.sent[$0] ?? 0)" }.joined(separator: ", ")
             terminal.result("synced bench \(report.benchID): sent \(counts)")
@@ -712,22 +763,27 @@ public actor Session {
         switch action {
         case .list:
             let sorted = profiles.values.sorted { $0.name < $1.name }
-            if terminal.json {
-                for profile in sorted { terminal.jsonLine(Format.profileJSON(profile)) }
+            if json {
+                for profile in sorted { terminal.emit(.profile, Shapes.profile(profile)) }
             } else {
                 for line in table(Format.profileHeader, sorted.map(Format.profileRow)) { terminal.result(line) }
             }
         case .show(let name):
             guard let profile = profiles[name] else { return }
-            if terminal.json {
-                terminal.jsonLine(Format.profileJSON(profile))
+            if json {
+                terminal.emit(.profile, Shapes.profile(profile))
             } else {
                 for line in Format.profileDetail(profile) { terminal.result(line) }
             }
         case .check:
             // Every profile was checked when loaded; say so, one by one.
             for profile in profiles.values.sorted(by: { $0.name < $1.name }) {
-                terminal.result("\(profile.name): ok (crc \(String(format: "%04x", profile.config.crc)))")
+                let crc = String(format: "%04x", profile.config.crc)
+                if json {
+                    terminal.emit(.profileCheck, ["name": .string(profile.name), "ok": true, "crc": .string(crc)])
+                } else {
+                    terminal.result("\(profile.name): ok (crc \(crc))")
+                }
             }
         }
     }

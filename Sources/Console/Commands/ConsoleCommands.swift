@@ -39,6 +39,12 @@ public struct HelpCommand: ConsoleCommand {
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         if manual {
             session.terminal.document(Manual.page(version: BeaconbenchMain.version))
+        } else if await session.json {
+            let specs =
+                topic.map { topic in CommandTable.all.map { $0.spec }.filter { $0.name == topic || $0.family == topic }
+                }
+                ?? CommandTable.all.map { $0.spec }
+            for spec in specs { session.terminal.emit(.command, Shapes.command(spec)) }
         } else {
             for line in Manual.help(topic) { session.terminal.result(line) }
         }
