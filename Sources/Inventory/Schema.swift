@@ -163,6 +163,23 @@ enum Schema {
                 ORDER BY COALESCE(identity_at, last_seen), address;
             """
         ),
+        (
+            "forgotten devices, simulated runs",
+            """
+            ALTER TABLE devices ADD COLUMN forgotten_at TEXT;
+            ALTER TABLE runs ADD COLUMN simulated INTEGER NOT NULL DEFAULT 0;
+            CREATE INDEX outcomes_by_start ON outcomes(started_at);
+            CREATE INDEX runs_simulated ON runs(simulated) WHERE simulated <> 0;
+            CREATE VIEW simulated_only_devices AS
+                SELECT d.address FROM devices d
+                WHERE EXISTS (
+                    SELECT 1 FROM outcomes o JOIN runs r ON r.id = o.run_id
+                    WHERE o.device = d.address AND r.simulated <> 0)
+                  AND NOT EXISTS (
+                    SELECT 1 FROM outcomes o JOIN runs r ON r.id = o.run_id
+                    WHERE o.device = d.address AND r.simulated = 0);
+            """
+        ),
     ]
 
     /// Applies the migrations the file has not had yet.
