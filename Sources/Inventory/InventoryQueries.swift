@@ -89,7 +89,18 @@ extension Inventory {
     /// factory-default advert bit they make the `new` selector, so that a
     /// rerun picks up what a failure left half done.
     public func unfinishedProvisioning() throws -> Set<String> {
-        Set(
+        guard try hasSchema4() else {
+            return Set(
+                try database.rows(
+                    """
+                    SELECT DISTINCT d.address FROM devices d JOIN outcomes o ON o.device = d.address
+                    WHERE d.profile IS NULL
+                      AND (o.step IN ('sync-time', 'calibrate', 'identity') OR o.step LIKE 'apply %')
+                      AND o.status IN ('changed', 'failed', 'running', 'interrupted')
+                    """
+                ).compactMap { $0.first?.text })
+        }
+        return Set(
             try database.rows(
                 """
                 SELECT DISTINCT d.address FROM devices d JOIN outcomes o ON o.device = d.address

@@ -171,13 +171,11 @@ enum Schema {
             CREATE INDEX outcomes_by_start ON outcomes(started_at);
             CREATE INDEX runs_simulated ON runs(simulated) WHERE simulated <> 0;
             CREATE VIEW simulated_only_devices AS
-                SELECT d.address FROM devices d
-                WHERE EXISTS (
-                    SELECT 1 FROM outcomes o JOIN runs r ON r.id = o.run_id
-                    WHERE o.device = d.address AND r.simulated <> 0)
+                SELECT DISTINCT o.device AS address FROM runs r JOIN outcomes o ON o.run_id = r.id
+                WHERE r.simulated <> 0 AND o.device IS NOT NULL
                   AND NOT EXISTS (
-                    SELECT 1 FROM outcomes o JOIN runs r ON r.id = o.run_id
-                    WHERE o.device = d.address AND r.simulated = 0);
+                    SELECT 1 FROM outcomes p JOIN runs q ON q.id = p.run_id
+                    WHERE p.device = o.device AND q.simulated = 0);
             """
         ),
     ]

@@ -90,9 +90,11 @@ public enum InventorySync {
             ON CONFLICT (bench_id) DO UPDATE SET host = excluded.host
             """, [benchID, ProcessInfo.processInfo.hostName])
         var report = Report(benchID: benchID)
-        let include: SQLiteValue = .integer(includeSimulated ? 1 : 0)
-        if !includeSimulated {
-            report.heldBackRuns = try await count(inventory, "SELECT count(*) FROM runs WHERE simulated <> 0")
+        let simulatedRuns = try await count(inventory, "SELECT count(*) FROM runs WHERE simulated <> 0")
+        // Nothing to hold back: the selects need not look for it.
+        let include: SQLiteValue = .integer(includeSimulated || simulatedRuns == 0 ? 1 : 0)
+        if !includeSimulated, simulatedRuns > 0 {
+            report.heldBackRuns = simulatedRuns
             report.heldBackDevices = try await count(inventory, "SELECT count(*) FROM simulated_only_devices")
         }
         let caughtUp = try await catchUp(
