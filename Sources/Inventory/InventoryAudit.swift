@@ -37,7 +37,8 @@ extension Inventory {
             "UPDATE devices SET profile = ? WHERE address = ?", [.text(profile), .text(address.uppercased())])
     }
 
-    /// Every column of every device that is not forgotten, by address.
+    /// Every column of every device that is not forgotten, by address
+    /// (but `forgotten_at`, which is NULL in every row of it).
     public func deviceTable() throws -> DeviceTable {
         let statement = try database.prepare(
             try hasSchema4()
@@ -45,7 +46,12 @@ extension Inventory {
                 : "SELECT * FROM devices ORDER BY address")
         var rows: [[SQLiteValue]] = []
         while try statement.step() { rows.append(statement.row()) }
-        return DeviceTable(columns: statement.columnNames(), rows: rows)
+        var columns = statement.columnNames()
+        if let forgotten = columns.firstIndex(of: "forgotten_at") {
+            columns.remove(at: forgotten)
+            for index in rows.indices { rows[index].remove(at: forgotten) }
+        }
+        return DeviceTable(columns: columns, rows: rows)
     }
 
     /// Parses the inventory's own timestamps (`2026-11-30T09:41:07.123Z`),

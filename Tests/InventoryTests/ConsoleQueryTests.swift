@@ -230,6 +230,7 @@ struct ConsoleQueryTests {
         let table = try await inventory.deviceTable()
         let addressColumn = try #require(table.columns.firstIndex(of: "address"))
         #expect(table.rows.map { $0[addressColumn].text } == [Self.b, c])
+        #expect(!table.columns.contains("forgotten_at") && table.rows.allSatisfy { $0.count == table.columns.count })
         #expect(try await inventory.devicesByAddress()[Self.a] == nil)
         #expect(try await inventory.forgottenDevices().map(\.address) == [Self.a])
         // Its reservation and claim are released: B may have 100.7 now.
