@@ -52,13 +52,15 @@ extension Inventory {
     }
 
     /// A `devices` row for an address (the rows that name it refer to it),
-    /// made with nothing known but the address when there is none.
+    /// made with nothing known but the address when there is none. A
+    /// forgotten device worked on again is remembered (`forgotten_at`
+    /// cleared).
     func ensureDeviceRow(_ address: String) throws {
         let now = Self.timestamp(Date())
         try database.run(
             """
             INSERT INTO devices(address, mac_ending, first_seen, last_seen) VALUES (?, ?, ?, ?)
-            ON CONFLICT(address) DO NOTHING
+            ON CONFLICT(address) DO UPDATE SET forgotten_at = NULL WHERE forgotten_at IS NOT NULL
             """, [.text(address), .text(DeviceRecord(address: address).macEnding), .text(now), .text(now)])
     }
 

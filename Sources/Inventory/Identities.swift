@@ -99,7 +99,10 @@ extension Inventory {
                     return "meant for \(row[0].text ?? "?")"
                 }
                 if let row = try database.rows(
-                    "SELECT address FROM devices WHERE major = ? AND minor = ? AND address <> ? LIMIT 1",
+                    """
+                    SELECT address FROM devices
+                    WHERE major = ? AND minor = ? AND address <> ? AND forgotten_at IS NULL LIMIT 1
+                    """,
                     [.integer(major), .integer(Int64(minor)), .text(address)]
                 ).first {
                     return "held by \(row[0].text ?? "?")"
@@ -114,7 +117,7 @@ extension Inventory {
                     try database.rows("SELECT max(minor) FROM identities WHERE major = ?", [.integer(major)])
                         .first?.first?.integer ?? 0,
                     try database.rows(
-                        "SELECT max(minor) FROM devices WHERE major = ? AND address <> ?",
+                        "SELECT max(minor) FROM devices WHERE major = ? AND address <> ? AND forgotten_at IS NULL",
                         [.integer(major), .text(address)]
                     ).first?.first?.integer ?? 0,
                     Int64(foreign.values.map(\.minor).max() ?? 0))
@@ -202,8 +205,10 @@ extension Inventory {
         let value = max(
             try database.rows("SELECT max(minor) FROM identities WHERE major = ?", [.integer(Int64(major))])
                 .first?.first?.integer ?? 0,
-            try database.rows("SELECT max(minor) FROM devices WHERE major = ?", [.integer(Int64(major))])
-                .first?.first?.integer ?? 0)
+            try database.rows(
+                "SELECT max(minor) FROM devices WHERE major = ? AND forgotten_at IS NULL", [.integer(Int64(major))]
+            )
+            .first?.first?.integer ?? 0)
         return UInt16(clamping: value)
     }
 }

@@ -105,15 +105,19 @@ public actor Inventory {
         public var options: String?
         public var adapter: String?
         public var operatorName: String
+        /// The run worked on simulated beacons (`--sim`): stored in
+        /// `runs.simulated`, and not pushed by a sync unless asked.
+        public var simulated: Bool
         public init(
             command: String, sha256: String? = nil, options: String? = nil, adapter: String? = nil,
-            operatorName: String = ProcessInfo.processInfo.environment["USER"] ?? "unknown"
+            operatorName: String = ProcessInfo.processInfo.environment["USER"] ?? "unknown", simulated: Bool = false
         ) {
             self.command = command
             self.sha256 = sha256
             self.options = options
             self.adapter = adapter
             self.operatorName = operatorName
+            self.simulated = simulated
         }
     }
 
@@ -121,13 +125,13 @@ public actor Inventory {
     public func beginRun(_ info: RunInfo) throws -> Int64 {
         try database.run(
             """
-            INSERT INTO runs(started_at, command, sha256, operator, host, pid, adapter, options, status)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running')
+            INSERT INTO runs(started_at, command, sha256, operator, host, pid, adapter, options, status, simulated)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)
             """,
             [
                 .text(Self.timestamp(Date())), .text(info.command), SQLiteValue(info.sha256), .text(info.operatorName),
                 .text(ProcessInfo.processInfo.hostName), .integer(Int64(getpid())), SQLiteValue(info.adapter),
-                SQLiteValue(info.options),
+                SQLiteValue(info.options), .integer(info.simulated ? 1 : 0),
             ])
         return database.lastInsertRowID
     }
@@ -256,7 +260,8 @@ public actor Inventory {
     // MARK: Devices
 
     /// Creates or refreshes a device from what was seen or read; fields
-    /// left nil keep their stored value.
+    /// left nil keep their stored value. A forgotten device is remembered
+    /// again (`forgotten_at` cleared).
     public func recordDevice(_ device: DeviceRecord) throws {
         let now = Self.timestamp(device.seenAt)
         // One statement, one transaction; a NULL keeps what is stored.
@@ -295,7 +300,8 @@ public actor Inventory {
                 description_at = COALESCE(excluded.description_at, description_at),
                 firmware_at = COALESCE(excluded.firmware_at, firmware_at),
                 calibration_read_at = COALESCE(excluded.calibration_read_at, calibration_read_at),
-                time_offset_at = COALESCE(excluded.time_offset_at, time_offset_at)
+                time_offset_at = COALESCE(excluded.time_offset_at, time_offset_at),
+                forgotten_at = NULL
             """,
             [
                 .text(device.address), .text(device.macEnding), .text(now), .text(now),

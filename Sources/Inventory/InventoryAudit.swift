@@ -5,15 +5,28 @@ import SBeaconProtocol
 
 extension Inventory {
     /// Every device as the inventory knows it, for an offline audit: one
-    /// query over `devices`, however many outcomes there are.
+    /// query over `devices`, however many outcomes there are. Forgotten
+    /// devices are left out.
     public func auditSubjects() throws -> [AuditSubject] {
-        try database.rows(
+        guard try hasSchema4() else {
+            return try database.rows(
+                """
+                SELECT d.address, d.profile, d.battery, d.firmware, d.calibrated, d.calibrated_at, d.calibration_x,
+                       d.calibration_y, d.calibration_z, d.config_cornering, d.config_braking, d.config_acceleration,
+                       d.config_duration, d.config_enable, d.config_read_at, d.last_seen, d.major, d.minor,
+                       i.major, i.minor, CASE WHEN i.source = 'profile' THEN 'profile ' || i.profile ELSE i.source END
+                FROM devices d LEFT JOIN identities i ON i.device = d.address ORDER BY d.address
+                """
+            ).map(DeviceRows.auditSubject)
+        }
+        return try database.rows(
             """
             SELECT d.address, d.profile, d.battery, d.firmware, d.calibrated, d.calibrated_at, d.calibration_x,
                    d.calibration_y, d.calibration_z, d.config_cornering, d.config_braking, d.config_acceleration,
                    d.config_duration, d.config_enable, d.config_read_at, d.last_seen, d.major, d.minor,
                    i.major, i.minor, CASE WHEN i.source = 'profile' THEN 'profile ' || i.profile ELSE i.source END
-            FROM devices d LEFT JOIN identities i ON i.device = d.address ORDER BY d.address
+            FROM devices d LEFT JOIN identities i ON i.device = d.address WHERE d.forgotten_at IS NULL
+            ORDER BY d.address
             """
         ).map(DeviceRows.auditSubject)
     }
@@ -24,12 +37,21 @@ extension Inventory {
             "UPDATE devices SET profile = ? WHERE address = ?", [.text(profile), .text(address.uppercased())])
     }
 
-    /// Every column of every device, by address.
+    /// Every column of every device that is not forgotten, by address
+    /// (but `forgotten_at`, which is NULL in every row of it).
     public func deviceTable() throws -> DeviceTable {
-        let statement = try database.prepare("SELECT * FROM devices ORDER BY address")
+        let statement = try database.prepare(
+            try hasSchema4()
+                ? "SELECT * FROM devices WHERE forgotten_at IS NULL ORDER BY address"
+                : "SELECT * FROM devices ORDER BY address")
         var rows: [[SQLiteValue]] = []
         while try statement.step() { rows.append(statement.row()) }
-        return DeviceTable(columns: statement.columnNames(), rows: rows)
+        var columns = statement.columnNames()
+        if let forgotten = columns.firstIndex(of: "forgotten_at") {
+            columns.remove(at: forgotten)
+            for index in rows.indices { rows[index].remove(at: forgotten) }
+        }
+        return DeviceTable(columns: columns, rows: rows)
     }
 
     /// Parses the inventory's own timestamps (`2026-11-30T09:41:07.123Z`),

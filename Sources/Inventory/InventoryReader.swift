@@ -14,12 +14,27 @@ public protocol InventoryReader: Sendable {
     func devices() async throws -> [DeviceRecord]
     /// One device, by address or MAC ending.
     func device(_ addressOrEnding: String) async throws -> DeviceRecord?
-    /// Step outcomes, newest first: of one device (address or MAC ending) or of all.
-    func outcomes(device: String?, limit: Int) async throws -> [OutcomeRecord]
+    /// Step outcomes, newest first: of one device (address or MAC ending)
+    /// or of all, started at or after `since`, at most `limit`;
+    /// `truncated` when there were more.
+    func outcomes(
+        device: String?, since: Date?, limit: Int
+    ) async throws -> (
+        rows: [OutcomeRecord], truncated: Bool
+    )
+    /// Pulled trips, events and incidents, newest first (`RecordQuery`).
+    func records(_ query: RecordQuery) async throws -> RecordPage
     /// Every device as an offline audit sees it.
     func auditSubjects() async throws -> [AuditSubject]
     /// Every column of every device, for `inventory export`.
     func deviceTable() async throws -> DeviceTable
+}
+
+extension InventoryReader {
+    /// Step outcomes, newest first: of one device (address or MAC ending) or of all.
+    public func outcomes(device: String?, limit: Int) async throws -> [OutcomeRecord] {
+        try await outcomes(device: device, since: nil, limit: limit).rows
+    }
 }
 
 /// A table of devices with its column names, as `inventory export` writes it.

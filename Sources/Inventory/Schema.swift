@@ -163,6 +163,21 @@ enum Schema {
                 ORDER BY COALESCE(identity_at, last_seen), address;
             """
         ),
+        (
+            "forgotten devices, simulated runs",
+            """
+            ALTER TABLE devices ADD COLUMN forgotten_at TEXT;
+            ALTER TABLE runs ADD COLUMN simulated INTEGER NOT NULL DEFAULT 0;
+            CREATE INDEX outcomes_by_start ON outcomes(started_at);
+            CREATE INDEX runs_simulated ON runs(simulated) WHERE simulated <> 0;
+            CREATE VIEW simulated_only_devices AS
+                SELECT DISTINCT o.device AS address FROM runs r JOIN outcomes o ON o.run_id = r.id
+                WHERE r.simulated <> 0 AND o.device IS NOT NULL
+                  AND NOT EXISTS (
+                    SELECT 1 FROM outcomes p JOIN runs q ON q.id = p.run_id
+                    WHERE p.device = o.device AND q.simulated = 0);
+            """
+        ),
     ]
 
     /// Applies the migrations the file has not had yet.

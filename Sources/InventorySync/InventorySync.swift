@@ -13,11 +13,24 @@ import Inventory
 /// steps the server still has as `running` (they may have finished since).
 /// Devices and pulled records, which change in place or have no local id,
 /// are sent whole each time.
+///
+/// Simulated runs (`runs.simulated`) are held back unless the caller asks
+/// (`includeSimulated`): their runs, step outcomes and identity
+/// reservations, and the devices only simulated runs know
+/// (`simulated_only_devices`) with those devices' readings and records.
+/// What was held back is sent by a later sync that includes it: the runs,
+/// outcomes and readings below the server's cursors that it lacks go first
+/// (readings, then outcomes, then runs, so that one cut short finds them
+/// missing again and resends them).
 public enum InventorySync {
     public struct Report: Sendable, Equatable {
         public var benchID: String
         /// Rows sent per table.
         public var sent: [String: Int] = [:]
+        /// Simulated runs not sent (0 with `includeSimulated`).
+        public var heldBackRuns = 0
+        /// Devices only simulated runs know, not sent (0 with `includeSimulated`).
+        public var heldBackDevices = 0
     }
 
     /// Tables in the order they are sent (devices first: outcomes name them).
@@ -29,6 +42,7 @@ public enum InventorySync {
     /// statement) end it at once.
     public static func push(
         _ inventory: Inventory, to url: String, chunkSize: Int = 5_000, retries: Int = 3,
+        includeSimulated: Bool = false,
         progress: (_ table: String, _ sent: Int) -> Void = { _, _ in },
         retrying: (_ error: SyncError, _ wait: Duration, _ attempt: Int) -> Void = { _, _, _ in }
     ) async throws(SyncError) -> Report {
@@ -36,7 +50,8 @@ public enum InventorySync {
         var attempt = 1
         while true {
             do {
-                return try await pushOnce(inventory, to: url, chunkSize: chunkSize, progress: progress)
+                return try await pushOnce(
+                    inventory, to: url, chunkSize: chunkSize, includeSimulated: includeSimulated, progress: progress)
             } catch {
                 guard error.isConnectionFailure, attempt <= retries, !Task.isCancelled else {
                     guard let firstFailure, firstFailure.message != error.message else { throw error }
@@ -58,7 +73,8 @@ public enum InventorySync {
     }
 
     static func pushOnce(
-        _ inventory: Inventory, to url: String, chunkSize: Int, progress: (_ table: String, _ sent: Int) -> Void
+        _ inventory: Inventory, to url: String, chunkSize: Int, includeSimulated: Bool = false,
+        progress: (_ table: String, _ sent: Int) -> Void
     ) async throws(SyncError) -> Report {
         let benchID: String
         do {
@@ -74,8 +90,17 @@ public enum InventorySync {
             ON CONFLICT (bench_id) DO UPDATE SET host = excluded.host
             """, [benchID, ProcessInfo.processInfo.hostName])
         var report = Report(benchID: benchID)
+        let simulatedRuns = try await count(inventory, "SELECT count(*) FROM runs WHERE simulated <> 0")
+        // Nothing to hold back: the selects need not look for it.
+        let include: SQLiteValue = .integer(includeSimulated || simulatedRuns == 0 ? 1 : 0)
+        if !includeSimulated, simulatedRuns > 0 {
+            report.heldBackRuns = simulatedRuns
+            report.heldBackDevices = try await count(inventory, "SELECT count(*) FROM simulated_only_devices")
+        }
+        let caughtUp = try await catchUp(
+            inventory, server, bench: benchID, includeSimulated: includeSimulated, chunkSize: chunkSize)
         for table in ServerSchema.tables {
-            var sent = 0
+            var sent = caughtUp[table.name] ?? 0
             var cursor: Int64 = 0
             if let newest = table.newest {
                 let cell = try server.exec(newest, [benchID]).first?.first ?? nil
@@ -91,7 +116,8 @@ public enum InventorySync {
                 }
             }
             while true {
-                let rows = try await local(inventory, table.select, [.integer(cursor), .integer(Int64(chunkSize))])
+                let rows = try await local(
+                    inventory, table.select, [.integer(cursor), .integer(Int64(chunkSize)), include])
                 guard let last = rows.last?.first?.integer else { break }
                 try send(rows, of: table, bench: benchID, to: server)
                 sent += rows.count
@@ -124,6 +150,90 @@ public enum InventorySync {
             "UPDATE benches SET last_sync = $2 WHERE bench_id = $1",
             [benchID, ISO8601DateFormatter().string(from: Date())])
         return report
+    }
+
+    static func count(_ inventory: Inventory, _ sql: String) async throws(SyncError) -> Int {
+        Int(try await local(inventory, sql, []).first?.first?.integer ?? 0)
+    }
+
+    /// Sends what earlier syncs held back and the server's cursors have
+    /// passed: the readings of devices touched by simulated runs that are
+    /// sent now and the server lacks, then (with `includeSimulated`) the
+    /// outcomes of the simulated runs it lacks, then those runs.
+    static func catchUp(
+        _ inventory: Inventory, _ server: PostgresConnection, bench: String, includeSimulated: Bool, chunkSize: Int
+    ) async throws(SyncError) -> [String: Int] {
+        var sent: [String: Int] = [:]
+        guard try await count(inventory, "SELECT count(*) FROM runs WHERE simulated <> 0") > 0 else { return sent }
+        let include: SQLiteValue = .integer(includeSimulated ? 1 : 0)
+        let devices = try await local(
+            inventory,
+            """
+            SELECT DISTINCT o.device FROM outcomes o JOIN runs r ON r.id = o.run_id
+            WHERE r.simulated <> 0 AND o.device IS NOT NULL
+              AND (?1 OR o.device NOT IN (SELECT address FROM simulated_only_devices))
+            ORDER BY o.device
+            """, [include]
+        ).compactMap { $0.first?.text }
+        let runs =
+            includeSimulated
+            ? try await local(inventory, "SELECT id FROM runs WHERE simulated <> 0 ORDER BY id", []).compactMap {
+                $0.first?.integer
+            } : []
+        let presentDevices = Set(
+            try server.exec(
+                "SELECT address FROM devices WHERE bench_id = $1 AND address = ANY($2::text[])",
+                [bench, PostgresArray.literal(devices.map { Optional($0) })]
+            ).compactMap { $0.first ?? nil })
+        let presentRuns = Set(
+            try server.exec(
+                "SELECT local_id FROM runs WHERE bench_id = $1 AND local_id = ANY($2::bigint[])",
+                [bench, PostgresArray.literal(runs.map { Optional(String($0)) })]
+            ).compactMap { $0.first ?? nil }.compactMap { Int64($0) })
+        let missingDevices = devices.filter { !presentDevices.contains($0) }
+        let missingRuns = runs.filter { !presentRuns.contains($0) }
+        func json(_ values: [String]) -> SQLiteValue {
+            .text((try? JSONEncoder().encode(values)).map { String(decoding: $0, as: UTF8.self) } ?? "[]")
+        }
+        let steps: [(table: String, sql: String, keys: SQLiteValue, empty: Bool)] = [
+            (
+                "readings",
+                """
+                SELECT id, device, at, battery, rssi, firmware FROM readings
+                WHERE device IN (SELECT value FROM json_each(?1)) AND id > ?2 ORDER BY id LIMIT ?3
+                """, json(missingDevices), missingDevices.isEmpty
+            ),
+            (
+                "outcomes",
+                """
+                SELECT id, run_id, device, step, status, detail, error, before, after, started_at, ended_at,
+                    duration_ms, retries
+                FROM outcomes WHERE run_id IN (SELECT value FROM json_each(?1)) AND id > ?2 ORDER BY id LIMIT ?3
+                """, .text("[" + missingRuns.map(String.init).joined(separator: ",") + "]"), missingRuns.isEmpty
+            ),
+            (
+                "runs",
+                """
+                SELECT id, started_at, ended_at, command, sha256, operator, host, pid, adapter, options, status,
+                    simulated
+                FROM runs WHERE id IN (SELECT value FROM json_each(?1)) AND id > ?2 ORDER BY id LIMIT ?3
+                """, .text("[" + missingRuns.map(String.init).joined(separator: ",") + "]"), missingRuns.isEmpty
+            ),
+        ]
+        for step in steps where !step.empty {
+            guard let table = ServerSchema.tables.first(where: { $0.name == step.table }) else { continue }
+            var cursor: Int64 = 0
+            while true {
+                let rows = try await local(
+                    inventory, step.sql, [step.keys, .integer(cursor), .integer(Int64(chunkSize))])
+                guard let last = rows.last?.first?.integer else { break }
+                try send(rows, of: table, bench: bench, to: server)
+                sent[step.table, default: 0] += rows.count
+                cursor = last
+                if rows.count < chunkSize { break }
+            }
+        }
+        return sent
     }
 
     static func local(

@@ -83,24 +83,136 @@ public actor ServerInventory: InventoryReader {
         return record
     }
 
-    public func outcomes(device: String?, limit: Int) throws -> [OutcomeRecord] {
-        try reading { server throws(SyncError) in
-            guard let device else {
-                return try server.query(
-                    """
-                    SELECT local_id, run_id, device, step, status, detail, error, started_at, duration_ms, bench_id
-                    FROM outcomes ORDER BY started_at DESC, bench_id, local_id DESC LIMIT $1
-                    """, [String(limit)]
-                ).rows.map(DeviceRows.outcome)
+    public func outcomes(
+        device: String?, since: Date?, limit: Int
+    ) throws -> (
+        rows: [OutcomeRecord], truncated: Bool
+    ) {
+        let limit = max(0, limit)
+        let rows = try reading { server throws(SyncError) -> [[SQLiteValue]] in
+            var address: String?
+            if let device {
+                guard let found = try Self.address(of: device, on: server) else { return [] }
+                address = found
             }
-            guard let address = try Self.address(of: device, on: server) else { return [] }
             return try server.query(
                 """
                 SELECT local_id, run_id, device, step, status, detail, error, started_at, duration_ms, bench_id
-                FROM outcomes WHERE device = $1 ORDER BY started_at DESC, bench_id, local_id DESC LIMIT $2
-                """, [address, String(limit)]
-            ).rows.map(DeviceRows.outcome)
+                FROM outcomes WHERE ($1::text IS NULL OR device = $1) AND ($2::text IS NULL OR started_at >= $2)
+                ORDER BY started_at DESC, bench_id, local_id DESC LIMIT $3
+                """, [address, since.map(Self.timestamp), String(limit + 1)]
+            ).rows
         }
+        return (rows.prefix(limit).map(DeviceRows.outcome), rows.count > limit)
+    }
+
+    /// The inventory's timestamp form (`2026-11-30T09:41:07.123Z`), which
+    /// the benches' rows hold as text.
+    static func timestamp(_ date: Date) -> String {
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        let milliseconds = (date.timeIntervalSince1970 * 1000).rounded(.down) / 1000
+        return formatter.string(from: Date(timeIntervalSince1970: milliseconds))
+    }
+
+    /// Pulled records of every bench, newest first (as `Inventory.records`):
+    /// a record two benches pulled is listed once, as the first pulled it.
+    public func records(_ query: RecordQuery) throws -> RecordPage {
+        let fetch = query.limit.map { String(max(0, $0) + 1) }
+        let milliseconds = { (date: Date) in String(Int64((date.timeIntervalSince1970 * 1000).rounded(.down))) }
+        let parameters: [String?] = [
+            query.device, query.since.map(milliseconds), query.until.map(milliseconds),
+            query.pulledSince.map(Self.timestamp), fetch, String(RecordTime.wallClockFloor),
+        ]
+        var candidates: [PulledRecord] = []
+        try reading { server throws(SyncError) in
+            candidates = []  // a read repeated after a lost connection starts again
+            if query.kinds.contains(.trip) {
+                candidates += try server.query(
+                    """
+                    SELECT device, start_ms, end_ms, beacon_index, pulled_at, bench_id FROM (
+                        SELECT DISTINCT ON (device, start_ms, end_ms) *,
+                            CASE WHEN start_ms >= $6::bigint THEN start_ms
+                                ELSE (extract(epoch FROM pulled_at::timestamptz) * 1000)::bigint END AS sort_ms
+                        FROM trips
+                        WHERE $1::text IS NULL OR device = upper($1)
+                           OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
+                        ORDER BY device, start_ms, end_ms, pulled_at, bench_id
+                    ) AS t
+                    WHERE ($2::bigint IS NULL OR sort_ms >= $2::bigint) AND ($3::bigint IS NULL OR sort_ms < $3::bigint)
+                      AND ($4::text IS NULL OR pulled_at >= $4)
+                    ORDER BY sort_ms DESC, device, start_ms DESC LIMIT $5::bigint
+                    """, parameters
+                ).rows.map { row in
+                    .trip(
+                        PulledTrip(
+                            device: row[0].text ?? "", startMilliseconds: row[1].integer ?? 0,
+                            endMilliseconds: row[2].integer ?? 0, beaconIndex: row[3].integer ?? 0,
+                            pulledAt: Self.date(row[4]), bench: row[5].text))
+                }
+            }
+            if query.kinds.contains(.event) {
+                candidates += try server.query(
+                    """
+                    SELECT device, at_ms, type, duration_ms, average_mg, maximum_mg, x_mg, y_mg, z_mg, beacon_index,
+                        pulled_at, bench_id
+                    FROM (
+                        SELECT DISTINCT ON (device, at_ms, type, beacon_index) *,
+                            CASE WHEN at_ms >= $6::bigint THEN at_ms
+                                ELSE (extract(epoch FROM pulled_at::timestamptz) * 1000)::bigint END AS sort_ms
+                        FROM events
+                        WHERE $1::text IS NULL OR device = upper($1)
+                           OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
+                        ORDER BY device, at_ms, type, beacon_index, pulled_at, bench_id
+                    ) AS e
+                    WHERE ($2::bigint IS NULL OR sort_ms >= $2::bigint) AND ($3::bigint IS NULL OR sort_ms < $3::bigint)
+                      AND ($4::text IS NULL OR pulled_at >= $4)
+                    ORDER BY sort_ms DESC, device, at_ms DESC, beacon_index DESC LIMIT $5::bigint
+                    """, parameters
+                ).rows.map { row in
+                    .event(
+                        PulledEvent(
+                            device: row[0].text ?? "", atMilliseconds: row[1].integer ?? 0, type: row[2].text ?? "",
+                            durationMilliseconds: row[3].integer ?? 0, averageMilliG: row[4].integer ?? 0,
+                            maximumMilliG: row[5].integer ?? 0, x: row[6].integer ?? 0, y: row[7].integer ?? 0,
+                            z: row[8].integer ?? 0, beaconIndex: row[9].integer ?? 0, pulledAt: Self.date(row[10]),
+                            bench: row[11].text))
+                }
+            }
+            if query.kinds.contains(.incident) {
+                candidates += try server.query(
+                    """
+                    SELECT device, incident_id, at_ms, max_resultant, avg_resultant, x_mg, y_mg, z_mg, samples,
+                        pulled_at, bench_id
+                    FROM (
+                        SELECT DISTINCT ON (device, incident_id, at_ms) *,
+                            CASE WHEN at_ms >= $6::bigint THEN at_ms
+                                ELSE (extract(epoch FROM pulled_at::timestamptz) * 1000)::bigint END AS sort_ms
+                        FROM incidents
+                        WHERE $1::text IS NULL OR device = upper($1)
+                           OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
+                        ORDER BY device, incident_id, at_ms, pulled_at, bench_id
+                    ) AS i
+                    WHERE ($2::bigint IS NULL OR sort_ms >= $2::bigint) AND ($3::bigint IS NULL OR sort_ms < $3::bigint)
+                      AND ($4::text IS NULL OR pulled_at >= $4)
+                    ORDER BY sort_ms DESC, device, at_ms DESC, incident_id DESC LIMIT $5::bigint
+                    """, parameters
+                ).rows.map { row in
+                    .incident(
+                        PulledIncident(
+                            device: row[0].text ?? "", incidentID: row[1].integer ?? 0,
+                            atMilliseconds: row[2].integer ?? 0, maximumResultant: row[3].integer ?? 0,
+                            averageResultant: row[4].integer ?? 0, x: row[5].integer ?? 0, y: row[6].integer ?? 0,
+                            z: row[7].integer ?? 0, samples: row[8].text ?? "[]", pulledAt: Self.date(row[9]),
+                            bench: row[10].text))
+                }
+            }
+        }
+        return RecordPage.cut(candidates, limit: query.limit)
+    }
+
+    static func date(_ value: SQLiteValue) -> Date {
+        value.text.flatMap(Inventory.parseTimestamp) ?? Date(timeIntervalSince1970: 0)
     }
 
     public func auditSubjects() throws -> [AuditSubject] {

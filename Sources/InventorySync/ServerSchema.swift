@@ -13,7 +13,65 @@ enum ServerSchema {
         ("initial schema", initial),
         ("observation times, the merged fleet view, read indexes", mergedFleet),
         ("identities: claimed fleet-wide, meant per bench; step retries", identityClaims),
+        ("forgotten devices, simulated runs", forgottenAndSimulated),
     ]
+
+    /// Version 4: a device a bench forgot (`devices.forgotten_at`, SQLite
+    /// schema 4) leaves `fleet_devices` unless another bench still knows
+    /// it; runs say whether they were simulated (a sync sends those only
+    /// when asked). Indexes for listing pulled records.
+    static let forgottenAndSimulated = """
+        ALTER TABLE devices ADD COLUMN IF NOT EXISTS forgotten_at TEXT;
+        ALTER TABLE runs ADD COLUMN IF NOT EXISTS simulated BIGINT NOT NULL DEFAULT 0;
+        CREATE INDEX IF NOT EXISTS trips_by_device ON trips (device);
+        CREATE INDEX IF NOT EXISTS events_by_device ON events (device);
+        CREATE INDEX IF NOT EXISTS incidents_by_device ON incidents (device);
+        DROP VIEW IF EXISTS fleet_devices;
+        CREATE VIEW fleet_devices AS
+        SELECT
+            address, seen[3] AS mac_ending, identity[3]::bigint AS major, identity[4]::bigint AS minor,
+            description[3] AS model, description[4] AS serial, description[5] AS hardware_revision,
+            firmware[3] AS firmware, first_seen, last_seen, battery[3]::bigint AS battery,
+            battery[1] AS battery_at, calibration[3]::bigint AS calibrated, calibration[4] AS calibrated_at,
+            calibration[5]::bigint AS calibration_x, calibration[6]::bigint AS calibration_y,
+            calibration[7]::bigint AS calibration_z, time_offset[3]::bigint AS time_offset_ms,
+            profile[3] AS profile, config[3]::bigint AS config_cornering, config[4]::bigint AS config_braking,
+            config[5]::bigint AS config_acceleration, config[6]::bigint AS config_duration,
+            config[7]::bigint AS config_enable, config[1] AS config_read_at, identity[1] AS identity_at,
+            description[1] AS description_at, firmware[1] AS firmware_at, calibration[1] AS calibration_read_at,
+            time_offset[1] AS time_offset_at, benches
+        FROM (
+            -- Each fact: the greatest [when observed, bench, values…] of the
+            -- rows that know it, so the latest observation wins (ties: the
+            -- greater bench id), in one pass without sorting each group.
+            SELECT
+                address,
+                max(ARRAY[last_seen, bench_id, mac_ending]) AS seen,
+                max(ARRAY[coalesce(identity_at, last_seen), bench_id, major::text, minor::text])
+                    FILTER (WHERE major IS NOT NULL AND minor IS NOT NULL) AS identity,
+                max(ARRAY[coalesce(description_at, last_seen), bench_id, model, serial, hardware_revision])
+                    FILTER (WHERE model IS NOT NULL OR serial IS NOT NULL OR hardware_revision IS NOT NULL)
+                    AS description,
+                max(ARRAY[coalesce(firmware_at, last_seen), bench_id, firmware])
+                    FILTER (WHERE firmware IS NOT NULL) AS firmware,
+                min(first_seen) AS first_seen,
+                max(last_seen) AS last_seen,
+                max(ARRAY[battery_at, bench_id, battery::text])
+                    FILTER (WHERE battery IS NOT NULL AND battery_at IS NOT NULL) AS battery,
+                max(ARRAY[coalesce(calibration_read_at, last_seen), bench_id, calibrated::text, calibrated_at,
+                    calibration_x::text, calibration_y::text, calibration_z::text])
+                    FILTER (WHERE calibrated IS NOT NULL) AS calibration,
+                max(ARRAY[coalesce(time_offset_at, last_seen), bench_id, time_offset_ms::text])
+                    FILTER (WHERE time_offset_ms IS NOT NULL) AS time_offset,
+                max(ARRAY[coalesce(config_read_at, ''), bench_id, profile]) FILTER (WHERE profile IS NOT NULL)
+                    AS profile,
+                max(ARRAY[config_read_at, bench_id, config_cornering::text, config_braking::text,
+                    config_acceleration::text, config_duration::text, config_enable::text])
+                    FILTER (WHERE config_read_at IS NOT NULL) AS config,
+                string_agg(bench_id, ' ' ORDER BY last_seen DESC, bench_id DESC) AS benches
+            FROM devices WHERE forgotten_at IS NULL GROUP BY address
+        ) AS merged;
+        """
 
     /// One identity per device fleet-wide: a bench claims a minor here
     /// before it writes it (the primary key makes a duplicate impossible).
@@ -234,8 +292,11 @@ enum ServerSchema {
 
     /// A table's statements. Locally, rows are read in chunks after a
     /// cursor (the local id, or the rowid for tables keyed otherwise): `?1`
-    /// is the cursor, `?2` the chunk size, and the first column is the
-    /// cursor's value. On the server, one upsert per chunk: `$1` is the
+    /// is the cursor, `?2` the chunk size, `?3` 1 to include what simulated
+    /// runs made (else their runs, outcomes and identities, and the
+    /// devices only they know — `simulated_only_devices` — with those
+    /// devices' readings and records, are left out), and the first column
+    /// is the cursor's value. On the server, one upsert per chunk: `$1` is the
     /// bench id, then one array per column sent.
     struct Table {
         var name: String
@@ -266,8 +327,9 @@ enum ServerSchema {
                     first_seen, last_seen, battery, battery_at, calibrated, calibrated_at, calibration_x,
                     calibration_y, calibration_z, time_offset_ms, profile, config_cornering, config_braking,
                     config_acceleration, config_duration, config_enable, config_read_at, identity_at,
-                    description_at, firmware_at, calibration_read_at, time_offset_at
-                FROM devices WHERE rowid > ?1 ORDER BY rowid LIMIT ?2
+                    description_at, firmware_at, calibration_read_at, time_offset_at, forgotten_at
+                FROM devices WHERE rowid > ?1 AND (?3 OR address NOT IN (SELECT address FROM simulated_only_devices))
+                ORDER BY rowid LIMIT ?2
                 """,
             upsert: """
                 INSERT INTO devices (bench_id, address, mac_ending, major, minor, model, serial,
@@ -275,12 +337,12 @@ enum ServerSchema {
                     calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
                     config_cornering, config_braking, config_acceleration, config_duration, config_enable,
                     config_read_at, identity_at, description_at, firmware_at, calibration_read_at,
-                    time_offset_at)
+                    time_offset_at, forgotten_at)
                 SELECT $1, * FROM unnest($2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::text[],
                     $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::text[],
                     $14::bigint[], $15::text[], $16::bigint[], $17::bigint[], $18::bigint[], $19::bigint[],
                     $20::text[], $21::bigint[], $22::bigint[], $23::bigint[], $24::bigint[], $25::bigint[],
-                    $26::text[], $27::text[], $28::text[], $29::text[], $30::text[], $31::text[])
+                    $26::text[], $27::text[], $28::text[], $29::text[], $30::text[], $31::text[], $32::text[])
                 ON CONFLICT (bench_id, address) DO UPDATE SET mac_ending = excluded.mac_ending, major =
                     excluded.major, minor = excluded.minor, model = excluded.model, serial = excluded.serial,
                     hardware_revision = excluded.hardware_revision, firmware = excluded.firmware, first_seen =
@@ -294,46 +356,50 @@ enum ServerSchema {
                     excluded.config_enable, config_read_at = excluded.config_read_at, identity_at =
                     excluded.identity_at, description_at = excluded.description_at, firmware_at =
                     excluded.firmware_at, calibration_read_at = excluded.calibration_read_at, time_offset_at =
-                    excluded.time_offset_at
+                    excluded.time_offset_at, forgotten_at = excluded.forgotten_at
                 """,
             types: [
                 .text, .text, .bigint, .bigint, .text, .text, .text, .text, .text, .text, .bigint, .text, .bigint,
                 .text, .bigint, .bigint, .bigint, .bigint, .text, .bigint, .bigint, .bigint, .bigint, .bigint, .text,
-                .text, .text, .text, .text, .text,
+                .text, .text, .text, .text, .text, .text,
             ],
         ),
         Table(
             name: "runs",
             select: """
-                SELECT id, started_at, ended_at, command, sha256, operator, host, pid, adapter, options, status
-                FROM runs WHERE id > ?1 ORDER BY id LIMIT ?2
+                SELECT id, started_at, ended_at, command, sha256, operator, host, pid, adapter, options, status,
+                    simulated
+                FROM runs WHERE id > ?1 AND (?3 OR simulated = 0) ORDER BY id LIMIT ?2
                 """,
             newest: "SELECT coalesce(max(local_id), 0) FROM runs WHERE bench_id = $1",
             running: (
                 onServer: "SELECT local_id FROM runs WHERE bench_id = $1 AND status = 'running'",
                 local: """
-                SELECT id, started_at, ended_at, command, sha256, operator, host, pid, adapter, options, status
+                SELECT id, started_at, ended_at, command, sha256, operator, host, pid, adapter, options, status,
+                    simulated
                 FROM runs WHERE id IN (SELECT value FROM json_each(?1)) ORDER BY id
                 """
             ),
             upsert: """
                 INSERT INTO runs (bench_id, local_id, started_at, ended_at, command, sha256, operator, host,
-                    pid, adapter, options, status)
+                    pid, adapter, options, status, simulated)
                 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[],
-                    $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[], $12::text[])
+                    $7::text[], $8::text[], $9::bigint[], $10::text[], $11::text[], $12::text[], $13::bigint[])
                 ON CONFLICT (bench_id, local_id) DO UPDATE SET started_at = excluded.started_at, ended_at =
                     excluded.ended_at, command = excluded.command, sha256 = excluded.sha256, operator =
                     excluded.operator, host = excluded.host, pid = excluded.pid, adapter = excluded.adapter,
-                    options = excluded.options, status = excluded.status
+                    options = excluded.options, status = excluded.status, simulated = excluded.simulated
                 """,
-            types: [.bigint, .text, .text, .text, .text, .text, .text, .bigint, .text, .text, .text],
+            types: [.bigint, .text, .text, .text, .text, .text, .text, .bigint, .text, .text, .text, .bigint],
         ),
         Table(
             name: "outcomes",
             select: """
                 SELECT id, run_id, device, step, status, detail, error, before, after, started_at, ended_at,
                     duration_ms, retries
-                FROM outcomes WHERE id > ?1 ORDER BY id LIMIT ?2
+                FROM outcomes
+                WHERE id > ?1 AND (?3 OR run_id NOT IN (SELECT id FROM runs WHERE simulated <> 0))
+                ORDER BY id LIMIT ?2
                 """,
             newest: "SELECT coalesce(max(local_id), 0) FROM outcomes WHERE bench_id = $1",
             running: (
@@ -363,7 +429,9 @@ enum ServerSchema {
         Table(
             name: "readings",
             select: """
-                SELECT id, device, at, battery, rssi, firmware FROM readings WHERE id > ?1 ORDER BY id LIMIT ?2
+                SELECT id, device, at, battery, rssi, firmware FROM readings
+                WHERE id > ?1 AND (?3 OR device NOT IN (SELECT address FROM simulated_only_devices))
+                ORDER BY id LIMIT ?2
                 """,
             newest: "SELECT coalesce(max(local_id), 0) FROM readings WHERE bench_id = $1",
             upsert: """
@@ -378,7 +446,8 @@ enum ServerSchema {
         Table(
             name: "trips",
             select: """
-                SELECT rowid, device, start_ms, end_ms, beacon_index, pulled_at FROM trips WHERE rowid > ?1
+                SELECT rowid, device, start_ms, end_ms, beacon_index, pulled_at FROM trips
+                WHERE rowid > ?1 AND (?3 OR device NOT IN (SELECT address FROM simulated_only_devices))
                 ORDER BY rowid LIMIT ?2
                 """,
             upsert: """
@@ -394,7 +463,8 @@ enum ServerSchema {
             select: """
                 SELECT rowid, device, at_ms, type, duration_ms, average_mg, maximum_mg, x_mg, y_mg, z_mg,
                     beacon_index, pulled_at
-                FROM events WHERE rowid > ?1 ORDER BY rowid LIMIT ?2
+                FROM events WHERE rowid > ?1 AND (?3 OR device NOT IN (SELECT address FROM simulated_only_devices))
+                ORDER BY rowid LIMIT ?2
                 """,
             upsert: """
                 INSERT INTO events (bench_id, device, at_ms, type, duration_ms, average_mg, maximum_mg, x_mg,
@@ -413,7 +483,9 @@ enum ServerSchema {
             select: """
                 SELECT rowid, device, incident_id, at_ms, max_resultant, avg_resultant, x_mg, y_mg, z_mg,
                     samples, pulled_at
-                FROM incidents WHERE rowid > ?1 ORDER BY rowid LIMIT ?2
+                FROM incidents
+                WHERE rowid > ?1 AND (?3 OR device NOT IN (SELECT address FROM simulated_only_devices))
+                ORDER BY rowid LIMIT ?2
                 """,
             upsert: """
                 INSERT INTO incidents (bench_id, device, incident_id, at_ms, max_resultant, avg_resultant,
@@ -434,7 +506,9 @@ enum ServerSchema {
             name: "identities",
             select: """
                 SELECT rowid, device, major, minor, source, profile, run_id, reserved_at FROM identities
-                WHERE rowid > ?1 ORDER BY rowid LIMIT ?2
+                WHERE rowid > ?1 AND (?3 OR (device NOT IN (SELECT address FROM simulated_only_devices)
+                    AND (run_id IS NULL OR run_id NOT IN (SELECT id FROM runs WHERE simulated <> 0))))
+                ORDER BY rowid LIMIT ?2
                 """,
             upsert: """
                 INSERT INTO identities (bench_id, device, major, minor, source, profile, run_id, reserved_at)
