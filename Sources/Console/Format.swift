@@ -201,21 +201,22 @@ enum Format {
             from: date, timeZone: TimeZone(identifier: "UTC")!, formatOptions: [.withInternetDateTime])
     }
 
-    static let outcomeHeader = ["run", "device", "step", "status", "ms", "detail"]
+    static let outcomeHeader = ["started (UTC)", "run", "device", "step", "status", "ms", "detail"]
 
-    /// The outcome table; with the bench and start time in front when the
-    /// outcomes come from a server inventory (several benches' histories).
+    /// The outcome table; with the bench in front when the outcomes come
+    /// from a server inventory (several benches' histories).
     static func outcomeTable(_ outcomes: [OutcomeRecord]) -> (header: [String], rows: [[String]]) {
         guard outcomes.contains(where: { $0.bench != nil }) else { return (outcomeHeader, outcomes.map(outcomeRow)) }
         return (
-            ["bench", "started"] + outcomeHeader,
-            outcomes.map { [shortBench($0.bench ?? "-"), String($0.startedAt.prefix(19))] + outcomeRow($0) }
+            ["bench"] + outcomeHeader,
+            outcomes.map { [shortBench($0.bench ?? "-")] + outcomeRow($0) }
         )
     }
 
     static func outcomeRow(_ outcome: OutcomeRecord) -> [String] {
         [
-            String(outcome.run), outcome.device ?? "-", outcome.step, outcome.status,
+            String(outcome.startedAt.prefix(19)).replacingOccurrences(of: "T", with: " "), String(outcome.run),
+            outcome.device ?? "-", outcome.step, outcome.status,
             outcome.durationMilliseconds.map(String.init) ?? "", outcome.error ?? outcome.detail ?? "",
         ]
     }

@@ -200,7 +200,8 @@ public actor Session {
             let id = try await inventory.beginRun(
                 Inventory.RunInfo(
                     command: runLabel, sha256: runDigest,
-                    options: dryRun ? "dry-run" : nil, adapter: invocation.adapter))
+                    options: dryRun ? "dry-run" : nil, adapter: invocation.adapter,
+                    simulated: invocation.simulation != nil))
             runID = id
             await inventory.keepSpaceInReserve()
             return id
@@ -471,6 +472,8 @@ public actor Session {
         let bench = try await openBench()
         let run = try await currentRun()
         let board = ProgressBoard(terminal: terminal, total: addresses.count, dryRun: dryRun, json: json)
+        // Whole seconds: the inventory keeps when a record was pulled to the second.
+        let started = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
         board.begin(steps.map(\.name))
         let result: FleetResult
         do {
@@ -509,6 +512,19 @@ public actor Session {
                 .infrastructure,
                 "the inventory failed (\(failure)): the run stopped before writing anything more to a beacon")
         }
+        // A pull: the records it brought, as data on standard output.
+        let pulled = Set(
+            group.compactMap { located -> RecordKind? in
+                switch located.command {
+                case is TripsCommand: .trip
+                case is EventsCommand: .event
+                case is IncidentsCommand: .incident
+                default: nil
+                }
+            })
+        if !pulled.isEmpty {
+            try await showPulled(pulled, from: Set(addresses), since: started)
+        }
         // `info`: what was read, as data on standard output.
         if group.contains(where: { $0.command is InfoCommand }) {
             try await showDevices(recaps.filter { $0.failed == 0 && !$0.notStarted }.map(\.address))
@@ -523,6 +539,30 @@ public actor Session {
         }
         if Task.isCancelled { terminal.message("cancelled") }
         if isInteractive { printRecap() }
+    }
+
+    /// The records of `kinds` pulled from these devices since `since`.
+    func showPulled(_ kinds: Set<RecordKind>, from devices: Set<String>, since: Date) async throws(ConsoleFailure) {
+        let page: RecordPage
+        do {
+            page = try await inventory().records(RecordQuery(kinds: kinds, pulledSince: since))
+        } catch let error as ConsoleFailure {
+            throw error
+        } catch {
+            throw ConsoleFailure(.infrastructure, "the inventory: \(error)")
+        }
+        let records = page.all.filter { devices.contains($0.device) }
+        if json {
+            for record in records { terminal.emit(record.resultKind, Shapes.record(record)) }
+            return
+        }
+        terminal.result("")
+        terminal.result(
+            terminal.styled("PULLED", .bold) + " \(records.count) record\(records.count == 1 ? "" : "s")"
+                + " (records list shows them again)")
+        if !records.isEmpty {
+            for line in table(RecordRows.tableHeader, records.map(RecordRows.tableRow)) { terminal.result(line) }
+        }
     }
 
     /// The inventory's records of these devices: JSON lines of kind
@@ -700,10 +740,14 @@ public actor Session {
         }
     }
 
-    func log(_ device: String?) async throws(ConsoleFailure) {
+    func log(_ device: String?, since: Date?, limit: Int) async throws(ConsoleFailure) {
         let inventory = try reader()
         do {
-            let outcomes = try await inventory.outcomes(device: device, limit: device == nil ? 50 : 200)
+            let (outcomes, truncated) = try await inventory.outcomes(device: device, since: since, limit: limit)
+            if truncated {
+                terminal.message(
+                    "showing the newest \(outcomes.count) outcomes: there are more (--limit N, --since TIME)")
+            }
             if json {
                 for outcome in outcomes { terminal.emit(.outcome, Shapes.outcome(outcome)) }
             } else {
@@ -718,13 +762,13 @@ public actor Session {
     // MARK: Sync
 
     /// Pushes the inventory; the URL (it may hold a password) is never printed.
-    func sync(to url: String) async throws(ConsoleFailure) {
+    func sync(to url: String, includeSimulated: Bool) async throws(ConsoleFailure) {
         let inventory = try inventory()
         let report: InventorySync.Report
         let terminal = self.terminal
         do {
             report = try await InventorySync.push(
-                inventory, to: url,
+                inventory, to: url, includeSimulated: includeSimulated,
                 progress: { table, sent in
                     if terminal.errorIsTerminal { terminal.status("sync: \(table) \(sent)…") }
                 },
@@ -750,11 +794,66 @@ public actor Session {
                 [
                     "bench": .string(report.benchID),
                     "sent": .object(report.sent.mapValues { .int($0) }),
+                    "held_back_runs": .int(report.heldBackRuns), "held_back_devices": .int(report.heldBackDevices),
                 ])
         } else {
             let counts = order.map { "\($0) \(report.sent[$0] ?? 0)" }.joined(separator: ", ")
             terminal.result("synced bench \(report.benchID): sent \(counts)")
         }
+        if report.heldBackRuns > 0 {
+            terminal.message(
+                "held back \(report.heldBackRuns) simulated run\(report.heldBackRuns == 1 ? "" : "s")"
+                    + " (\(report.heldBackDevices) device\(report.heldBackDevices == 1 ? "" : "s") seen only there);"
+                    + " --include-simulated pushes them")
+        }
+    }
+
+    // MARK: Forgetting
+
+    /// `inventory forget`: without `confirmed`, what would be forgotten.
+    func forget(_ devices: [String], confirmed: Bool) async throws(ConsoleFailure) {
+        let inventory = try inventory()
+        guard confirmed else {
+            var known: [String] = []
+            for name in devices {
+                if let record = try? await inventory.device(name) { known.append(record.address) }
+            }
+            terminal.message(
+                "would forget \(known.count) device\(known.count == 1 ? "" : "s")"
+                    + (known.isEmpty ? "" : " (\(known.joined(separator: ", ")))")
+                    + "; their history stays. Add --yes to forget them.")
+            note(.badInput)
+            return
+        }
+        let report: ForgetReport
+        do {
+            report = try await inventory.forget(devices)
+        } catch {
+            throw ConsoleFailure(.infrastructure, "inventory forget: \(error)")
+        }
+        if json {
+            for address in report.forgotten {
+                terminal.emit(.forgotten, ["device": .string(address)])
+            }
+        } else {
+            for address in report.forgotten { terminal.result("forgot \(address)") }
+        }
+        let kept = [
+            ("step outcome", report.keptOutcomes), ("reading", report.keptReadings), ("trip", report.keptTrips),
+            ("event", report.keptEvents), ("incident", report.keptIncidents),
+        ].map { "\($0.1) \($0.0)\($0.1 == 1 ? "" : "s")" }.joined(separator: ", ")
+        if !report.forgotten.isEmpty {
+            terminal.message(
+                "kept as history: \(kept); \(report.releasedIdentities) identit\(report.releasedIdentities == 1 ? "y" : "ies") released. Seen again, a device comes back."
+            )
+        }
+        for address in report.alreadyForgotten { terminal.message("\(address) was forgotten already") }
+        for (ending, addresses) in report.ambiguous.sorted(by: { $0.key < $1.key }) {
+            terminal.error(
+                "\(ending) names \(addresses.count) devices (\(addresses.joined(separator: ", "))): write the address")
+        }
+        for name in report.unknown { terminal.error("the inventory has no device \(name)") }
+        if !report.unknown.isEmpty || !report.ambiguous.isEmpty { note(.badInput) }
     }
 
     // MARK: Profiles

@@ -112,7 +112,10 @@ struct BatchParserTests {
         ),
         ("identity major=70000", "1:10: error: major must be 0–65535 or 'profile', got '70000'"),
         ("factory-reset", "1:1: error: factory-reset erases a beacon: write 'factory-reset --yes'"),
-        ("calibrate now", "1:11: error: calibrate takes no argument (only devices), got 'now'"),
+        (
+            "calibrate now",
+            "1:11: error: calibrate takes no argument (only devices), got 'now' (usage: calibrate [DEVICE…] [--dry-run])"
+        ),
         ("trips --purge", "1:7: error: trips has no option '--purge' (it takes --clear, --json, --dry-run)"),
         ("devices \"unterminated", "1:9: error: a quote is not closed"),
         ("audit --deep", "1:7: error: audit has no option '--deep' (it takes --live, --passive, --json)"),

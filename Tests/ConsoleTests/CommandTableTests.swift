@@ -65,9 +65,9 @@ struct CommandTableTests {
             ("info --dry-run", "t.batch:1:6: error: info has no option '--dry-run' (it takes --json)"),
             (
                 "inventory lst",
-                "t.batch:1:11: error: unknown inventory subcommand 'lst' (list, show, export); did you mean 'list'?"
+                "t.batch:1:11: error: unknown inventory subcommand 'lst' (list, show, export, forget); did you mean 'list'?"
             ),
-            ("inventory export", "t.batch:1:1: error: inventory export takes --csv or --json"),
+            ("inventory export --csv --json", "t.batch:1:1: error: inventory export takes --csv or --json, not both"),
             ("audit --live --passive", "t.batch:1:1: error: audit takes --live or --passive, not both"),
             ("completion tcsh", "t.batch:1:12: error: SHELL wants bash, zsh, fish, got 'tcsh' (did you mean 'bash'?)"),
             ("scan --rssi", "t.batch:1:6: error: --rssi needs a value: DBM (ignore beacons heard weaker than this)"),

@@ -107,6 +107,14 @@ struct ConsoleFixture {
             try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
         }
     }
+
+    /// The JSON lines of one kind (docs/json.md).
+    static func jsonLines(_ text: String, kind: String) -> [[String: Any]] {
+        jsonLines(text).filter { $0["kind"] as? String == kind }
+    }
+
+    /// A run's `summary` line.
+    static func summary(_ text: String) -> [String: Any]? { jsonLines(text, kind: "summary").first }
 }
 
 /// Starts a fleet file of `count` new beacons on the simulator, runs `body`, stops.

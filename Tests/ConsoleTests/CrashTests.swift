@@ -51,7 +51,7 @@ struct CrashTests {
             let output = try await run
             #expect(output.status == 0 || output.status == 2, "\(output.stderr.suffix(3000))")
             // Only a beacon that cannot be calibrated (it moves) may fail.
-            for line in ConsoleFixture.jsonLines(output.stdout) where (line["failed"] as? Int ?? 0) > 0 {
+            for line in ConsoleFixture.jsonLines(output.stdout, kind: "recap") where (line["failed"] as? Int ?? 0) > 0 {
                 if !FaultMatrixTests.isPermanent(line["reason"] as? String ?? "") {
                     Issue.record("failed after the restart: \(line)")
                 }

@@ -21,8 +21,10 @@ struct EndToEndTests {
             #expect(first.status == 0, "\(first.stderr)")
             let lines = ConsoleFixture.jsonLines(first.stdout)
             let recaps = Dictionary(
-                uniqueKeysWithValues: lines.compactMap { line in (line["device"] as? String).map { ($0, line) } })
-            let summary = try #require(lines.compactMap { $0["summary"] as? [String: Any] }.first)
+                uniqueKeysWithValues: lines.filter { $0["kind"] as? String == "recap" }.compactMap { line in
+                    (line["device"] as? String).map { ($0, line) }
+                })
+            let summary = try #require(ConsoleFixture.summary(first.stdout))
             #expect(summary["devices"] as? Int == 24)
             #expect(summary["changed"] as? Int == 22)
             #expect(summary["skipped"] as? Int == 2)
@@ -84,10 +86,12 @@ struct EndToEndTests {
             ])
             #expect(second.status == 0, "\(second.stderr)")
             let secondLines = ConsoleFixture.jsonLines(second.stdout)
-            let secondSummary = try #require(secondLines.compactMap { $0["summary"] as? [String: Any] }.first)
+            let secondSummary = try #require(ConsoleFixture.summary(second.stdout))
             #expect(secondSummary["changed"] as? Int == 0)
             #expect(secondSummary["failed"] as? Int == 0)
-            for line in secondLines where line["device"] != nil { #expect(line["changed"] as? Int == 0, "\(line)") }
+            for line in secondLines where line["kind"] as? String == "recap" {
+                #expect(line["changed"] as? Int == 0, "\(line)")
+            }
             #expect(try await bench.truth().mapValues(ConsoleFixture.provisioned) == before)
         }
     }
@@ -114,7 +118,7 @@ struct EndToEndTests {
             let json = try await bench.beaconbench([
                 "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s", "--dry-run",
             ])
-            let changes = ConsoleFixture.jsonLines(json.stdout).filter { $0["would_change"] is String }
+            let changes = ConsoleFixture.jsonLines(json.stdout, kind: "step").filter { $0["diff"] is String }
             #expect(changes.count == 4 * 4, "\(json.stdout)")
             #expect(try await bench.truth().mapValues(ConsoleFixture.provisioned) == before)
             let records = try await Inventory(path: bench.inventoryPath).devices()
@@ -136,13 +140,13 @@ struct EndToEndTests {
         ("select all\nrequire battery>=150\n", ":2:9: error: battery>= wants a percentage 0–100, got '150'"),
         (
             "select all\nidentity minor=auto\n",
-            ":2:1: error: identity needs a profile or major=N (usage: identity [PROFILE] [major=N] [minor=auto|keep|N])"
+            ":2:1: error: identity needs a profile or major=N (usage: identity [PROFILE] [major=N] [minor=auto|keep|N] [DEVICE…] [--dry-run])"
         ),
         ("select all\napply ${profile}\n", ":2:7: error: variable 'profile' is not set"),
         ("select all\nfactory-reset\n", ":2:1: error: factory-reset erases a beacon: write 'factory-reset --yes'"),
         ("scan 1s\ncalibrate\n", ":2:1: error: no devices for 'calibrate': 'select …' them first"),
         ("select \"all\n", ":1:8: error: a quote is not closed"),
-        ("scan 1s --rssi 5\n", ":1:16: error: --rssi wants dBm in -127–0, got '5'"),
+        ("scan 1s --rssi 5\n", ":1:16: error: --rssi wants DBM in -127–0, got '5'"),
         (
             "select all\nsync-time\nidentity major=70000\n",
             ":3:10: error: major must be 0–65535 or 'profile', got '70000'"
@@ -150,7 +154,10 @@ struct EndToEndTests {
         ("select battery<x\n", ":1:8: error: battery< wants a percentage 0–100, got 'x'"),
         ("select all\ninfo\nwatch forever\n", ":3:7: error: 'forever' is not a duration"),
         ("select all\n!rm -rf /\n", ":2:1: error: unknown command '!rm'"),
-        ("select all\ntrips --purge\n", ":2:7: error: unknown option '--purge' (only --clear)"),
+        (
+            "select all\ntrips --purge\n",
+            ":2:7: error: trips has no option '--purge' (it takes --clear, --json, --dry-run)"
+        ),
     ]
 
     @Test func brokenBatchesExit1WithTheirPlaceAndTouchNothing() async throws {
@@ -233,7 +240,8 @@ struct EndToEndTests {
             let truth = try await bench.truth()
             #expect(truth["C0:FE:00:00:00:02"]?.config.cornering == 320)
             #expect(truth["C0:FE:00:00:00:01"]?.config.cornering == 300)
-            let listed = ConsoleFixture.jsonLines(run.stdout).filter { $0["mac_ending"] != nil }
+            // `info` gives the three devices it read, then `inventory list` the three.
+            let listed = ConsoleFixture.jsonLines(run.stdout, kind: "device").suffix(3)
             #expect(listed.count == 3)
             #expect(listed.first { $0["address"] as? String == "C0:FE:00:00:00:02" }?["profile"] as? String == "van")
         }
@@ -261,7 +269,9 @@ struct EndToEndTests {
             await connection.close()
             let output = try await watching
             #expect(output.status == 0, "\(output.stderr)")
-            let events = ConsoleFixture.jsonLines(output.stdout).filter { $0["event"] != nil }
+            let events = ConsoleFixture.jsonLines(output.stdout, kind: "watch_event").filter {
+                $0["type"] as? String == "real_time"
+            }
             #expect(!events.isEmpty, "\(output.stdout)")
             #expect(events.allSatisfy { $0["event"] as? String == "braking" })
             #expect(events.first?["device"] as? String == "C0:FE:00:00:00:01")

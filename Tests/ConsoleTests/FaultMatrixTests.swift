@@ -35,7 +35,7 @@ struct FaultMatrixTests {
                     ["--json", "run", bench.batch("provision-new.batch"), "--set", "scan=2s"], timeout: 600)
                 #expect(run.status == 0 || run.status == 2, "\(faults): \(run.stderr.suffix(2000))")
                 let recaps = Dictionary(
-                    ConsoleFixture.jsonLines(run.stdout).compactMap { line in
+                    ConsoleFixture.jsonLines(run.stdout, kind: "recap").compactMap { line in
                         (line["device"] as? String).map { ($0, line) }
                     }
                 ) { first, _ in first }

@@ -131,7 +131,7 @@ struct HostileDeviceTests {
         #expect(csv.stdout.contains(",'+1,'-1+2,'@SUM(1),"), "\(csv.stdout)")
 
         let export = try await bench.beaconbench(["inventory", "export", "--json"])
-        let devices = try #require(try JSONSerialization.jsonObject(with: Data(export.stdout.utf8)) as? [[String: Any]])
+        let devices = ConsoleFixture.jsonLines(export.stdout, kind: "device_row")
         let byAddress = Dictionary(uniqueKeysWithValues: devices.map { ($0["address"] as? String ?? "", $0) })
         #expect(byAddress["C0:FE:15:00:00:01"]?["model"] as? String == "SB-1\u{1B}[31m\u{1B}[5;5H")
         #expect(byAddress["C0:FE:15:00:00:03"]?["model"] as? String == "\u{2066}SB-1\u{2069}\u{200F}\u{202D}")

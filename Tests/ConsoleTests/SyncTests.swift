@@ -231,7 +231,7 @@ struct SyncTests {
             sharedOutcomes += try await inventory.outcomes(device: shared, limit: 10_000).count
             localDevices += try await inventory.devices().count
             let export = try await bench.beaconbench(["inventory", "export", "--json"])
-            let objects = try JSONSerialization.jsonObject(with: Data(export.stdout.utf8)) as? [[String: Any]] ?? []
+            let objects = ConsoleFixture.jsonLines(export.stdout, kind: "device_row")
             exports[index] = Dictionary(uniqueKeysWithValues: objects.map { ($0["address"] as? String ?? "", $0) })
             let audit = try await bench.beaconbench(["--json", "audit"])
             #expect(audit.status == 2, "two beacons per bench could not be provisioned: \(audit.stderr)")
@@ -279,7 +279,7 @@ struct SyncTests {
         }
         let export = try await officeRun(["inventory", "export", "--json"])
         #expect(export.status == 0, "\(export.stderr)")
-        let fleet = try JSONSerialization.jsonObject(with: Data(export.stdout.utf8)) as? [[String: Any]] ?? []
+        let fleet = ConsoleFixture.jsonLines(export.stdout, kind: "device_row")
         let addresses = fleet.compactMap { $0["address"] as? String }
         #expect(addresses.count == Set(addresses).count, "each beacon once")
         #expect(addresses.count == localDevices - 1, "14 beacons: 6 + 5 + 4, one of them on two benches")

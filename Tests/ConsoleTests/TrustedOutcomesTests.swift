@@ -130,8 +130,7 @@ struct TrustedOutcomesTests {
             #expect(connects.count == 8)
             #expect(connects.allSatisfy { $0.split(separator: "|")[1] == "1" }, "\(connects)")
             #expect(connects.contains { $0.split(separator: "|")[2] != "0" }, "no connect was retried: \(connects)")
-            let recap =
-                ConsoleFixture.jsonLines(run.stdout).first { $0["summary"] != nil }?["summary"] as? [String: Any]
+            let recap = ConsoleFixture.summary(run.stdout)
             #expect(recap?["failed"] as? Int == 0)
         }
     }

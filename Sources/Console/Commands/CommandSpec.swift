@@ -51,17 +51,17 @@ public struct OptionSpec: Sendable {
     /// What the value is called in the synopsis (`DBM`, `N`).
     public var placeholder: String
     public var summary: String
+    /// The command needs it (`sync --to URL`): the synopsis shows it bare.
+    public var required = false
 
     public static func flag(_ name: String, _ summary: String) -> OptionSpec {
         OptionSpec(name: name, value: nil, placeholder: "", summary: summary)
     }
 
     public static func value(
-        _ name: String, _ placeholder: String, _ kind: ValueKind, _ summary: String
-    )
-        -> OptionSpec
-    {
-        OptionSpec(name: name, value: kind, placeholder: placeholder, summary: summary)
+        _ name: String, _ placeholder: String, _ kind: ValueKind, _ summary: String, required: Bool = false
+    ) -> OptionSpec {
+        OptionSpec(name: name, value: kind, placeholder: placeholder, summary: summary, required: required)
     }
 }
 
@@ -133,7 +133,8 @@ public struct CommandSpec: Sendable {
         }
         if actsOnDevices { words.append("[DEVICE…]") }
         for option in options {
-            words.append("[\(option.name)\(option.value == nil ? "" : " " + option.placeholder)]")
+            let word = option.name + (option.value == nil ? "" : " " + option.placeholder)
+            words.append(option.required ? word : "[\(word)]")
         }
         if mayWriteToBeacons { words.append("[--dry-run]") }
         return words.joined(separator: " ")

@@ -14,8 +14,10 @@ public enum CommandTable {
         // Audits (AuditCommand.swift)
         AuditCommand.self,
         // The inventory (InventoryCommands.swift)
-        InventoryListCommand.self, InventoryShowCommand.self, InventoryExportCommand.self, LogCommand.self,
-        SyncCommand.self,
+        InventoryListCommand.self, InventoryShowCommand.self, InventoryExportCommand.self,
+        InventoryForgetCommand.self, LogCommand.self, SyncCommand.self,
+        // Pulled records (RecordsCommands.swift)
+        RecordsListCommand.self, RecordsExportCommand.self,
         // Profiles (ProfilesCommands.swift)
         ProfilesListCommand.self, ProfilesShowCommand.self, ProfilesCheckCommand.self,
         // The console itself (ConsoleCommands.swift)

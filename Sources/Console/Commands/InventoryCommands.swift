@@ -1,3 +1,4 @@
+import Foundation
 import InventorySync
 
 /// `inventory list`: every device the inventory knows.
@@ -32,11 +33,13 @@ public struct InventoryExportCommand: ConsoleCommand {
     public init(format: Format) { self.format = format }
     public static let spec = CommandSpec(
         name: "inventory export", summary: "every column of every device, as CSV (for spreadsheets) or JSON",
-        example: "inventory export --csv > fleet.csv", options: [.flag("--csv", "RFC 4180 CSV, formula-safe")],
+        example: "inventory export --csv > fleet.csv",
+        options: [.flag("--csv", "RFC 4180 CSV, formula-safe (without it: JSON lines, docs/json.md)")],
         onlyReadsTheInventory: true)
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
-        guard arguments.flag("--csv") != arguments.flag("--json") else {
-            throw arguments.fail(at: 0, "inventory export takes --csv or --json")
+        // JSON lines unless --csv (`--json` may have been given for the whole run).
+        if arguments.flag("--csv"), arguments.flag("--json") {
+            throw arguments.fail(at: 0, "inventory export takes --csv or --json, not both")
         }
         format = arguments.flag("--csv") ? .csv : .json
     }
@@ -45,16 +48,60 @@ public struct InventoryExportCommand: ConsoleCommand {
     }
 }
 
-/// `log [DEVICE]`: the step outcomes recorded, newest first.
+/// `log [DEVICE] [--device D] [--since TIME] [--limit N]`: the step
+/// outcomes recorded, newest first.
 public struct LogCommand: ConsoleCommand {
     public var device: String?
-    public init(device: String? = nil) { self.device = device }
+    public var since: Date?
+    public var limit: Int
+    public init(device: String? = nil, since: Date? = nil, limit: Int = 50) {
+        self.device = device
+        self.since = since
+        self.limit = limit
+    }
     public static let spec = CommandSpec(
-        name: "log", summary: "the step outcomes recorded, newest first", example: "log a3b5c7d9",
-        operands: [.optional("DEVICE", .device)], onlyReadsTheInventory: true)
-    public init(_ arguments: inout ParsedArguments) { device = arguments.operand(0) }
+        name: "log", summary: "the step outcomes recorded, newest first, with when each started",
+        example: "log --device a3b5c7d9 --since 1d", operands: [.optional("DEVICE", .device)],
+        options: [
+            .value("--device", "DEVICE", .device, "only this device (as DEVICE)"),
+            .value("--since", "TIME", .time, "only outcomes since TIME (2026-11-30, an ISO 8601 time, or 7d)"),
+            .value("--limit", "N", .integer(1...1_000_000), "at most N outcomes (default 50); it says when it cut"),
+        ], onlyReadsTheInventory: true)
+    public init(_ arguments: inout ParsedArguments) throws(BatchError) {
+        if arguments.operand(0) != nil, arguments.text("--device") != nil {
+            throw arguments.fail(at: 0, "log takes DEVICE or --device, not both")
+        }
+        self.init(
+            device: arguments.operand(0) ?? arguments.text("--device"), since: arguments.time("--since"),
+            limit: arguments.integer("--limit") ?? 50)
+    }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
-        try await session.log(device)
+        try await session.log(device, since: since, limit: limit)
+    }
+}
+
+/// `inventory forget ADDRESS… --yes`: devices out of lists, audits and
+/// exports (seen again, they come back); their history kept.
+public struct InventoryForgetCommand: ConsoleCommand {
+    public var devices: [String]
+    public var confirmed: Bool
+    public init(devices: [String], confirmed: Bool) {
+        self.devices = devices
+        self.confirmed = confirmed
+    }
+    public static let spec = CommandSpec(
+        name: "inventory forget",
+        summary: "take devices out of lists, audits and exports, keeping their history (needs --yes)",
+        example: "inventory forget C0:FE:00:00:00:04 --yes", operands: [.some("DEVICE", .device)],
+        options: [.flag("--yes", "yes, forget them (without it: what would be forgotten)")],
+        detail:
+            "Their step outcomes, readings and pulled records stay as history; their identity is released for reuse. A device forgotten and seen again comes back."
+    )
+    public init(_ arguments: inout ParsedArguments) {
+        self.init(devices: arguments.operandTexts, confirmed: arguments.flag("--yes"))
+    }
+    public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
+        try await session.forget(devices, confirmed: confirmed)
     }
 }
 
@@ -65,8 +112,13 @@ public struct SyncCommand: ConsoleCommand {
     public static let spec = CommandSpec(
         name: "sync", summary: "push the inventory to a shared PostgreSQL server (idempotent, resumable)",
         example: "sync --to postgresql://depot.example/fleet",
-        options: [.value("--to", "URL", .url, "the server (a password comes from PGPASSWORD or ~/.pgpass)")])
+        options: [
+            .value("--to", "URL", .url, "the server (a password comes from PGPASSWORD or ~/.pgpass)", required: true),
+            .flag("--include-simulated", "also push runs made on a simulated bench (--sim)"),
+        ])
+    public var includeSimulated = false
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
+        includeSimulated = arguments.flag("--include-simulated")
         guard let url = arguments.text("--to") else {
             throw arguments.fail(at: 0, "sync needs --to URL (usage: \(Self.spec.synopsis))")
         }
@@ -77,6 +129,6 @@ public struct SyncCommand: ConsoleCommand {
         self.url = url
     }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
-        try await session.sync(to: url)
+        try await session.sync(to: url, includeSimulated: includeSimulated)
     }
 }

@@ -203,7 +203,7 @@ extension CommandTable {
             throw parser.fail(
                 extra,
                 spec.operands.isEmpty
-                    ? "\(spec.name) takes no argument\(spec.actsOnDevices ? " (only devices)" : ""), got \(parser.quoted(extra.text))"
+                    ? "\(spec.name) takes no argument\(spec.actsOnDevices ? " (only devices)" : ""), got \(parser.quoted(extra.text)) (usage: \(spec.synopsis))"
                     : "unexpected \(parser.quoted(extra.text)) (usage: \(spec.synopsis))")
         }
         var operands: [(token: BatchParser.Token, value: ParsedValue)] = []

@@ -13,10 +13,13 @@ enum Manual {
         }
         let specs = CommandTable.specs
         let width = min(44, specs.map(\.synopsis.count).max() ?? 0)
-        var lines = specs.map { spec in
-            spec.synopsis.count > width
-                ? spec.synopsis + "\n" + String(repeating: " ", count: width + 2) + spec.summary
-                : spec.synopsis.padding(toLength: width + 2, withPad: " ", startingAt: 0) + spec.summary
+        var lines: [String] = []
+        for spec in specs {
+            if spec.synopsis.count > width {
+                lines += [spec.synopsis, String(repeating: " ", count: width + 2) + spec.summary]
+            } else {
+                lines.append(spec.synopsis.padding(toLength: width + 2, withPad: " ", startingAt: 0) + spec.summary)
+            }
         }
         lines += [
             "",
