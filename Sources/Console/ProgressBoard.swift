@@ -64,6 +64,7 @@ final class ProgressBoard: Sendable {
                 let shown = terminal.styled(status.rawValue, Self.style(status))
                 terminal.message("\(address)  \(step)  \(shown)" + (detail.map { "  \($0)" } ?? ""))
             }
+        case .tally: break  // counts kept here too; the tally's start time is for an estimate
         case .finished(let recap):
             counts.withLock { counts in
                 counts.active[recap.address] = nil

@@ -486,21 +486,7 @@ public actor Session {
         }
         board.end()
         let recaps = result.recaps
-        for recap in recaps {
-            if var merged = self.recaps[recap.address] {
-                merged.ok += recap.ok
-                merged.changed += recap.changed
-                merged.unchanged += recap.unchanged
-                merged.skipped += recap.skipped
-                merged.wouldChange += recap.wouldChange
-                merged.failed += recap.failed
-                merged.reason = recap.reason ?? merged.reason
-                self.recaps[recap.address] = merged
-            } else {
-                self.recaps[recap.address] = recap
-                recapOrder.append(recap.address)
-            }
-        }
+        merge(recaps)
         if recaps.contains(where: { $0.failed > 0 }) { note(.devicesFailed) }
         if let failure = result.inventoryFailure {
             inventoryFailure = failure
@@ -518,6 +504,26 @@ public actor Session {
         }
         if Task.isCancelled { terminal.message("cancelled") }
         if isInteractive { printRecap() }
+    }
+
+    /// Adds device recaps to the recap printed at the end.
+    private func merge(_ recaps: [DeviceRecap]) {
+        for recap in recaps {
+            if var merged = self.recaps[recap.address] {
+                merged.ok += recap.ok
+                merged.changed += recap.changed
+                merged.unchanged += recap.unchanged
+                merged.skipped += recap.skipped
+                merged.wouldChange += recap.wouldChange
+                merged.failed += recap.failed
+                merged.interrupted = merged.interrupted || recap.interrupted
+                merged.reason = recap.reason ?? merged.reason
+                self.recaps[recap.address] = merged
+            } else {
+                self.recaps[recap.address] = recap
+                recapOrder.append(recap.address)
+            }
+        }
     }
 
     /// `--concurrency`, else 5 connection slots per adapter in use.
@@ -549,7 +555,9 @@ public actor Session {
             "watching \(addresses.count) device\(addresses.count == 1 ? "" : "s") for \(Self.seconds(seconds)) (Ctrl-C stops)"
         )
         let counter = EventCounter()
-        let failures = await bench.watch(addresses, seconds: seconds) { event in
+        let slots = (try? await concurrency(bench)) ?? 5
+        let results = await bench.watch(addresses, seconds: seconds, concurrency: slots, run: try await currentRun()) {
+            event in
             counter.add(event)
             if terminal.json {
                 terminal.jsonLine(Format.watchJSON(event))
@@ -557,10 +565,11 @@ public actor Session {
                 terminal.event(Format.watchLine(event, terminal: terminal))
             }
         }
-        for (address, reason) in failures.sorted(by: { $0.key < $1.key }) {
-            terminal.error("\(address): watch: \(reason)")
+        for result in results where result.state == .failed {
+            terminal.error("\(result.address): watch: \(result.reason ?? "failed")")
         }
-        if !failures.isEmpty { note(.devicesFailed) }
+        if results.contains(where: { $0.state == .failed }) { note(.devicesFailed) }
+        merge(results.map(\.recap))
         if !terminal.json {
             terminal.message(
                 "watch: \(counter.events) real-time event(s), \(counter.tripChanges) trip status change(s)")
