@@ -41,14 +41,6 @@ public enum Doctor {
     ) async -> [DoctorCheck] {
         var checks: [DoctorCheck] = []
         let version = bluetoothdVersion()
-        let versionCheck =
-            version.map {
-                DoctorCheck(name: "bluetoothd version", status: .ok, detail: "\($0.version) (\($0.path))")
-            }
-            ?? DoctorCheck(
-                name: "bluetoothd version", status: .warning,
-                detail: "unknown: no bluetoothd binary in \(bluetoothdCandidates.joined(separator: ", ")) or PATH",
-                fix: "install BlueZ (sudo apt-get install bluez, or your distribution's bluez package)")
 
         // The bus.
         let bus: BusConnection
@@ -62,10 +54,20 @@ public enum Doctor {
                     fix: address == .system
                         ? "start the system bus (sudo systemctl start dbus), or set DBUS_SYSTEM_BUS_ADDRESS"
                         : "check the bus address (--bus), and that its dbus-daemon runs"))
-            checks.append(versionCheck)
+            checks.append(versionCheck(version))
             return checks
         }
-        defer { Task { await bus.close() } }
+        checks += await checkBluetoothd(on: bus, adapter: name, version: version, timeout: timeout)
+        await bus.close()
+        return checks
+    }
+
+    /// The checks after the bus: bluetoothd, its version, the policy, the adapter.
+    private static func checkBluetoothd(
+        on bus: BusConnection, adapter name: String?, version: (version: String, path: String)?, timeout: Duration
+    ) async -> [DoctorCheck] {
+        var checks: [DoctorCheck] = []
+        let versionFinding = versionCheck(version)
 
         // bluetoothd on it.
         let owner: String?
@@ -76,7 +78,7 @@ public enum Doctor {
                 DoctorCheck(
                     name: "bluetoothd", status: .failed, detail: "cannot ask the bus who owns org.bluez: \(error)",
                     fix: "check the bus's policy and that its dbus-daemon is healthy"))
-            checks.append(versionCheck)
+            checks.append(versionFinding)
             return checks
         }
         guard let owner else {
@@ -88,14 +90,14 @@ public enum Doctor {
                     fix: version == nil
                         ? "install BlueZ (sudo apt-get install bluez), then sudo systemctl enable --now bluetooth"
                         : "sudo systemctl enable --now bluetooth (journalctl -u bluetooth says why it stopped)"))
-            checks.append(versionCheck)
+            checks.append(versionFinding)
             return checks
         }
         checks.append(
             DoctorCheck(
                 name: "bluetoothd", status: .ok,
                 detail: "org.bluez is owned by \(owner)" + (version.map { ", bluetoothd \($0.version)" } ?? "")))
-        checks.append(versionCheck)
+        checks.append(versionFinding)
 
         // The policy: may this user call bluetoothd?
         let objects: [ObjectPath: [String: [String: BusValue]]]
@@ -120,6 +122,16 @@ public enum Doctor {
         // The adapter.
         checks.append(adapterCheck(objects, name: name))
         return checks
+    }
+
+    static func versionCheck(_ version: (version: String, path: String)?) -> DoctorCheck {
+        version.map {
+            DoctorCheck(name: "bluetoothd version", status: .ok, detail: "\($0.version) (\($0.path))")
+        }
+            ?? DoctorCheck(
+                name: "bluetoothd version", status: .warning,
+                detail: "unknown: no bluetoothd binary in \(bluetoothdCandidates.joined(separator: ", ")) or PATH",
+                fix: "install BlueZ (sudo apt-get install bluez, or your distribution's bluez package)")
     }
 
     /// AccessDenied from org.bluez: the D-Bus policy (bluetooth.conf) lets

@@ -609,7 +609,7 @@ public actor FleetRunner {
         }
         recap.wouldChange = tally.wouldChange.count
         recap.skipped -= tally.wouldChange.count
-        if recap.failed == 0, let reason = tally.skipReason { recap.reason = reason }
+        if recap.failed == 0, !recap.interrupted, let reason = tally.skipReason { recap.reason = reason }
         return recap
     }
 

@@ -45,6 +45,13 @@ func oneDigitOff(_ address: String, from fleet: [BeaconState]) -> String {
     return "C0:00:00:00:00:00"
 }
 
+/// `Update(address, json)` on the simulator's control interface, over the bus.
+func controlUpdate(_ fixture: BenchFixture, _ address: String, _ json: String) async throws {
+    _ = try await fixture.clientConnection.call(
+        SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Update",
+        [.string(address), .string(json)])
+}
+
 func count(_ inventory: Inventory, _ sql: String, _ parameters: [SQLiteValue] = []) async throws -> Int64 {
     try await inventory.query(sql, parameters).first?.first?.integer ?? -1
 }
@@ -103,6 +110,34 @@ struct FleetRunEdgeTests {
             #expect(Set(seen.map(\.startedAt)).count == 1)
             #expect(seen.last?.estimatedRemaining == .zero)
             #expect(seen.first?.estimatedRemaining == nil)
+        }
+    }
+
+    /// A device not known when the run begins, found while the run goes
+    /// on (it comes into range once the other device is done), takes its
+    /// turn as usual.
+    @Test func aDeviceFoundDuringTheSearchIsRun() async throws {
+        try await withBench(count: 2, seed: 3) { fixture throws in
+            let inventory = try FleetRunnerTests.inventory()
+            let run = try await inventory.beginRun(.init(command: "info"))
+            let late = fixture.fleet[1].address
+            try await controlUpdate(fixture, late, #"{"inRange": false}"#)
+            let device = try #require(await fixture.client.device(address: late))
+            _ = try await fixture.clientConnection.call(
+                BluetoothClient.bluez, try #require(device.adapter), "org.bluez.Adapter1", "RemoveDevice",
+                [.objectPath(device.path)])
+            try await eventually("\(late) forgotten") { await fixture.client.device(address: late) == nil }
+            let first = fixture.fleet[0].address
+            let result = await FleetRunner(
+                client: fixture.client, inventory: inventory, run: run, concurrency: 5, seenTimeout: .seconds(60),
+                progress: { event in
+                    if case .finished(let recap) = event, recap.address == first {
+                        Task { try? await controlUpdate(fixture, late, #"{"inRange": true}"#) }
+                    }
+                }
+            ).runFleet([.info], on: [first, late])
+            #expect(result.recaps.map(\.result) == [.ok, .ok], "\(result.recaps)")
+            #expect(try await count(inventory, "SELECT count(*) FROM outcomes WHERE step = 'find'") == 0)
         }
     }
 
@@ -202,7 +237,7 @@ struct WatchTests {
             let bench = Bench(client: fixture.client, inventory: inventory, adapterName: nil)
             await bench.setSeenTimeout(.seconds(1))
             let broken = fixture.fleet[1].address
-            try await fixture.daemon.update(broken, json: #"{"faults": {"connect-abort": 1.0}}"#)
+            try await controlUpdate(fixture, broken, #"{"faults": {"connect-abort": 1.0}}"#)
             let missing = oneDigitOff(fixture.fleet[0].address, from: fixture.fleet)
             let addresses = fixture.fleet.map(\.address) + [missing]
             let results = await bench.watch(addresses, seconds: 0.5, concurrency: 5, run: run) { _ in }
@@ -241,7 +276,7 @@ struct InRangeTests {
             try await eventually("all in range") { addresses(await bench.inRange(window: window)) == all }
 
             let leaving = fixture.fleet[0].address
-            try await fixture.daemon.update(leaving, json: #"{"inRange": false}"#)
+            try await controlUpdate(fixture, leaving, #"{"inRange": false}"#)
             try await eventually("\(leaving) out of range") {
                 !addresses(await bench.inRange(window: window)).contains(leaving)
             }
@@ -258,7 +293,7 @@ struct InRangeTests {
             #expect(!addresses(await bench.inRange(window: .seconds(3600))).contains(leaving))
 
             // Back in range: back.
-            try await fixture.daemon.update(leaving, json: #"{"inRange": true}"#)
+            try await controlUpdate(fixture, leaving, #"{"inRange": true}"#)
             try await eventually("\(leaving) back") { addresses(await bench.inRange(window: window)) == all }
         }
     }
