@@ -255,6 +255,10 @@ struct WatchTests {
                 "SELECT device FROM outcomes WHERE run_id = ? AND step = 'watch' AND status = 'failed' ORDER BY id",
                 [.integer(run)])
             #expect(Set(failed.map { $0[0] }) == [.text(broken), .null])
+            let notSeenRow = try await inventory.query(
+                "SELECT error, detail FROM outcomes WHERE run_id = ? AND step = 'watch' AND device IS NULL",
+                [.integer(run)])
+            #expect(notSeenRow == [[.text("not seen"), .text("\(missing): not seen in 1 s of discovery")]])
             #expect(try await count(inventory, "SELECT count(*) FROM devices WHERE address = ?", [.text(missing)]) == 0)
         }
     }
