@@ -335,17 +335,17 @@ public actor Bench {
     ) async -> [WatchResult] {
         let client = self.client
         let inventory = self.inventory
+        // Discovery stays on for the whole watch, as in a fleet run: a
+        // device waiting for its turn would otherwise be forgotten by
+        // bluetoothd (its temporary timeout, 30 s after discovery stops).
+        let discovering = (try? await beginDiscovery(everyAdvert: false)) != nil
         // Devices not known yet: look for them first (all at once).
         let searchEnds = ContinuousClock.now + seenTimeout
         var unknown = Set<String>()
         for address in addresses where await client.device(address: address) == nil { unknown.insert(address) }
-        if !unknown.isEmpty {
-            let discovering = (try? await beginDiscovery()) != nil
-            while !unknown.isEmpty, ContinuousClock.now < searchEnds, !Task.isCancelled {
-                try? await Task.sleep(for: .milliseconds(200))
-                for address in unknown where await client.device(address: address) != nil { unknown.remove(address) }
-            }
-            if discovering { try? await Task { try await self.endDiscovery() }.value }
+        while !unknown.isEmpty, ContinuousClock.now < searchEnds, !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(200))
+            for address in unknown where await client.device(address: address) != nil { unknown.remove(address) }
         }
         var results: [String: WatchResult] = [:]
         for address in unknown where !Task.isCancelled {
@@ -399,6 +399,7 @@ public actor Bench {
                 results[result.address] = result
             }
         }
+        if discovering { try? await Task { try await self.endDiscovery() }.value }
         return addresses.map { address in
             results[address]
                 ?? {
@@ -432,6 +433,11 @@ public actor Bench {
         let counts = WatchCounts()
         let started = ContinuousClock.now
         do {
+            // Gone for a moment (out of range, bluetoothd restarting): found
+            // again while discovery runs.
+            if await client.device(address: address) == nil {
+                _ = try await client.waitForDevice(address: address, timeout: .seconds(15))
+            }
             try await client.withConnection(
                 to: address, on: adapter, policy: ConnectPolicy(requiredServices: SBeacon.requiredServices)
             ) { session in

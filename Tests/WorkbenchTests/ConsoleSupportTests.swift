@@ -228,6 +228,21 @@ struct WatchTests {
         }
     }
 
+    /// Beacons that wait their turn longer than bluetoothd keeps devices
+    /// it no longer discovers (its temporary timeout, 1 s here, after the
+    /// scan that found them stopped) are still there when their turn comes:
+    /// the watch keeps discovery on.
+    @Test func beaconsWaitingTheirTurnAreNotForgotten() async throws {
+        try await withBench(count: 8, seed: 9, configure: { $0.temporaryTimeout = .seconds(1) }) { fixture throws in
+            let adapter = try await fixture.client.adapter(named: nil)
+            try await fixture.client.stopDiscovery(on: adapter)
+            let inventory = try FleetRunnerTests.inventory()
+            let bench = Bench(client: fixture.client, inventory: inventory, adapterName: nil)
+            let results = await bench.watch(fixture.fleet.map(\.address), seconds: 1, concurrency: 2) { _ in }
+            #expect(results.allSatisfy { $0.state == .ok }, "\(results)")
+        }
+    }
+
     /// A beacon that cannot be connected, and an address not in range:
     /// both failed (never ok), recorded as failed; the others ok.
     @Test func aFailedWatchIsCountedFailed() async throws {
