@@ -27,6 +27,15 @@ public actor BluetoothClient {
     private var devicePathsByAddress: [String: Set<ObjectPath>] = [:]
     private var addressByDevicePath: [ObjectPath: String] = [:]
     private var attributesByDevice: [ObjectPath: Set<ObjectPath>] = [:]
+    /// When each device object last showed a sign of the device in range:
+    /// it appeared, or its RSSI, advertising data or TX power changed (an
+    /// advert). With a discovery filter (`startDiscovery(everyAdvert:)`)
+    /// bluetoothd announces every advert's RSSI; without one only changes
+    /// of 8 dBm or more.
+    private var heardAt: [ObjectPath: ContinuousClock.Instant] = [:]
+    private static let advertProperties: Set<String> = [
+        "RSSI", "ManufacturerData", "ServiceData", "TxPower", "AdvertisingData", "AdvertisingFlags",
+    ]
 
     private struct Waiter {
         var isSatisfied: () -> Bool
@@ -80,6 +89,9 @@ public actor BluetoothClient {
         do {
             objects = try await bus.managedObjects(of: Self.bluez, timeout: timeouts.call)
             rebuildIndexes()
+            let now = ContinuousClock.now
+            heardAt = [:]
+            for (path, interfaces) in objects where interfaces["org.bluez.Device1"] != nil { heardAt[path] = now }
         } catch let error as BusError {
             throw BlueZError(.bus(error), step: "read bluetoothd's objects")
         }
@@ -93,6 +105,7 @@ public actor BluetoothClient {
         case (.objectManager, "InterfacesAdded"):
             guard let added = try? InterfacesAdded(signal) else { return }
             objects[added.path, default: [:]].merge(added.interfaces) { $1 }
+            if added.interfaces["org.bluez.Device1"] != nil { heardAt[added.path] = .now }
             index(added.path)
         case (.objectManager, "InterfacesRemoved"):
             guard let removed = try? InterfacesRemoved(signal) else { return }
@@ -100,6 +113,7 @@ public actor BluetoothClient {
             if objects[removed.path]?.keys.allSatisfy({ $0.hasPrefix("org.freedesktop.DBus.") }) ?? false {
                 objects[removed.path] = nil
             }
+            if objects[removed.path]?["org.bluez.Device1"] == nil { heardAt[removed.path] = nil }
             unindex(removed.path)
             index(removed.path)
         case (.properties, "PropertiesChanged"):
@@ -108,6 +122,9 @@ public actor BluetoothClient {
             }
             objects[change.path]?[change.interface]?.merge(change.changed) { $1 }
             for name in change.invalidated { objects[change.path]?[change.interface]?[name] = nil }
+            if change.interface == "org.bluez.Device1", !Self.advertProperties.isDisjoint(with: change.changed.keys) {
+                heardAt[change.path] = .now
+            }
             if change.interface == "org.bluez.Device1", change.changed["Address"] != nil {
                 unindex(change.path)
                 index(change.path)
@@ -121,6 +138,7 @@ public actor BluetoothClient {
     private func ownerChanged(_ change: NameOwnerChanged) async {
         bluetoothdGeneration += 1
         objects = [:]
+        heardAt = [:]
         rebuildIndexes()
         failWaiters(BlueZError(.bluetoothdGone, step: "wait"))
         if change.newOwner != nil { try? await reload() }
@@ -258,7 +276,7 @@ public actor BluetoothClient {
     /// Every device bluetoothd knows, on every adapter.
     public func devices() -> [Device] {
         objects.compactMap { path, interfaces in
-            interfaces["org.bluez.Device1"].map { Device(path: path, properties: $0) }
+            interfaces["org.bluez.Device1"].map { Device(path: path, properties: $0, lastHeard: heardAt[path]) }
         }.filter { Device.isValidAddress($0.address) }.sorted { $0.path < $1.path }
     }
 
@@ -267,7 +285,7 @@ public actor BluetoothClient {
         let paths = (devicePathsByAddress[address.uppercased()] ?? []).sorted()
         return paths.lazy.compactMap { path -> Device? in
             guard let properties = self.objects[path]?["org.bluez.Device1"] else { return nil }
-            let device = Device(path: path, properties: properties)
+            let device = Device(path: path, properties: properties, lastHeard: self.heardAt[path])
             return adapter == nil || device.adapter == adapter ? device : nil
         }.first
     }
@@ -387,9 +405,13 @@ public struct Device: Sendable, Equatable {
     public var servicesResolved: Bool
     /// Company identifier → payload.
     public var manufacturerData: [UInt16: [UInt8]]
+    /// When this client last had a sign of the device in range (its object
+    /// appeared, or an advert changed its RSSI or data); nil when unknown.
+    public var lastHeard: ContinuousClock.Instant?
 
-    init(path: ObjectPath, properties: [String: BusValue]) {
+    init(path: ObjectPath, properties: [String: BusValue], lastHeard: ContinuousClock.Instant? = nil) {
         self.path = path
+        self.lastHeard = lastHeard
         address = properties["Address"]?.string ?? ""
         adapter = properties["Adapter"]?.objectPath
         name = properties["Name"]?.string.map(Self.bounded)

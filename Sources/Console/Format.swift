@@ -82,6 +82,7 @@ enum Format {
         var summary = "\(recaps.count) device\(recaps.count == 1 ? "" : "s"): "
         summary += "\(count(.changed)) \(changedWord), \(count(.ok)) ok, \(count(.skipped)) skipped, "
         summary += count(.failed) > 0 ? terminal.styled("\(count(.failed)) failed", .red) : "0 failed"
+        if count(.interrupted) > 0 { summary += ", \(count(.interrupted)) interrupted" }
         if count(.notStarted) > 0 { summary += ", \(count(.notStarted)) not started" }
         terminal.result(summary)
     }

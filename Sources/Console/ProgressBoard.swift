@@ -69,6 +69,7 @@ final class ProgressBoard: Sendable {
                 let shown = terminal.styled(status.rawValue, Self.style(status))
                 terminal.message("\(address)  \(step)  \(shown)" + (detail.map { "  \($0)" } ?? ""))
             }
+        case .tally: break  // counts kept here too; the tally's start time is for an estimate
         case .finished(let recap):
             counts.withLock { counts in
                 counts.active[recap.address] = nil
@@ -77,14 +78,16 @@ final class ProgressBoard: Sendable {
             }
             if !json, !terminal.verbose || terminal.errorIsTerminal {
                 let verdict =
-                    recap.failed > 0
-                    ? terminal.styled("failed", .red) + ": " + (recap.reason ?? "")
-                    : recap.reason != nil && recap.changed + recap.wouldChange == 0
-                        ? terminal.styled("skipped", .yellow) + ": " + (recap.reason ?? "")
-                        : recap.changed + recap.wouldChange > 0
-                            ? terminal.styled(dryRun ? "would change" : "changed", .green)
-                                + " (\(recap.changed + recap.wouldChange))"
-                            : recap.unchanged > 0 ? "unchanged" : terminal.styled("ok", .green)
+                    recap.result == .interrupted || recap.result == .notStarted
+                    ? terminal.styled(recap.result == .interrupted ? "interrupted" : "not started", .yellow)
+                    : recap.failed > 0
+                        ? terminal.styled("failed", .red) + ": " + (recap.reason ?? "")
+                        : recap.reason != nil && recap.changed + recap.wouldChange == 0
+                            ? terminal.styled("skipped", .yellow) + ": " + (recap.reason ?? "")
+                            : recap.changed + recap.wouldChange > 0
+                                ? terminal.styled(dryRun ? "would change" : "changed", .green)
+                                    + " (\(recap.changed + recap.wouldChange))"
+                                : recap.unchanged > 0 ? "unchanged" : terminal.styled("ok", .green)
                 let retried =
                     recap.retries == 0 ? "" : " after \(recap.retries) reconnect\(recap.retries == 1 ? "" : "s")"
                 terminal.message("\(recap.address)  \(verdict)\(retried)")

@@ -124,17 +124,7 @@ public actor Session {
     func openBench() async throws(ConsoleFailure) -> Bench {
         if let bench { return bench }
         let inventory = try inventory()
-        let address: BusAddress
-        if let simulation = invocation.simulation {
-            let simulator = try startSimulator(simulation)
-            address = .address(simulator.bus.address)
-        } else {
-            switch invocation.bus {
-            case .system: address = .system
-            case .session: address = .session
-            case .address(let text): address = .address(text)
-            }
-        }
+        let address = try busAddress()
         do {
             let bench = try await Bench.open(bus: address, adapter: invocation.adapter, inventory: inventory)
             self.bench = bench
@@ -151,6 +141,93 @@ public actor Session {
         } catch {
             throw ConsoleFailure(.infrastructure, "cannot use the bus: \(error)")
         }
+    }
+
+    /// bluetoothd's bus: the simulator's with `--sim` (started here).
+    func busAddress() throws(ConsoleFailure) -> BusAddress {
+        if let simulation = invocation.simulation {
+            return .address(try startSimulator(simulation).bus.address)
+        }
+        switch invocation.bus {
+        case .system: return .system
+        case .session: return .session
+        case .address(let text): return .address(text)
+        }
+    }
+
+    /// `doctor`: the workbench's checks of the bus, bluetoothd and the
+    /// adapter, then the inventory and the profiles.
+    func doctor() async throws(ConsoleFailure) {
+        var checks = await Doctor.check(bus: try busAddress(), adapter: invocation.adapter)
+        let path =
+            invocation.inventoryPath
+            ?? (invocation.simulation != nil ? Paths.simulatedInventory() : Paths.defaultInventory())
+        if invocation.inventoryIsServer {
+            do {
+                _ = try await reader().devices()
+                checks.append(DoctorCheck(name: "inventory", status: .ok, detail: "the server answers"))
+            } catch {
+                checks.append(
+                    DoctorCheck(
+                        name: "inventory", status: .failed, detail: "\(error)",
+                        fix: "check the URL, and that PGPASSWORD, ~/.pgpass or PGSERVICE gives the password"))
+            }
+        } else if FileManager.default.fileExists(atPath: path) {
+            do {
+                let opened = try Inventory(path: path, readOnly: true)
+                let count = try await opened.devices().count
+                let writable = access(path, W_OK) == 0
+                checks.append(
+                    DoctorCheck(
+                        name: "inventory", status: writable ? .ok : .warning,
+                        detail: "\(path): \(count) device\(count == 1 ? "" : "s")"
+                            + (writable ? "" : "; read-only here (lists and audits work, provisioning does not)"),
+                        fix: writable ? nil : "use --inventory with a file of your own to provision"))
+            } catch {
+                checks.append(
+                    DoctorCheck(
+                        name: "inventory", status: .failed, detail: "\(path): \(error)",
+                        fix: "move it aside (a new one is made), or give --inventory another file"))
+            }
+        } else {
+            let parent = (path as NSString).deletingLastPathComponent
+            checks.append(
+                DoctorCheck(
+                    name: "inventory", status: .ok,
+                    detail: "\(path) does not exist yet; it is made (0600) at the first command that needs it"
+                        + (FileManager.default.fileExists(atPath: parent) ? "" : " with its directory")))
+        }
+        let names = profiles.keys.sorted()
+        checks.append(
+            names.isEmpty
+                ? DoctorCheck(
+                    name: "profiles", status: .warning, detail: "no profile found",
+                    fix: "install beaconbench (make install) or give --profiles DIR")
+                : DoctorCheck(
+                    name: "profiles", status: .ok,
+                    detail: "\(names.count) loaded and checked: \(names.joined(separator: ", "))"))
+        if json {
+            for check in checks {
+                terminal.emit(
+                    .check,
+                    [
+                        "name": .string(check.name), "status": .string(check.status.rawValue),
+                        "detail": .string(check.detail), "fix": .optional(check.fix),
+                    ])
+            }
+        } else {
+            let rows = checks.map { check -> [String] in
+                let style: Terminal.Style =
+                    switch check.status {
+                    case .ok: .green
+                    case .warning: .yellow
+                    case .failed: .red
+                    }
+                return [check.name, terminal.styled(check.status.rawValue, style), check.detail, check.fix ?? ""]
+            }
+            for line in table(["check", "status", "detail", "fix"], rows) { terminal.result(line) }
+        }
+        if checks.contains(where: { $0.status == .failed }) { note(.infrastructure) }
     }
 
     private func startSimulator(_ simulation: Invocation.Simulation) throws(ConsoleFailure) -> SimulatorProcess {
@@ -355,7 +432,8 @@ public actor Session {
         var known = Set(seenCache.map(\.address))
         backgroundWatcher = Task {
             while !Task.isCancelled {
-                let seen = await bench.seen()
+                // In range: heard lately, and still known to bluetoothd.
+                let seen = await bench.inRange()
                 let now = Set(seen.map(\.address))
                 for beacon in seen where !known.contains(beacon.address) {
                     terminal.event(terminal.styled("[NEW] ", .green) + Format.seenLine(beacon))
@@ -487,23 +565,10 @@ public actor Session {
         }
         board.end()
         let recaps = result.recaps
+        if result.interrupted { interrupted = true }
         if dryRun { recapWasDry = true }
         if json { recapIsJSON = true }
-        for recap in recaps {
-            if var merged = self.recaps[recap.address] {
-                merged.ok += recap.ok
-                merged.changed += recap.changed
-                merged.unchanged += recap.unchanged
-                merged.skipped += recap.skipped
-                merged.wouldChange += recap.wouldChange
-                merged.failed += recap.failed
-                merged.reason = recap.reason ?? merged.reason
-                self.recaps[recap.address] = merged
-            } else {
-                self.recaps[recap.address] = recap
-                recapOrder.append(recap.address)
-            }
-        }
+        merge(recaps)
         if recaps.contains(where: { $0.failed > 0 }) { note(.devicesFailed) }
         if let failure = result.inventoryFailure {
             inventoryFailure = failure
@@ -586,6 +651,26 @@ public actor Session {
         }
     }
 
+    /// Adds device recaps to the recap printed at the end.
+    private func merge(_ recaps: [DeviceRecap]) {
+        for recap in recaps {
+            if var merged = self.recaps[recap.address] {
+                merged.ok += recap.ok
+                merged.changed += recap.changed
+                merged.unchanged += recap.unchanged
+                merged.skipped += recap.skipped
+                merged.wouldChange += recap.wouldChange
+                merged.failed += recap.failed
+                merged.interrupted = merged.interrupted || recap.interrupted
+                merged.reason = recap.reason ?? merged.reason
+                self.recaps[recap.address] = merged
+            } else {
+                self.recaps[recap.address] = recap
+                recapOrder.append(recap.address)
+            }
+        }
+    }
+
     /// `--concurrency`, else 5 connection slots per adapter in use.
     private func concurrency(_ bench: Bench) async throws -> Int {
         if let concurrency = invocation.concurrency { return concurrency }
@@ -618,7 +703,9 @@ public actor Session {
         )
         let counter = EventCounter()
         let json = self.json
-        let failures = await bench.watch(addresses, seconds: seconds) { event in
+        let slots = (try? await concurrency(bench)) ?? 5
+        let results = await bench.watch(addresses, seconds: seconds, concurrency: slots, run: try await currentRun()) {
+            event in
             counter.add(event)
             if json {
                 terminal.emit(.watchEvent, Shapes.watchEvent(event))
@@ -626,16 +713,18 @@ public actor Session {
                 terminal.event(Format.watchLine(event, terminal: terminal))
             }
         }
-        for (address, reason) in failures.sorted(by: { $0.key < $1.key }) {
-            terminal.error("\(address): watch: \(reason)")
+        for result in results where result.state == .failed {
+            terminal.error("\(result.address): watch: \(result.reason ?? "failed")")
         }
-        if !failures.isEmpty { note(.devicesFailed) }
+        if results.contains(where: { $0.state == .failed }) { note(.devicesFailed) }
+        merge(results.map(\.recap))
         if json {
             terminal.emit(
                 .watchSummary,
                 [
                     "devices": .int(addresses.count), "events": .int(counter.events),
-                    "trip_changes": .int(counter.tripChanges), "failed": .int(failures.count),
+                    "trip_changes": .int(counter.tripChanges),
+                    "failed": .int(results.filter { $0.state == .failed }.count),
                 ])
         } else {
             terminal.message(

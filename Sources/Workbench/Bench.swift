@@ -4,6 +4,7 @@ import Foundation
 import Inventory
 import Profiles
 import SBeaconProtocol
+import Synchronization
 
 /// A beacon as the adverts show it, without connecting.
 public struct SeenBeacon: Sendable, Equatable {
@@ -64,6 +65,11 @@ public actor Bench {
     private var discoveryUsers = 0
     /// How long `select` discovers to find a MAC ending not seen yet.
     public var endingSearch: Duration = .seconds(10)
+    /// How long a run or a watch looks for a device bluetoothd does not
+    /// know before it fails with "not seen".
+    public var seenTimeout: Duration = .seconds(10)
+
+    public func setSeenTimeout(_ timeout: Duration) { seenTimeout = timeout }
 
     public init(client: BluetoothClient, inventory: Inventory, adapterName: String?) {
         self.client = client
@@ -164,11 +170,31 @@ public actor Bench {
     }
 
     /// The SBeacons bluetoothd knows on this bench's adapter, by address.
+    /// A beacon stays here as long as bluetoothd keeps its device object
+    /// (while discovery runs, and for its temporary timeout after); see
+    /// `inRange(window:)` for the beacons heard lately.
     public func seen() async -> [SeenBeacon] {
+        await beacons { _ in true }
+    }
+
+    /// The SBeacons in range now: those bluetoothd knows (a device object
+    /// it removed is gone) that are connected or were heard within
+    /// `window`. Heard means an advert changed the device's RSSI or data;
+    /// bluetoothd announces every advert only while discovery runs with a
+    /// filter (`beginDiscovery(everyAdvert: true)`, as `scan` does), so
+    /// without one a quiet beacon drops out after `window` too.
+    public func inRange(window: Duration = .seconds(30)) async -> [SeenBeacon] {
+        let now = ContinuousClock.now
+        return await beacons { device in
+            device.connected || device.lastHeard.map { now - $0 <= window } ?? false
+        }
+    }
+
+    private func beacons(where keep: (Device) -> Bool) async -> [SeenBeacon] {
         let paths = Set(((try? await adapters()) ?? []).map(\.path))
         // One entry per beacon, however many adapters see it: the strongest.
         var strongest: [String: SeenBeacon] = [:]
-        for device in await client.devices() where device.adapter.map(paths.contains) ?? false {
+        for device in await client.devices() where device.adapter.map(paths.contains) ?? false && keep(device) {
             guard let beacon = SeenBeacon(device) else { continue }
             if let known = strongest[beacon.address], (known.rssi ?? -128) >= (beacon.rssi ?? -128) { continue }
             strongest[beacon.address] = beacon
@@ -284,65 +310,277 @@ public actor Bench {
         let runner = FleetRunner(
             client: client, inventory: inventory, run: run, concurrency: concurrency, dryRun: dryRun,
             profiles: profiles, adapters: try await adapters().map(\.path), sharedIdentities: sharedIdentities,
-            progress: progress)
+            seenTimeout: seenTimeout, progress: progress)
         let result = await runner.runFleet(steps, on: addresses)
         if discovering { try? await Task { try await self.endDiscovery() }.value }
         return result
     }
 
-    /// Connects to each of `addresses` (several at once) and reports their
-    /// real-time events and trip status for `seconds`, or until cancelled.
-    /// - Returns: per address, the error that ended its watch, if any.
+    /// Watches `addresses` for real-time events and trip status: each for
+    /// `seconds` (or until cancelled), at most `concurrency` connected at
+    /// once (an adapter's connection slots: the others wait their turn),
+    /// spread over the bench's adapters.
+    ///
+    /// A device bluetoothd does not know is looked for during
+    /// `seenTimeout` first; one never found fails with "not seen". With a
+    /// `run`, each device's watch is recorded as a step outcome (`watch`:
+    /// `ok` with the counts, `failed` with the error, `interrupted` when
+    /// cancelled under way; a device not seen gets one outcome without a
+    /// device, as in a fleet run); the device is claimed for the run
+    /// meanwhile, so that another process does not work on it.
+    /// - Returns: one result per address, in the order given.
     public func watch(
-        _ addresses: [String], seconds: Double, onEvent: @escaping @Sendable (WatchEvent) -> Void
-    ) async -> [String: String] {
-        let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+        _ addresses: [String], seconds: Double, concurrency: Int = 5, run: Int64? = nil,
+        onEvent: @escaping @Sendable (WatchEvent) -> Void
+    ) async -> [WatchResult] {
         let client = self.client
-        return await withTaskGroup(of: (String, String?).self) { group in
-            for address in addresses {
-                group.addTask {
-                    do {
-                        try await client.withConnection(
-                            to: address, policy: ConnectPolicy(requiredServices: SBeacon.requiredServices)
-                        ) { session in
-                            let beacon = try await SBeacon(session)
-                            let events = try await beacon.watchRealTimeEvents()
-                            let trips = try await beacon.watchTripStatus()
-                            onEvent(.connected(address: address))
-                            while ContinuousClock.now < deadline, !Task.isCancelled {
-                                if let bytes = try? await events.next(
-                                    timeout: min(.milliseconds(200), deadline - ContinuousClock.now),
-                                    step: "watch")
-                                {
-                                    do {
-                                        onEvent(.realTime(address: address, try RealTimeEvent(bytes: bytes)))
-                                    } catch { onEvent(.malformed(address: address, "\(error)")) }
-                                }
-                                for bytes in await trips.drain() {
-                                    if bytes.count == 1, let status = TripStatus(rawValue: bytes[0]) {
-                                        onEvent(.tripStatus(address: address, status))
-                                    } else {
-                                        onEvent(.malformed(address: address, "trip status \(bytes)"))
-                                    }
-                                }
-                                if await client.device(address: address)?.connected == false {
-                                    throw BlueZError(.disconnected, device: address, step: "watch")
-                                }
-                            }
-                            await events.stop()
-                            await trips.stop()
-                        }
-                        return (address, nil)
-                    } catch {
-                        return (address, "\(error)")
-                    }
-                }
+        let inventory = self.inventory
+        // Discovery stays on for the whole watch, as in a fleet run: a
+        // device waiting for its turn would otherwise be forgotten by
+        // bluetoothd (its temporary timeout, 30 s after discovery stops).
+        let discovering = (try? await beginDiscovery(everyAdvert: false)) != nil
+        // Devices not known yet: look for them first (all at once).
+        let searchEnds = ContinuousClock.now + seenTimeout
+        var unknown = Set<String>()
+        for address in addresses where await client.device(address: address) == nil { unknown.insert(address) }
+        while !unknown.isEmpty, ContinuousClock.now < searchEnds, !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(200))
+            for address in unknown where await client.device(address: address) != nil { unknown.remove(address) }
+        }
+        var results: [String: WatchResult] = [:]
+        for address in unknown where !Task.isCancelled {
+            var result = WatchResult(address: address, state: .failed)
+            result.reason = FleetRunner.notSeenReason
+            if let run, let id = try? await inventory.beginStep(run: run, device: nil, step: "watch") {
+                try? await inventory.finishStep(
+                    id, .failed,
+                    detail: "\(address.uppercased()): not seen in \(FleetRunner.secondsText(seenTimeout)) of discovery",
+                    error: FleetRunner.notSeenReason)
             }
-            var failures: [String: String] = [:]
-            for await (address, failure) in group { failures[address] = failure }
-            return failures
+            results[address] = result
+        }
+        let adapterPaths = ((try? await adapters()) ?? []).map(\.path)
+        let slots = max(1, concurrency)
+        let deadlineLength = Duration.milliseconds(Int64(seconds * 1000))
+        await withTaskGroup(of: (WatchResult, ObjectPath?).self) { group in
+            var pending = addresses.filter { results[$0] == nil }
+            var running = 0
+            var busy: [ObjectPath: Int] = [:]
+            while true {
+                while running < slots, !pending.isEmpty, !Task.isCancelled {
+                    let address = pending.removeFirst()
+                    // The least busy adapter that sees it (nil: one adapter, the client's choice).
+                    var adapter: Adapter?
+                    if adapterPaths.count > 1 {
+                        var best: (Adapter, Int)?
+                        let all = await client.adapters()
+                        for path in adapterPaths {
+                            guard await client.device(address: address, adapter: path) != nil,
+                                let candidate = all.first(where: { $0.path == path && $0.powered })
+                            else { continue }
+                            let load = busy[path, default: 0]
+                            if best == nil || load < best!.1 { best = (candidate, load) }
+                        }
+                        adapter = best?.0
+                    }
+                    if let path = adapter?.path { busy[path, default: 0] += 1 }
+                    let chosen = adapter
+                    group.addTask {
+                        let result = await Self.watchOne(
+                            address, on: chosen, for: deadlineLength, client: client, inventory: inventory, run: run,
+                            onEvent: onEvent)
+                        return (result, chosen?.path)
+                    }
+                    running += 1
+                }
+                guard running > 0, let (result, path) = await group.next() else { break }
+                running -= 1
+                if let path { busy[path, default: 1] -= 1 }
+                results[result.address] = result
+            }
+        }
+        if discovering { try? await Task { try await self.endDiscovery() }.value }
+        return addresses.map { address in
+            results[address]
+                ?? {
+                    var result = WatchResult(address: address, state: .notStarted)
+                    result.reason = "not started: the watch was interrupted"
+                    return result
+                }()
         }
     }
+
+    /// One device's watch, from its connection to its outcome.
+    private static func watchOne(
+        _ address: String, on adapter: Adapter?, for length: Duration, client: BluetoothClient,
+        inventory: Inventory, run: Int64?, onEvent: @escaping @Sendable (WatchEvent) -> Void
+    ) async -> WatchResult {
+        var result = WatchResult(address: address, state: .ok)
+        let device = address.uppercased()
+        var outcome: Int64?
+        if let run {
+            switch try? await inventory.claimDevice(device, run: run) {
+            case .heldBy(let holder)?:
+                result.state = .failed
+                result.reason = "another beaconbench works on it (\(holder))"
+                return result
+            case .claimed?:
+                outcome = try? await inventory.beginStep(run: run, device: device, step: "watch")
+            case nil:
+                break
+            }
+        }
+        let counts = WatchCounts()
+        let started = ContinuousClock.now
+        do {
+            // Gone for a moment (out of range, bluetoothd restarting): found
+            // again while discovery runs.
+            if await client.device(address: address) == nil {
+                _ = try await client.waitForDevice(address: address, timeout: .seconds(15))
+            }
+            try await client.withConnection(
+                to: address, on: adapter, policy: ConnectPolicy(requiredServices: SBeacon.requiredServices)
+            ) { session in
+                let beacon = try await SBeacon(session)
+                let events = try await beacon.watchRealTimeEvents()
+                let trips = try await beacon.watchTripStatus()
+                let deadline = ContinuousClock.now + length
+                onEvent(.connected(address: address))
+                while ContinuousClock.now < deadline, !Task.isCancelled {
+                    if let bytes = try? await events.next(
+                        timeout: min(.milliseconds(200), deadline - ContinuousClock.now), step: "watch")
+                    {
+                        do {
+                            let event = try RealTimeEvent(bytes: bytes)
+                            counts.add(events: 1)
+                            onEvent(.realTime(address: address, event))
+                        } catch {
+                            counts.add(malformed: 1)
+                            onEvent(.malformed(address: address, "\(error)"))
+                        }
+                    }
+                    for bytes in await trips.drain() {
+                        if bytes.count == 1, let status = TripStatus(rawValue: bytes[0]) {
+                            counts.add(tripChanges: 1)
+                            onEvent(.tripStatus(address: address, status))
+                        } else {
+                            counts.add(malformed: 1)
+                            onEvent(.malformed(address: address, "trip status \(bytes)"))
+                        }
+                    }
+                    if await client.device(address: address)?.connected == false {
+                        throw BlueZError(.disconnected, device: address, step: "watch")
+                    }
+                }
+                await events.stop()
+                await trips.stop()
+            }
+            if Task.isCancelled {
+                result.state = .interrupted
+                result.reason = "interrupted"
+            }
+        } catch {
+            if Task.isCancelled {
+                result.state = .interrupted
+                result.reason = "interrupted"
+            } else {
+                result.state = .failed
+                result.reason = "\(error)"
+            }
+        }
+        (result.events, result.tripChanges, result.malformed) = counts.values
+        if let run {
+            if let outcome {
+                let milliseconds = FleetRunner.milliseconds(since: started)
+                switch result.state {
+                case .ok:
+                    try? await inventory.finishStep(
+                        outcome, .ok, detail: result.summary, durationMilliseconds: milliseconds)
+                case .failed:
+                    try? await inventory.finishStep(
+                        outcome, .failed, detail: result.summary, error: result.reason,
+                        durationMilliseconds: milliseconds)
+                case .interrupted, .notStarted:
+                    try? await inventory.finishStep(
+                        outcome, .interrupted, detail: result.summary, error: result.reason,
+                        durationMilliseconds: milliseconds)
+                }
+            }
+            try? await inventory.releaseDevice(device, run: run)
+        }
+        return result
+    }
+}
+
+/// One device's watch: how it ended and what it told.
+public struct WatchResult: Sendable, Equatable, Codable {
+    public enum State: String, Sendable, Codable, CaseIterable {
+        /// Watched for the whole time.
+        case ok
+        /// The connection failed or dropped, or the device was never seen.
+        case failed
+        /// Cancelled (Ctrl-C) while it was watched.
+        case interrupted
+        /// Its turn never came (cancelled while it waited for a slot).
+        case notStarted = "not-started"
+    }
+
+    public var address: String
+    public var state: State
+    /// Real-time events (shakes, harsh driving) it sent.
+    public var events = 0
+    /// Trip status changes it sent.
+    public var tripChanges = 0
+    /// Notifications that did not parse.
+    public var malformed = 0
+    /// Why it failed (or was interrupted, or not started).
+    public var reason: String?
+
+    public init(address: String, state: State) {
+        self.address = address
+        self.state = state
+    }
+
+    /// `3 real-time events, 1 trip status change`.
+    public var summary: String {
+        var text =
+            "\(events) real-time event\(events == 1 ? "" : "s"), \(tripChanges) trip status change\(tripChanges == 1 ? "" : "s")"
+        if malformed > 0 { text += ", \(malformed) malformed" }
+        return text
+    }
+
+    /// The watch as a device's line in a run's recap: ok counts one step,
+    /// a failure counts failed (never ok).
+    public var recap: DeviceRecap {
+        var recap = DeviceRecap(address: address)
+        switch state {
+        case .ok: recap.ok = 1
+        case .failed:
+            recap.failed = 1
+            recap.reason = reason
+        case .interrupted:
+            recap.interrupted = true
+            recap.reason = reason
+        case .notStarted:
+            recap.notStarted = true
+            recap.reason = reason
+        }
+        return recap
+    }
+}
+
+/// Counts shared by a watch's loop (a Sendable box).
+private final class WatchCounts: Sendable {
+    struct Values { var events = 0, tripChanges = 0, malformed = 0 }
+    private let values_ = Mutex(Values())
+    func add(events: Int = 0, tripChanges: Int = 0, malformed: Int = 0) {
+        values_.withLock { values in
+            values.events += events
+            values.tripChanges += tripChanges
+            values.malformed += malformed
+        }
+    }
+    var values: (Int, Int, Int) { values_.withLock { ($0.events, $0.tripChanges, $0.malformed) } }
 }
 
 /// Why a selection could not be made.

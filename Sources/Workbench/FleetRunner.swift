@@ -62,6 +62,9 @@ public struct DeviceRecap: Sendable, Equatable, Codable {
     public var failed = 0
     /// The run stopped (the inventory failed, Ctrl-C) before the device's turn.
     public var notStarted = false
+    /// The run was cancelled (Ctrl-C) while the device's steps were under
+    /// way: the step in flight is recorded `interrupted`.
+    public var interrupted = false
     /// Why the device dropped out, or why its steps were skipped.
     public var reason: String?
 
@@ -76,12 +79,15 @@ public struct DeviceRecap: Sendable, Equatable, Codable {
         /// A `require` was not met, or another process had it: nothing written.
         case skipped
         case failed
+        /// The run was cancelled (Ctrl-C) while its steps were under way.
+        case interrupted
         /// Its turn never came.
         case notStarted = "not-started"
     }
 
     public var result: Result {
         if failed > 0 { return .failed }
+        if interrupted { return .interrupted }
         if notStarted { return .notStarted }
         if changed + wouldChange > 0 { return .changed }
         if reason != nil { return .skipped }
@@ -95,6 +101,47 @@ public struct FleetResult: Sendable {
     /// The inventory failed (disk full, I/O error, corruption): the run
     /// stopped before writing anything more to a beacon.
     public var inventoryFailure: String?
+    /// The run's task was cancelled (Ctrl-C): devices under way are
+    /// `interrupted`, those whose turn never came `notStarted`.
+    public var interrupted = false
+
+    public init(recaps: [DeviceRecap], inventoryFailure: String? = nil, interrupted: Bool = false) {
+        self.recaps = recaps
+        self.inventoryFailure = inventoryFailure
+        self.interrupted = interrupted
+    }
+}
+
+/// How far a fleet run has come, for an elapsed time and an estimate.
+public struct FleetTally: Sendable, Equatable {
+    /// When the run began (wall clock, for display).
+    public var startedAt: Date
+    /// When the run began (monotonic, for arithmetic).
+    public var started: ContinuousClock.Instant
+    /// Devices finished, whatever their verdict (failed and "not seen" included).
+    public var done: Int
+    /// Devices in the run.
+    public var total: Int
+    /// Of the devices finished, those that failed.
+    public var failed: Int
+
+    public init(startedAt: Date, started: ContinuousClock.Instant, done: Int, total: Int, failed: Int) {
+        self.startedAt = startedAt
+        self.started = started
+        self.done = done
+        self.total = total
+        self.failed = failed
+    }
+
+    /// Time since the run began.
+    public var elapsed: Duration { ContinuousClock.now - started }
+
+    /// The time left at the pace so far (nil until a device is done).
+    public var estimatedRemaining: Duration? {
+        guard done > 0 else { return nil }
+        guard done < total else { return .zero }
+        return elapsed / done * (total - done)
+    }
 }
 
 /// What a fleet run reports as it goes, for progress lines.
@@ -104,6 +151,9 @@ public enum FleetProgress: Sendable {
     /// Something a technician should know about a device (one line).
     case note(address: String, String)
     case finished(DeviceRecap)
+    /// The run's counts: once as it begins (nothing done) and after every
+    /// device that finishes (after its `finished`).
+    case tally(FleetTally)
 }
 
 /// An inventory call failed: nothing more can be recorded, so the run stops.
@@ -155,6 +205,11 @@ public actor FleetRunner {
     let adapters: [ObjectPath]
     /// The shared server's identity registry, when the bench has one.
     let sharedIdentities: (any SharedIdentities)?
+    /// How long discovery may take to find a device bluetoothd does not
+    /// know when the run begins; then it fails with "not seen", and
+    /// nothing of it is written to the inventory but one outcome (device
+    /// NULL, step `find`).
+    let seenTimeout: Duration
     /// Devices at work on each adapter.
     private var busy: [ObjectPath: Int] = [:]
     /// Why the run stopped early (the inventory failed).
@@ -172,8 +227,10 @@ public actor FleetRunner {
         deviceDeadline: Duration = .seconds(90), retryBackoff: Duration = .seconds(1),
         claimWait: Duration = .seconds(180),
         adapters: [ObjectPath] = [], sharedIdentities: (any SharedIdentities)? = nil,
+        seenTimeout: Duration = .seconds(10),
         progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
     ) {
+        self.seenTimeout = seenTimeout
         self.deviceAttempts = max(1, deviceAttempts)
         self.deviceDeadline = deviceDeadline
         self.adapters = adapters
@@ -191,11 +248,21 @@ public actor FleetRunner {
         self.sharedIdentities = sharedIdentities
     }
 
-    /// A device's turn: done, or put back because another process has it.
+    /// A device's turn: done, or put back because another process has it;
+    /// or the search for a device not known when the run began.
     private enum Turn: Sendable {
         case done(DeviceRecap)
         case busy(String)
+        /// Discovery found it: its turn may come.
+        case found(String)
+        /// Not found within `seenTimeout`: failed "not seen".
+        case notSeen(DeviceRecap)
+        /// The search was cancelled: its turn never came.
+        case lost(String)
     }
+
+    /// The reason a device that was never found fails with.
+    public static let notSeenReason = "not seen"
 
     /// Runs `steps` on every device of `addresses`; returns a recap per
     /// device, in the order given.
@@ -204,19 +271,40 @@ public actor FleetRunner {
     }
 
     /// Runs `steps` on every device of `addresses`: recaps in the order
-    /// given, and whether the inventory failed under the run.
+    /// given, whether the inventory failed under the run, and whether the
+    /// run was cancelled.
+    ///
+    /// A device bluetoothd does not know when the run begins is looked for
+    /// (discovery must run) for at most `seenTimeout`, without taking a
+    /// turn; one still not found fails with the reason "not seen" and adds
+    /// nothing to the inventory but one outcome: device NULL, step `find`,
+    /// status `failed`, the address in `detail` and "not seen" in `error`.
     public func runFleet(_ steps: [DeviceStep], on addresses: [String]) async -> FleetResult {
+        let tally = FleetTally(
+            startedAt: Date(), started: ContinuousClock.now, done: 0, total: addresses.count, failed: 0)
+        progress(.tally(tally))
         await takeDownAbandonedLinks(addresses)
         var recaps: [String: DeviceRecap] = [:]
+        let searchEnds = ContinuousClock.now + seenTimeout
         await withTaskGroup(of: Turn.self) { group in
-            var pending = addresses[...]
+            var pending: [String] = []
+            var looking = 0
+            for address in addresses {
+                if await client.device(address: address) != nil {
+                    pending.append(address)
+                } else {
+                    group.addTask { await self.lookFor(address, until: searchEnds) }
+                    looking += 1
+                }
+            }
             var waiting: [String] = []
             var running = 0
+            var counts = tally
             while true {
                 while running < concurrency, inventoryFailure == nil, !Task.isCancelled {
                     let address: String
-                    if let next = pending.popFirst() {
-                        address = next
+                    if !pending.isEmpty {
+                        address = pending.removeFirst()
                     } else if !waiting.isEmpty {
                         address = waiting.removeFirst()
                     } else {
@@ -225,16 +313,36 @@ public actor FleetRunner {
                     group.addTask { await self.turn(address, steps) }
                     running += 1
                 }
-                guard running > 0, let turn = await group.next() else { break }
-                running -= 1
+                guard running + looking > 0, let turn = await group.next() else { break }
+                var finished: DeviceRecap?
                 switch turn {
-                case .done(let recap): recaps[recap.address] = recap
-                case .busy(let address): waiting.append(address)
+                case .done(let recap):
+                    running -= 1
+                    finished = recap
+                case .busy(let address):
+                    running -= 1
+                    waiting.append(address)
+                case .found(let address):
+                    looking -= 1
+                    pending.append(address)
+                case .notSeen(let recap):
+                    looking -= 1
+                    finished = recap
+                case .lost:
+                    looking -= 1
+                }
+                if let finished {
+                    recaps[finished.address] = finished
+                    counts.done += 1
+                    if finished.failed > 0 { counts.failed += 1 }
+                    progress(.tally(counts))
                 }
             }
         }
+        let interrupted = Task.isCancelled
         let stopped =
-            inventoryFailure.map { _ in "not started: the inventory failed" } ?? "not started: the run was stopped"
+            inventoryFailure.map { _ in "not started: the inventory failed" }
+            ?? (interrupted ? "not started: the run was interrupted" : "not started: the run was stopped")
         return FleetResult(
             recaps: addresses.map { address in
                 recaps[address]
@@ -244,7 +352,42 @@ public actor FleetRunner {
                         recap.reason = stopped
                         return recap
                     }()
-            }, inventoryFailure: inventoryFailure)
+            }, inventoryFailure: inventoryFailure, interrupted: interrupted)
+    }
+
+    /// Waits (until `deadline`) for bluetoothd to know `address`. A device
+    /// never found is recorded as one outcome without a device (so that
+    /// the inventory gets no row for an address that may be mistyped).
+    private nonisolated func lookFor(_ address: String, until deadline: ContinuousClock.Instant) async -> Turn {
+        while !Task.isCancelled {
+            do {
+                _ = try await client.waitForDevice(
+                    address: address, timeout: max(.zero, deadline - ContinuousClock.now))
+                return .found(address)
+            } catch let error as BlueZError where error.reason == .bluetoothdGone {
+                // bluetoothd restarting: look again once it is back.
+                try? await Task.sleep(for: .milliseconds(200))
+                if ContinuousClock.now >= deadline { break }
+            } catch {
+                break
+            }
+        }
+        if Task.isCancelled { return .lost(address) }
+        var recap = DeviceRecap(address: address)
+        recap.failed = 1
+        recap.reason = Self.notSeenReason
+        let detail = "\(address.uppercased()): not seen in \(Self.secondsText(seenTimeout)) of discovery"
+        do {
+            try await record {
+                let id = try await inventory.beginStep(run: run, device: nil, step: "find")
+                try await inventory.finishStep(id, .failed, detail: detail, error: Self.notSeenReason)
+            }
+        } catch {
+            recap.reason = Self.notSeenReason + "; \(error)"
+        }
+        progress(.step(address: address, step: "find", status: .failed, detail: detail))
+        progress(.finished(recap))
+        return .notSeen(recap)
     }
 
     private func stop(_ failure: InventoryFailure) {
@@ -295,6 +438,13 @@ public actor FleetRunner {
             try? await Task.sleep(for: .milliseconds(300))
             return .busy(address)
         case .claimed(let from): previous = from
+        }
+        if Task.isCancelled {
+            try? await inventory.releaseDevice(device, run: run)
+            var recap = DeviceRecap(address: address)
+            recap.notStarted = true
+            recap.reason = "not started: the run was interrupted"
+            return .done(recap)
         }
         progress(.started(address: address))
         let recap = await runSteps(address, steps, previousHolder: previous)
@@ -400,6 +550,18 @@ public actor FleetRunner {
                 // three times as many in all) give up.
                 fruitless = tally.completed > done ? 0 : fruitless + 1
                 let stopping = error is InventoryFailure || error is RunStopped
+                if !stopping, Task.isCancelled {
+                    // Ctrl-C: the step in flight did not end; say so.
+                    if let key = tally.inFlight, let id = tally.rows[key] {
+                        _ = try? await record {
+                            try await inventory.finishStep(
+                                id, .interrupted, error: "interrupted: \(error)", retries: tally.retries[key] ?? 0)
+                        }
+                    }
+                    recap.interrupted = true
+                    recap.reason = "interrupted"
+                    break
+                }
                 let again =
                     !stopping && fruitless < deviceAttempts && attempts < 3 * deviceAttempts
                     && Self.worthAnotherConnection(error) && ContinuousClock.now - began < deviceDeadline
@@ -447,7 +609,7 @@ public actor FleetRunner {
         }
         recap.wouldChange = tally.wouldChange.count
         recap.skipped -= tally.wouldChange.count
-        if recap.failed == 0, let reason = tally.skipReason { recap.reason = reason }
+        if recap.failed == 0, !recap.interrupted, let reason = tally.skipReason { recap.reason = reason }
         return recap
     }
 
@@ -591,6 +753,12 @@ public actor FleetRunner {
                     firmware: reading.firmware?.description)
             }
         }
+    }
+
+    /// `10 s`, `1.5 s`.
+    static func secondsText(_ duration: Duration) -> String {
+        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+        return String(format: "%g s", seconds)
     }
 
     static func milliseconds(since start: ContinuousClock.Instant) -> Int64 {

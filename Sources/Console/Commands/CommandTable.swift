@@ -21,7 +21,7 @@ public enum CommandTable {
         // Profiles (ProfilesCommands.swift)
         ProfilesListCommand.self, ProfilesShowCommand.self, ProfilesCheckCommand.self,
         // The console itself (ConsoleCommands.swift)
-        SetCommand.self, HelpCommand.self, CompletionCommand.self, QuitCommand.self,
+        DoctorCommand.self, SetCommand.self, HelpCommand.self, CompletionCommand.self, QuitCommand.self,
     ]
 
     /// The command written with this name (or alias).

@@ -74,3 +74,17 @@ public struct QuitCommand: ConsoleCommand {
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {}
 }
+
+/// `doctor`: whether this machine can work beacons, each problem with its fix.
+public struct DoctorCommand: ConsoleCommand {
+    public init() {}
+    public static let spec = CommandSpec(
+        name: "doctor",
+        summary: "check bluetoothd, the adapter, the D-Bus policy, the inventory and the profiles, each with its fix",
+        example: "doctor",
+        detail: "Exit status 3 when a check failed; warnings leave it 0.")
+    public init(_ arguments: inout ParsedArguments) {}
+    public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
+        try await session.doctor()
+    }
+}

@@ -42,6 +42,7 @@ enum Shapes {
             "devices": .int(recaps.count), "ok": .int(counts[.ok] ?? 0), "changed": .int(dryRun ? 0 : changed),
             "would_change": .int(dryRun ? changed : 0), "skipped": .int(counts[.skipped] ?? 0),
             "failed": .int(counts[.failed] ?? 0), "not_started": .int(counts[.notStarted] ?? 0),
+            "interrupted": .int(counts[.interrupted] ?? 0),
             "dry_run": .bool(dryRun),
         ]
     }

@@ -1,0 +1,419 @@
+import BeaconSimulator
+import BlueZClient
+import DBusBinding
+import Foundation
+import Inventory
+import SBeaconProtocol
+import Synchronization
+import TestSupport
+import Testing
+import Workbench
+
+/// Waits until `condition` holds; the limit only guards against a hang.
+func eventually(
+    _ what: String, limit: Duration = .seconds(60), _ condition: () async throws -> Bool
+) async throws {
+    let deadline = ContinuousClock.now + limit
+    while try await !condition() {
+        guard ContinuousClock.now < deadline else { throw TestSupportError("never: \(what)") }
+        try await Task.sleep(for: .milliseconds(50))
+    }
+}
+
+/// `count` factory-new, uncalibrated beacons at rest.
+func uncalibratedFleet(_ count: Int) -> [BeaconState] {
+    let now = Int64(Date().timeIntervalSince1970 * 1000)
+    return (1...count).map { number in
+        BeaconState(
+            address: String(format: "C1:00:00:00:01:%02X", number),
+            identity: BeaconIdentity(major: 1, minor: UInt16(number)), serial: "SB1-U-\(number)",
+            firmware: FirmwareVersion(major: 1, minor: 0, patch: 8), battery: 80, config: .factoryDefault,
+            calibration: .uncalibrated, timeOffset: 0, poweredOnAt: now - 7_200_000, factoryDefault: true)
+    }
+}
+
+/// An address of the same form as `address`, one digit off, that no
+/// beacon of `fleet` has.
+func oneDigitOff(_ address: String, from fleet: [BeaconState]) -> String {
+    let taken = Set(fleet.map { $0.address.uppercased() })
+    var characters = Array(address.uppercased())
+    for digit in "0123456789ABCDEF" where digit != characters[characters.count - 1] {
+        characters[characters.count - 1] = digit
+        let candidate = String(characters)
+        if !taken.contains(candidate) { return candidate }
+    }
+    return "C0:00:00:00:00:00"
+}
+
+/// `Update(address, json)` on the simulator's control interface, over the bus.
+func controlUpdate(_ fixture: BenchFixture, _ address: String, _ json: String) async throws {
+    _ = try await fixture.clientConnection.call(
+        SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Update",
+        [.string(address), .string(json)])
+}
+
+func count(_ inventory: Inventory, _ sql: String, _ parameters: [SQLiteValue] = []) async throws -> Int64 {
+    try await inventory.query(sql, parameters).first?.first?.integer ?? -1
+}
+
+@Suite("A fleet run: devices not seen, Ctrl-C, progress counts")
+struct FleetRunEdgeTests {
+    /// A full address one digit off fails "not seen" once discovery has
+    /// looked for it, and the inventory gets no row of it: no device, no
+    /// reading, no claim; only one outcome without a device. The device
+    /// beside it is read as usual, and the progress counts both.
+    @Test func aFullAddressNotInRangeFailsNotSeenAndAddsNothing() async throws {
+        try await withBench(count: 2, seed: 3) { bench throws in
+            let inventory = try FleetRunnerTests.inventory()
+            let run = try await inventory.beginRun(.init(command: "info"))
+            let present = bench.fleet[0].address
+            let missing = oneDigitOff(present, from: bench.fleet)
+            let tallies = Mutex<[FleetTally]>([])
+            let result = await FleetRunner(
+                client: bench.client, inventory: inventory, run: run, concurrency: 5, seenTimeout: .seconds(2),
+                progress: { event in
+                    if case .tally(let tally) = event { tallies.withLock { $0.append(tally) } }
+                }
+            ).runFleet([.info], on: [present, missing])
+
+            #expect(result.recaps.map(\.address) == [present, missing])
+            let found = result.recaps[0]
+            let notSeen = result.recaps[1]
+            #expect(found.result == .ok, "\(found)")
+            #expect(notSeen.result == .failed)
+            #expect(notSeen.failed == 1)
+            #expect(notSeen.reason == "not seen")
+            #expect(!result.interrupted)
+
+            // Nothing of it in the inventory but one outcome, device NULL.
+            for table in ["devices WHERE address", "readings WHERE device", "claims WHERE device"] {
+                #expect(
+                    try await count(inventory, "SELECT count(*) FROM \(table) = ?", [.text(missing)]) == 0, "\(table)")
+            }
+            let rows = try await inventory.query(
+                "SELECT device, status, error, detail FROM outcomes WHERE run_id = ? AND step = 'find'", [.integer(run)]
+            )
+            #expect(rows.count == 1)
+            #expect(rows.first?[0] == .null)
+            #expect(rows.first?[1] == .text("failed"))
+            #expect(rows.first?[2] == .text("not seen"))
+            #expect(rows.first?[3].text?.hasPrefix(missing + ": not seen in 2 s") == true, "\(rows)")
+            #expect(try await count(inventory, "SELECT count(*) FROM outcomes WHERE status = 'running'") == 0)
+            // No connection was tried for it.
+            #expect(await bench.daemon.activity.connects == 1)
+
+            // The progress: a tally at the start, one after each device.
+            let seen = tallies.withLock { $0 }
+            #expect(seen.map(\.done) == [0, 1, 2])
+            #expect(seen.allSatisfy { $0.total == 2 })
+            #expect(seen.last?.failed == 1)
+            #expect(Set(seen.map(\.startedAt)).count == 1)
+            #expect(seen.last?.estimatedRemaining == .zero)
+            #expect(seen.first?.estimatedRemaining == nil)
+        }
+    }
+
+    /// A device not known when the run begins, found while the run goes
+    /// on (it comes into range once the other device is done), takes its
+    /// turn as usual.
+    @Test func aDeviceFoundDuringTheSearchIsRun() async throws {
+        try await withBench(count: 2, seed: 3) { fixture throws in
+            let inventory = try FleetRunnerTests.inventory()
+            let run = try await inventory.beginRun(.init(command: "info"))
+            let late = fixture.fleet[1].address
+            try await controlUpdate(fixture, late, #"{"inRange": false}"#)
+            let device = try #require(await fixture.client.device(address: late))
+            _ = try await fixture.clientConnection.call(
+                BluetoothClient.bluez, try #require(device.adapter), "org.bluez.Adapter1", "RemoveDevice",
+                [.objectPath(device.path)])
+            try await eventually("\(late) forgotten") { await fixture.client.device(address: late) == nil }
+            let first = fixture.fleet[0].address
+            let result = await FleetRunner(
+                client: fixture.client, inventory: inventory, run: run, concurrency: 5, seenTimeout: .seconds(60),
+                progress: { event in
+                    if case .finished(let recap) = event, recap.address == first {
+                        Task { try? await controlUpdate(fixture, late, #"{"inRange": true}"#) }
+                    }
+                }
+            ).runFleet([.info], on: [first, late])
+            #expect(result.recaps.map(\.result) == [.ok, .ok], "\(result.recaps)")
+            #expect(try await count(inventory, "SELECT count(*) FROM outcomes WHERE step = 'find'") == 0)
+        }
+    }
+
+    /// Ctrl-C (the run's task cancelled) while two devices calibrate: those
+    /// two are interrupted, and their calibration's outcome says so; the
+    /// four whose turn never came are "not started", not failed; the result
+    /// says the run was interrupted.
+    @Test func cancellingARunInterruptsTheDevicesUnderWayAndStartsNoOther() async throws {
+        try await withBench(fleet: uncalibratedFleet(6), configure: { $0.latency.calibration = .seconds(60) }) {
+            bench throws in
+            let inventory = try FleetRunnerTests.inventory()
+            let run = try await inventory.beginRun(.init(command: "calibrate"))
+            let read = Mutex<Set<String>>([])
+            let runner = FleetRunner(
+                client: bench.client, inventory: inventory, run: run, concurrency: 2,
+                progress: { event in
+                    if case .step(let address, "info", .ok, _) = event { read.withLock { _ = $0.insert(address) } }
+                })
+            let addresses = bench.fleet.map(\.address)
+            let task = Task { await runner.runFleet([.info, .calibrate], on: addresses) }
+            try await eventually("two devices read") { read.withLock { $0.count } == 2 }
+            // Both are in their calibration (60 s) now, or about to begin it.
+            try await eventually("two calibrations begun") {
+                try await count(
+                    inventory, "SELECT count(*) FROM outcomes WHERE run_id = ? AND step = 'calibrate'", [.integer(run)])
+                    == 2
+            }
+            task.cancel()
+            let result = await task.value
+
+            #expect(result.interrupted)
+            let started = read.withLock { $0 }
+            for recap in result.recaps {
+                #expect(!(recap.reason ?? "").contains("CancellationError"), "\(recap)")
+                #expect(recap.failed == 0, "\(recap)")
+                if started.contains(recap.address) {
+                    #expect(recap.result == .interrupted, "\(recap)")
+                    #expect(recap.reason == "interrupted")
+                } else {
+                    #expect(recap.result == .notStarted, "\(recap)")
+                    #expect(recap.reason == "not started: the run was interrupted")
+                }
+            }
+            #expect(result.recaps.filter { $0.result == .notStarted }.count == 4)
+            let calibrations = try await inventory.query(
+                "SELECT device, status FROM outcomes WHERE run_id = ? AND step = 'calibrate' ORDER BY device",
+                [.integer(run)])
+            #expect(calibrations.map { $0[1] } == [.text("interrupted"), .text("interrupted")], "\(calibrations)")
+            #expect(Set(calibrations.compactMap { $0[0].text }) == started)
+            #expect(try await count(inventory, "SELECT count(*) FROM outcomes WHERE status = 'running'") == 0)
+            // The devices never started were never claimed nor recorded.
+            #expect(try await count(inventory, "SELECT count(*) FROM devices") == 2)
+            #expect(try await count(inventory, "SELECT count(*) FROM claims") == 0)
+        }
+    }
+}
+
+@Suite("Watching many beacons")
+struct WatchTests {
+    /// 24 beacons in range, 5 connection slots: every one is watched, its
+    /// shake counted, none fails, and no Connect was refused and retried;
+    /// each watch is an outcome in the inventory.
+    @Test func twentyFourBeaconsAreWatchedWithinTheAdaptersSlots() async throws {
+        try await withBench(count: 24, seed: 9) { fixture throws in
+            let inventory = try FleetRunnerTests.inventory()
+            let run = try await inventory.beginRun(.init(command: "watch"))
+            let bench = Bench(client: fixture.client, inventory: inventory, adapterName: nil)
+            let daemon = fixture.daemon
+            let results = await bench.watch(fixture.fleet.map(\.address), seconds: 2, concurrency: 5, run: run) {
+                event in
+                if case .connected(let address) = event {
+                    Task { try? await daemon.shake(address, type: .braking) }
+                }
+            }
+            #expect(results.count == 24)
+            #expect(results.map(\.address) == fixture.fleet.map(\.address))
+            for result in results {
+                #expect(result.state == .ok, "\(result)")
+                #expect(result.events >= 1, "\(result)")
+                #expect(result.recap.result == .ok)
+            }
+            // One Connect each: none was refused for want of a slot.
+            #expect(await daemon.activity.connects == 24)
+            let outcomes = try await inventory.query(
+                "SELECT status, count(*) FROM outcomes WHERE run_id = ? AND step = 'watch' GROUP BY status",
+                [.integer(run)])
+            #expect(outcomes == [[.text("ok"), .integer(24)]])
+        }
+    }
+
+    /// Beacons that wait their turn longer than bluetoothd keeps devices
+    /// it no longer discovers (its temporary timeout, 1 s here, after the
+    /// scan that found them stopped) are still there when their turn comes:
+    /// the watch keeps discovery on.
+    @Test func beaconsWaitingTheirTurnAreNotForgotten() async throws {
+        try await withBench(count: 8, seed: 9, configure: { $0.temporaryTimeout = .seconds(1) }) { fixture throws in
+            let adapter = try await fixture.client.adapter(named: nil)
+            try await fixture.client.stopDiscovery(on: adapter)
+            let inventory = try FleetRunnerTests.inventory()
+            let bench = Bench(client: fixture.client, inventory: inventory, adapterName: nil)
+            let results = await bench.watch(fixture.fleet.map(\.address), seconds: 1, concurrency: 2) { _ in }
+            #expect(results.allSatisfy { $0.state == .ok }, "\(results)")
+        }
+    }
+
+    /// A beacon that cannot be connected, and an address not in range:
+    /// both failed (never ok), recorded as failed; the others ok.
+    @Test func aFailedWatchIsCountedFailed() async throws {
+        try await withBench(count: 4, seed: 9) { fixture throws in
+            let inventory = try FleetRunnerTests.inventory()
+            let run = try await inventory.beginRun(.init(command: "watch"))
+            let bench = Bench(client: fixture.client, inventory: inventory, adapterName: nil)
+            await bench.setSeenTimeout(.seconds(1))
+            let broken = fixture.fleet[1].address
+            try await controlUpdate(fixture, broken, #"{"faults": {"connect-abort": 1.0}}"#)
+            let missing = oneDigitOff(fixture.fleet[0].address, from: fixture.fleet)
+            let addresses = fixture.fleet.map(\.address) + [missing]
+            let results = await bench.watch(addresses, seconds: 0.5, concurrency: 5, run: run) { _ in }
+            let byAddress = Dictionary(uniqueKeysWithValues: results.map { ($0.address, $0) })
+            #expect(byAddress[broken]?.state == .failed)
+            #expect(byAddress[broken]?.reason?.contains("le-connection-abort-by-local") == true, "\(results)")
+            #expect(byAddress[broken]?.recap.result == .failed)
+            #expect(byAddress[broken]?.recap.ok == 0)
+            #expect(byAddress[missing]?.state == .failed)
+            #expect(byAddress[missing]?.reason == "not seen")
+            for address in fixture.fleet.map(\.address) where address != broken {
+                #expect(byAddress[address]?.state == .ok, "\(results)")
+            }
+            let failed = try await inventory.query(
+                "SELECT device FROM outcomes WHERE run_id = ? AND step = 'watch' AND status = 'failed' ORDER BY id",
+                [.integer(run)])
+            #expect(Set(failed.map { $0[0] }) == [.text(broken), .null])
+            let notSeenRow = try await inventory.query(
+                "SELECT error, detail FROM outcomes WHERE run_id = ? AND step = 'watch' AND device IS NULL",
+                [.integer(run)])
+            #expect(notSeenRow == [[.text("not seen"), .text("\(missing): not seen in 1 s of discovery")]])
+            #expect(try await count(inventory, "SELECT count(*) FROM devices WHERE address = ?", [.text(missing)]) == 0)
+        }
+    }
+}
+
+@Suite("Beacons coming and going")
+struct InRangeTests {
+    /// A beacon that leaves radio range drops out of `inRange` once it has
+    /// not been heard for the window (its device object stays, as in
+    /// bluetoothd while discovery runs); one whose device object bluetoothd
+    /// removes drops out of `seen` too; back in range, it is back.
+    @Test func beaconsLeavingRangeDropOut() async throws {
+        try await withBench(count: 3, seed: 4) { fixture throws in
+            let inventory = try FleetRunnerTests.inventory()
+            let bench = Bench(client: fixture.client, inventory: inventory, adapterName: nil)
+            let all = Set(fixture.fleet.map(\.address))
+            let window = Duration.seconds(3)
+            let addresses = { (beacons: [SeenBeacon]) in Set(beacons.map(\.address)) }
+            try await eventually("all in range") { addresses(await bench.inRange(window: window)) == all }
+
+            let leaving = fixture.fleet[0].address
+            try await controlUpdate(fixture, leaving, #"{"inRange": false}"#)
+            try await eventually("\(leaving) out of range") {
+                !addresses(await bench.inRange(window: window)).contains(leaving)
+            }
+            #expect(addresses(await bench.inRange(window: window)) == all.subtracting([leaving]))
+            // bluetoothd still has its object: seen, not in range.
+            #expect(addresses(await bench.seen()).contains(leaving))
+
+            // bluetoothd removes the object: gone from both.
+            let device = try #require(await fixture.client.device(address: leaving))
+            let adapter = try #require(device.adapter)
+            _ = try await fixture.clientConnection.call(
+                BluetoothClient.bluez, adapter, "org.bluez.Adapter1", "RemoveDevice", [.objectPath(device.path)])
+            try await eventually("\(leaving) removed") { !addresses(await bench.seen()).contains(leaving) }
+            #expect(!addresses(await bench.inRange(window: .seconds(3600))).contains(leaving))
+
+            // Back in range: back.
+            try await controlUpdate(fixture, leaving, #"{"inRange": true}"#)
+            try await eventually("\(leaving) back") { addresses(await bench.inRange(window: window)) == all }
+        }
+    }
+}
+
+@Suite("Doctor")
+struct DoctorTests {
+    /// Against the simulator: the bus, bluetoothd, the policy and the
+    /// adapter are fine; powered off, the adapter fails with the fix.
+    @Test func theSimulatedBenchIsHealthyUntilItsAdapterIsOff() async throws {
+        try await withBench(count: 1) { fixture throws in
+            let bus = BusAddress.address(fixture.bus.address)
+            let checks = await Doctor.check(bus: bus, adapter: nil)
+            #expect(checks.map(\.name) == ["bus", "bluetoothd", "bluetoothd version", "D-Bus policy", "adapter"])
+            let byName = Dictionary(uniqueKeysWithValues: checks.map { ($0.name, $0) })
+            for name in ["bus", "bluetoothd", "D-Bus policy", "adapter"] {
+                #expect(byName[name]?.status == .ok, "\(checks)")
+                #expect(byName[name]?.fix == nil)
+            }
+            #expect(byName["adapter"]?.detail.contains("hci0") == true)
+            let version = Doctor.bluetoothdVersion()
+            #expect(byName["bluetoothd version"]?.status == (version == nil ? .warning : .ok))
+            if version == nil { #expect(byName["bluetoothd version"]?.detail.hasPrefix("unknown") == true) }
+
+            let other = await Doctor.check(bus: bus, adapter: "hci7")
+            #expect(other.last?.status == .failed)
+            #expect(other.last?.detail.contains("no adapter hci7") == true, "\(other)")
+
+            let adapter = try await fixture.client.adapter(named: "hci0")
+            try await fixture.client.setPowered(adapter, false)
+            let off = await Doctor.check(bus: bus, adapter: nil)
+            let check = try #require(off.last)
+            #expect(check.name == "adapter")
+            #expect(check.status == .failed)
+            #expect(check.detail.contains("not powered"))
+            #expect(check.fix?.contains("bluetoothctl power on") == true)
+            #expect(check.fix?.contains("rfkill unblock bluetooth") == true)
+        }
+    }
+
+    /// A bus with no bluetoothd: the bus is fine, bluetoothd fails with how
+    /// to start it, and nothing after it is claimed.
+    @Test func aBusWithoutBluetoothd() async throws {
+        let bus = try PrivateBus.start()
+        defer { bus.stop() }
+        let checks = await Doctor.check(bus: .address(bus.address), adapter: nil)
+        #expect(checks.map(\.name) == ["bus", "bluetoothd", "bluetoothd version"])
+        #expect(checks[0].status == .ok)
+        #expect(checks[1].status == .failed)
+        #expect(checks[1].detail.contains("nothing owns org.bluez"))
+        #expect(checks[1].fix?.contains("systemctl enable --now bluetooth") == true)
+    }
+
+    /// No bus at all.
+    @Test func anUnreachableBus() async throws {
+        let checks = await Doctor.check(bus: .address("unix:path=/nonexistent/beaconbench/bus"), adapter: nil)
+        #expect(checks.first?.name == "bus")
+        #expect(checks.first?.status == .failed)
+        #expect(checks.first?.fix != nil)
+        #expect(!checks.contains { $0.name == "adapter" })
+    }
+
+    /// A bus whose policy denies this user calls to org.bluez (as
+    /// bluetooth.conf does to users outside the bluetooth group): the
+    /// policy check fails with AccessDenied and the usermod fix.
+    @Test func aPolicyThatShutsThisUserOut() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "doctor-\(UUID().uuidString.prefix(8))"
+        ).path
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let socket = directory + "/bus"
+        let config = PrivateBus.configuration(socketPath: socket).replacingOccurrences(
+            of: "<allow receive_sender=\"*\"/>\n  </policy>",
+            with: "<allow receive_sender=\"*\"/>\n    <deny send_destination=\"org.bluez\"/>\n  </policy>")
+        #expect(config.contains("<deny send_destination=\"org.bluez\"/>"))
+        try config.write(toFile: directory + "/bus.conf", atomically: true, encoding: .utf8)
+        let daemonPath =
+            FileManager.default.isExecutableFile(atPath: "/usr/bin/dbus-daemon")
+            ? "/usr/bin/dbus-daemon" : "/bin/dbus-daemon"
+        let daemon = try ChildProcess(
+            daemonPath, ["--config-file=\(directory)/bus.conf", "--nofork", "--nopidfile", "--nosyslog"])
+        defer { daemon.stop() }
+        let address = BusAddress.address("unix:path=\(socket)")
+        var simulatorConnection: BusConnection?
+        try await eventually("the bus listens", limit: .seconds(20)) {
+            simulatorConnection = try? await BusConnection.connect(address)
+            return simulatorConnection != nil
+        }
+        let connection = try #require(simulatorConnection)
+        let simulator = SimulatedBluetoothd(
+            bus: connection, options: SimulatorOptions(),
+            fleet: FleetGenerator.make(count: 1, seed: 1, now: Int64(Date().timeIntervalSince1970 * 1000)))
+        try await simulator.start()
+        let checks = await Doctor.check(bus: address, adapter: nil)
+        await connection.close()
+        let policy = try #require(checks.first { $0.name == "D-Bus policy" }, "\(checks)")
+        #expect(checks.first { $0.name == "bluetoothd" }?.status == .ok)
+        #expect(policy.status == .failed)
+        #expect(policy.detail.contains("AccessDenied"), "\(policy)")
+        #expect(policy.fix?.contains("usermod -aG bluetooth") == true || policy.fix?.contains("log out") == true)
+        #expect(!checks.contains { $0.name == "adapter" })
+    }
+}
