@@ -1,5 +1,14 @@
-# Shortcuts for the scripts in scripts/.
-.PHONY: test demo bench lint format fuzz
+# Shortcuts for the scripts in scripts/, and the install.
+.PHONY: test demo bench lint format fuzz install uninstall
+
+PREFIX ?= /usr/local
+DESTDIR ?=
+# release (the default) builds with the Swift runtime linked in, so the
+# installed binaries need no toolchain; debug installs what `swift build`
+# (or the tests) built already. BIN=DIR installs the executables in DIR
+# without building.
+CONFIG ?= release
+BIN ?=
 
 test:
 	./scripts/test
@@ -18,3 +27,13 @@ format:
 
 fuzz:
 	./scripts/fuzz
+
+# The executables in PREFIX/bin; shipped profiles and batches in
+# PREFIX/share/beaconbench (the binary finds them from its own place); the
+# man page and the bash, zsh and fish completions, written by the binary
+# from its command table; the documentation in PREFIX/share/doc/beaconbench.
+install:
+	PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" CONFIG="$(CONFIG)" BIN="$(BIN)" ./scripts/install
+
+uninstall:
+	PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" ./scripts/install --uninstall

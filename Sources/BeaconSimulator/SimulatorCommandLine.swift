@@ -146,38 +146,41 @@ public struct SimulatorCommandLine: Sendable {
 /// Runs the simulator until SIGINT or SIGTERM, or until its parent is gone
 /// (`--exit-with-parent`).
 public enum SimulatorMain {
-    public static func run(_ commandLine: SimulatorCommandLine) async throws -> Never {
+    /// Returns once the simulator has stopped (its state saved); the
+    /// executable then exits 0. When it throws, the executable calls
+    /// `tidyAfterFailure` (not here: the optimiser of Swift 6.3.1 crashes
+    /// splitting this async function with a do/catch around its body).
+    public static func run(_ commandLine: SimulatorCommandLine) async throws {
         let lifeline = commandLine.lifeline
         try lifeline?.check()
-        do {
-            let now = SimulatedBluetoothd.now()
-            let fleet: [BeaconState]
-            if let path = commandLine.options.statePath, let saved = try StateFile.load(path) {
-                fleet = saved
-            } else if let path = commandLine.fleetPath {
-                fleet = try FleetFile.load(path, now: now)
-            } else {
-                fleet = FleetGenerator.make(
-                    count: commandLine.count, seed: commandLine.options.seed, now: now, fresh: commandLine.fresh)
-            }
-            if let path = commandLine.options.statePath { try StateFile.save(fleet, to: path) }
-            let bus = try await BusConnection.connect(commandLine.bus)
-            let daemon = SimulatedBluetoothd(bus: bus, options: commandLine.options, fleet: fleet)
-            try await daemon.start()
-            try await bus.export(SimulatorControl.interface(for: daemon), at: SimulatorControl.path)
-            _ = try await bus.requestName(SimulatorControl.busName)
-            print("ready bus=\(bus.address) adapters=\(await daemon.adapterCount) beacons=\(await daemon.beaconCount)")
-            fflush(nil)
-            let ending = await waitForEnding(lifeline)
-            await daemon.saveNow()
-            await bus.close()
-            if ending == .parentGone { lifeline?.tidyAfterParent() }
-            exit(0)
-        } catch {
-            // A parent that died while this started tidies nothing: do it.
-            if let lifeline, lifeline.parentIsGone { lifeline.tidyAfterParent() }
-            throw error
+        let now = SimulatedBluetoothd.now()
+        let fleet: [BeaconState]
+        if let path = commandLine.options.statePath, let saved = try StateFile.load(path) {
+            fleet = saved
+        } else if let path = commandLine.fleetPath {
+            fleet = try FleetFile.load(path, now: now)
+        } else {
+            fleet = FleetGenerator.make(
+                count: commandLine.count, seed: commandLine.options.seed, now: now, fresh: commandLine.fresh)
         }
+        if let path = commandLine.options.statePath { try StateFile.save(fleet, to: path) }
+        let bus = try await BusConnection.connect(commandLine.bus)
+        let daemon = SimulatedBluetoothd(bus: bus, options: commandLine.options, fleet: fleet)
+        try await daemon.start()
+        try await bus.export(SimulatorControl.interface(for: daemon), at: SimulatorControl.path)
+        _ = try await bus.requestName(SimulatorControl.busName)
+        print("ready bus=\(bus.address) adapters=\(await daemon.adapterCount) beacons=\(await daemon.beaconCount)")
+        fflush(nil)
+        let ending = await waitForEnding(lifeline)
+        await daemon.saveNow()
+        await bus.close()
+        if ending == .parentGone { lifeline?.tidyAfterParent() }
+    }
+
+    /// After `run` threw: a parent that died while this started tidies
+    /// nothing, so this does.
+    public static func tidyAfterFailure(_ commandLine: SimulatorCommandLine) {
+        if let lifeline = commandLine.lifeline, lifeline.parentIsGone { lifeline.tidyAfterParent() }
     }
 
     enum Ending { case signal, parentGone }

@@ -39,7 +39,8 @@ public enum BeaconbenchMain {
         }
         let interrupts = Interrupts()
         switch invocation.mode {
-        case .run(let file, let overrides, let dryRun):
+        case .run(let named, let overrides, let dryRun):
+            let file = Paths.batch(named)
             let data: [UInt8]
             do {
                 data = try BoundedFile.read(file, limit: BatchParser.Limits.fileBytes)

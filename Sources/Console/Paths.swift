@@ -73,15 +73,23 @@ enum Paths {
     /// The profiles shipped with beaconbench: `share/beaconbench/profiles`
     /// beside an installed binary, or the source tree's `profiles` above a
     /// built one.
-    static func shippedProfiles() -> String? {
+    static func shippedProfiles() -> String? { shipped("profiles") }
+
+    /// The batches shipped with beaconbench, found the same way.
+    static func shippedBatches() -> String? { shipped("batches") }
+
+    /// `share/beaconbench/NAME` above the running binary (`make install`
+    /// puts the binary in PREFIX/bin), else `NAME` in the source tree the
+    /// binary was built in (`.build/…/beaconbench`).
+    static func shipped(_ name: String) -> String? {
         guard let executable = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe") else {
             return nil
         }
         var directory = URL(fileURLWithPath: executable).deletingLastPathComponent()
         for _ in 0..<5 {
-            let installed = directory.appendingPathComponent("share/beaconbench/profiles").path
+            let installed = directory.appendingPathComponent("share/beaconbench/" + name).path
             if FileManager.default.fileExists(atPath: installed) { return installed }
-            let source = directory.appendingPathComponent("profiles").path
+            let source = directory.appendingPathComponent(name).path
             if FileManager.default.fileExists(atPath: directory.appendingPathComponent("Package.swift").path),
                 FileManager.default.fileExists(atPath: source)
             {
@@ -90,6 +98,18 @@ enum Paths {
             directory.deleteLastPathComponent()
         }
         return nil
+    }
+
+    /// The batch `run NAME` means: the file when it exists, else a shipped
+    /// batch of that name (`provision-new` or `provision-new.batch`).
+    static func batch(_ name: String) -> String {
+        guard !FileManager.default.fileExists(atPath: name), !name.contains("/"), let shipped = shippedBatches()
+        else { return name }
+        for candidate in [name, name + ".batch"] where FileManager.default.fileExists(atPath: shipped + "/" + candidate)
+        {
+            return shipped + "/" + candidate
+        }
+        return name
     }
 
     /// The profile directories, lowest priority first: shipped, then

@@ -24,20 +24,20 @@ public actor Session {
 
     public private(set) var variables: [String: String] = [:]
     /// The selected addresses, and the selectors that chose them.
-    public private(set) var selection: [String]?
-    private var selectionText = ""
-    private var bench: Bench?
+    public internal(set) var selection: [String]?
+    var selectionText = ""
+    var bench: Bench?
     private var inventoryHandle: Inventory?
     private var serverHandle: ServerInventory?
     private var sharedRegistry: (any SharedIdentities)?
     private var runID: Int64?
     private var simulator: SimulatorProcess?
     /// Recaps of this session's device commands, merged per device.
-    private var recaps: [String: DeviceRecap] = [:]
-    private var recapOrder: [String] = []
+    var recaps: [String: DeviceRecap] = [:]
+    var recapOrder: [String] = []
     /// What completion offers for devices, refreshed after each command.
-    public private(set) var seenCache: [SeenBeacon] = []
-    private var dryRun = false
+    public internal(set) var seenCache: [SeenBeacon] = []
+    var dryRun = false
     /// Whether the recap being gathered includes a dry run (`--dry-run` on a line).
     private var recapWasDry = false
     /// Whether the command being carried out answers in JSON: `--json` for
@@ -46,11 +46,11 @@ public actor Session {
     /// Whether the recap being gathered is JSON (a device command had `--json`).
     private var recapIsJSON = false
     /// Why the inventory stopped a fleet run (disk full, I/O error…).
-    private var inventoryFailure: String?
+    var inventoryFailure: String?
     /// Set when the user stopped the run (Ctrl-C): the run is recorded as interrupted.
     public private(set) var interrupted = false
     public func markInterrupted() { interrupted = true }
-    private var backgroundWatcher: Task<Void, Never>?
+    var backgroundWatcher: Task<Void, Never>?
     /// A person at the REPL: recaps after each command, beacons announced
     /// as they are found.
     public var isInteractive = false
@@ -153,81 +153,6 @@ public actor Session {
         case .session: return .session
         case .address(let text): return .address(text)
         }
-    }
-
-    /// `doctor`: the workbench's checks of the bus, bluetoothd and the
-    /// adapter, then the inventory and the profiles.
-    func doctor() async throws(ConsoleFailure) {
-        var checks = await Doctor.check(bus: try busAddress(), adapter: invocation.adapter)
-        let path =
-            invocation.inventoryPath
-            ?? (invocation.simulation != nil ? Paths.simulatedInventory() : Paths.defaultInventory())
-        if invocation.inventoryIsServer {
-            do {
-                _ = try await reader().devices()
-                checks.append(DoctorCheck(name: "inventory", status: .ok, detail: "the server answers"))
-            } catch {
-                checks.append(
-                    DoctorCheck(
-                        name: "inventory", status: .failed, detail: "\(error)",
-                        fix: "check the URL, and that PGPASSWORD, ~/.pgpass or PGSERVICE gives the password"))
-            }
-        } else if FileManager.default.fileExists(atPath: path) {
-            do {
-                let opened = try Inventory(path: path, readOnly: true)
-                let count = try await opened.devices().count
-                let writable = access(path, W_OK) == 0
-                checks.append(
-                    DoctorCheck(
-                        name: "inventory", status: writable ? .ok : .warning,
-                        detail: "\(path): \(count) device\(count == 1 ? "" : "s")"
-                            + (writable ? "" : "; read-only here (lists and audits work, provisioning does not)"),
-                        fix: writable ? nil : "use --inventory with a file of your own to provision"))
-            } catch {
-                checks.append(
-                    DoctorCheck(
-                        name: "inventory", status: .failed, detail: "\(path): \(error)",
-                        fix: "move it aside (a new one is made), or give --inventory another file"))
-            }
-        } else {
-            let parent = (path as NSString).deletingLastPathComponent
-            checks.append(
-                DoctorCheck(
-                    name: "inventory", status: .ok,
-                    detail: "\(path) does not exist yet; it is made (0600) at the first command that needs it"
-                        + (FileManager.default.fileExists(atPath: parent) ? "" : " with its directory")))
-        }
-        let names = profiles.keys.sorted()
-        checks.append(
-            names.isEmpty
-                ? DoctorCheck(
-                    name: "profiles", status: .warning, detail: "no profile found",
-                    fix: "install beaconbench (make install) or give --profiles DIR")
-                : DoctorCheck(
-                    name: "profiles", status: .ok,
-                    detail: "\(names.count) loaded and checked: \(names.joined(separator: ", "))"))
-        if json {
-            for check in checks {
-                terminal.emit(
-                    .check,
-                    [
-                        "name": .string(check.name), "status": .string(check.status.rawValue),
-                        "detail": .string(check.detail), "fix": .optional(check.fix),
-                    ])
-            }
-        } else {
-            let rows = checks.map { check -> [String] in
-                let style: Terminal.Style =
-                    switch check.status {
-                    case .ok: .green
-                    case .warning: .yellow
-                    case .failed: .red
-                    }
-                return [check.name, terminal.styled(check.status.rawValue, style), check.detail, check.fix ?? ""]
-            }
-            for line in table(["check", "status", "detail", "fix"], rows) { terminal.result(line) }
-        }
-        if checks.contains(where: { $0.status == .failed }) { note(.infrastructure) }
     }
 
     private func startSimulator(_ simulation: Invocation.Simulation) throws(ConsoleFailure) -> SimulatorProcess {
@@ -372,168 +297,6 @@ public actor Session {
         try await command.run(in: self, located)
     }
 
-    // MARK: Discovery and selection
-
-    func scan(seconds: Double, rssiFloor: Int16?) async throws(ConsoleFailure) {
-        let bench = try await openBench()
-        let terminal = self.terminal
-        let announce = terminal.verbose || isInteractive
-        let known = Set(seenCache.map(\.address))
-        let started = ContinuousClock.now
-        let lastFound = Mutex(ContinuousClock.now)
-        do {
-            if terminal.errorIsTerminal { terminal.status("scanning for \(Self.seconds(seconds))…") }
-            let found = try await bench.scan(seconds: seconds, rssiFloor: rssiFloor) { beacon in
-                lastFound.withLock { $0 = ContinuousClock.now }
-                if announce, !known.contains(beacon.address) {
-                    terminal.event(terminal.styled("[NEW] ", .green) + Format.seenLine(beacon))
-                }
-            }
-            terminal.status(nil)
-            seenCache = found
-            let fresh = found.filter { $0.summary?.status.contains(.factoryDefault) ?? false }.count
-            if json {
-                let settled = lastFound.withLock { $0 } - started
-                terminal.emit(
-                    .scan,
-                    [
-                        "seen": .int(found.count), "new": .int(fresh), "seconds": .number(seconds),
-                        "last_found_after": .number(
-                            Double(settled.components.attoseconds) / 1e18 + Double(settled.components.seconds)),
-                    ])
-            } else {
-                terminal.message(
-                    "scan: \(found.count) SBeacon\(found.count == 1 ? "" : "s") seen, \(fresh) new"
-                        + (Task.isCancelled ? " (stopped early)" : ""))
-            }
-        } catch {
-            terminal.status(nil)
-            throw ConsoleFailure(.infrastructure, "scan: \(error)")
-        }
-    }
-
-    func backgroundScan(_ on: Bool) async throws(ConsoleFailure) {
-        let bench = try await openBench()
-        guard on else {
-            guard let watcher = backgroundWatcher else { return terminal.message("no background scan running") }
-            watcher.cancel()
-            await watcher.value
-            backgroundWatcher = nil
-            terminal.message("background scan off")
-            return
-        }
-        guard backgroundWatcher == nil else { return terminal.message("a background scan is running already") }
-        do {
-            try await bench.beginDiscovery()
-        } catch {
-            throw ConsoleFailure(.infrastructure, "scan on: \(error)")
-        }
-        let terminal = self.terminal
-        var known = Set(seenCache.map(\.address))
-        backgroundWatcher = Task {
-            while !Task.isCancelled {
-                // In range: heard lately, and still known to bluetoothd.
-                let seen = await bench.inRange()
-                let now = Set(seen.map(\.address))
-                for beacon in seen where !known.contains(beacon.address) {
-                    terminal.event(terminal.styled("[NEW] ", .green) + Format.seenLine(beacon))
-                }
-                for address in known.subtracting(now).sorted() {
-                    terminal.event(terminal.styled("[DEL] ", .red) + "SBeacon \(address)")
-                }
-                known = now
-                await self.updateSeen(seen)
-                try? await Task.sleep(for: .milliseconds(250))
-            }
-            try? await Task { try await bench.endDiscovery() }.value
-        }
-        terminal.message("background scan on: beacons are announced as they come and go ('scan off' stops)")
-    }
-
-    private func updateSeen(_ seen: [SeenBeacon]) { seenCache = seen }
-
-    func listDevices(_ filter: String?) async throws(ConsoleFailure) {
-        let bench = try await openBench()
-        let records = (try? await inventory().devicesByAddress()) ?? [:]
-        let beacons = await bench.seen().filter { beacon in
-            guard let filter = filter?.lowercased() else { return true }
-            return beacon.address.lowercased().contains(filter) || beacon.macEnding.contains(filter)
-                || (records[beacon.address]?.profile?.lowercased().contains(filter) ?? false)
-        }
-        seenCache = await bench.seen()
-        let selected = Set(selection ?? [])
-        if json {
-            for beacon in beacons {
-                terminal.emit(
-                    .beacon,
-                    Shapes.beacon(
-                        beacon, profile: records[beacon.address]?.profile, selected: selected.contains(beacon.address)))
-            }
-            return
-        }
-        let rows = beacons.map { beacon in
-            Format.seenRow(
-                beacon, profile: records[beacon.address]?.profile, selected: selected.contains(beacon.address))
-        }
-        for line in table(Format.seenHeader, rows, numeric: [2]) { terminal.result(line) }
-        terminal.message("\(beacons.count) SBeacon\(beacons.count == 1 ? "" : "s")")
-    }
-
-    func select(_ selectors: [DeviceSelector], text: String) async throws(ConsoleFailure) {
-        let bench = try await openBench()
-        do {
-            let chosen = try await bench.select(selectors)
-            selection = chosen
-            selectionText = text
-            if json {
-                terminal.emit(
-                    .selection, ["devices": .array(chosen.map(JSONValue.string)), "selectors": .string(text)])
-            } else {
-                terminal.message("selected \(chosen.count) device\(chosen.count == 1 ? "" : "s") (\(text))")
-            }
-        } catch let error as SelectionError {
-            throw ConsoleFailure(.badInput, "select: \(error)")
-        } catch {
-            throw ConsoleFailure(.infrastructure, "select: the inventory: \(error)")
-        }
-    }
-
-    static func selectorsText(_ selectors: [DeviceSelector]) -> String {
-        selectors.map { selector in
-            switch selector {
-            case .all: "all"
-            case .new: "new"
-            case .unprovisioned: "unprovisioned"
-            case .inRange: "in-range"
-            case .profile(let name): "profile=\(name)"
-            case .batteryBelow(let limit): "battery<\(limit)"
-            case .firmwareBelow(let version): "firmware<\(version)"
-            case .minorRange(let low, let high): "minor=\(low)-\(high)"
-            case .address(let address): address
-            case .macEnding(let ending): ending
-            }
-        }.joined(separator: " ")
-    }
-
-    /// The devices a device command acts on: those named on its line, or
-    /// the selection.
-    private func targets(_ named: [DeviceSelector]?) async throws(ConsoleFailure) -> [String] {
-        let bench = try await openBench()
-        if let named {
-            do {
-                return try await bench.select(named)
-            } catch let error as SelectionError {
-                throw ConsoleFailure(.badInput, "\(error)")
-            } catch {
-                throw ConsoleFailure(.infrastructure, "the inventory: \(error)")
-            }
-        }
-        guard let selection else {
-            throw ConsoleFailure(.badInput, "no devices selected: 'select …' first, or name a device on the line")
-        }
-        return selection
-    }
-
     // MARK: Device steps
 
     func runDeviceSteps(_ group: [LocatedCommand], on named: [DeviceSelector]?) async throws(ConsoleFailure) {
@@ -652,7 +415,7 @@ public actor Session {
     }
 
     /// Adds device recaps to the recap printed at the end.
-    private func merge(_ recaps: [DeviceRecap]) {
+    func merge(_ recaps: [DeviceRecap]) {
         for recap in recaps {
             if var merged = self.recaps[recap.address] {
                 merged.ok += recap.ok
@@ -672,7 +435,7 @@ public actor Session {
     }
 
     /// `--concurrency`, else 5 connection slots per adapter in use.
-    private func concurrency(_ bench: Bench) async throws -> Int {
+    func concurrency(_ bench: Bench) async throws -> Int {
         if let concurrency = invocation.concurrency { return concurrency }
         return 5 * max(1, try await bench.adapters().count)
     }
@@ -688,294 +451,6 @@ public actor Session {
         recapIsJSON = false
     }
 
-    // MARK: Watching
-
-    func watch(seconds: Double, devices: [DeviceSelector]) async throws(ConsoleFailure) {
-        let addresses = try await targets(devices.isEmpty ? nil : devices)
-        guard !addresses.isEmpty else {
-            terminal.message("no devices selected: nothing to watch")
-            return
-        }
-        let bench = try await openBench()
-        let terminal = self.terminal
-        terminal.message(
-            "watching \(addresses.count) device\(addresses.count == 1 ? "" : "s") for \(Self.seconds(seconds)) (Ctrl-C stops)"
-        )
-        let counter = EventCounter()
-        let json = self.json
-        let slots = (try? await concurrency(bench)) ?? 5
-        let results = await bench.watch(addresses, seconds: seconds, concurrency: slots, run: try await currentRun()) {
-            event in
-            counter.add(event)
-            if json {
-                terminal.emit(.watchEvent, Shapes.watchEvent(event))
-            } else {
-                terminal.event(Format.watchLine(event, terminal: terminal))
-            }
-        }
-        for result in results where result.state == .failed {
-            terminal.error("\(result.address): watch: \(result.reason ?? "failed")")
-        }
-        if results.contains(where: { $0.state == .failed }) { note(.devicesFailed) }
-        merge(results.map(\.recap))
-        if json {
-            terminal.emit(
-                .watchSummary,
-                [
-                    "devices": .int(addresses.count), "events": .int(counter.events),
-                    "trip_changes": .int(counter.tripChanges),
-                    "failed": .int(results.filter { $0.state == .failed }.count),
-                ])
-        } else {
-            terminal.message(
-                "watch: \(counter.events) real-time event(s), \(counter.tripChanges) trip status change(s)")
-        }
-    }
-
-    // MARK: Audits
-
-    func audit(profile: String?, source: AuditCommand.Source) async throws(ConsoleFailure) {
-        let subjects: [AuditSubject]
-        switch source {
-        case .live:
-            return  // a device step, run by the fleet runner
-        case .inventory:
-            subjects = try await inventorySubjects()
-        case .passive:
-            let bench = try await openBench()
-            var seen = await bench.seen().filter { $0.summary != nil }
-            if seen.isEmpty {
-                do {
-                    seen = try await bench.scan(seconds: 10).filter { $0.summary != nil }
-                } catch {
-                    throw ConsoleFailure(.infrastructure, "audit: scan: \(error)")
-                }
-            }
-            let records = (try? await inventory().devicesByAddress()) ?? [:]
-            let meant = (try? await inventory().meantIdentities()) ?? [:]
-            subjects = seen.compactMap { beacon in
-                guard let summary = beacon.summary else { return nil }
-                var subject = Auditor.subject(address: beacon.address, summary: summary, seenAt: Date())
-                subject.assignedProfile = records[beacon.address]?.profile
-                subject.identity = beacon.identity
-                if let meant = meant[beacon.address] {
-                    subject.meantIdentity = meant.identity
-                    subject.meantIdentitySource =
-                        meant.source == "profile" ? "profile \(meant.profile ?? "")" : meant.source
-                }
-                return subject
-            }
-        }
-        let chosen = selection.map(Set.init)
-        try await reportAudit(from: subjects.filter { chosen?.contains($0.address) ?? true }, profile, source)
-    }
-
-    private func inventorySubjects() async throws(ConsoleFailure) -> [AuditSubject] {
-        do {
-            return try await reader().auditSubjects()
-        } catch let error as ConsoleFailure {
-            throw error
-        } catch {
-            throw ConsoleFailure(.infrastructure, "audit: \(error)")
-        }
-    }
-
-    private func reportAudit(
-        from subjects: [AuditSubject], _ profile: String?, _ source: AuditCommand.Source
-    ) async throws(ConsoleFailure) {
-        let reports = Auditor.auditFleet(subjects, profiles: profiles, profile: profile)
-        Format.audit(reports, source: source, terminal: terminal, json: json)
-        if reports.contains(where: { !$0.isClean }) { note(.devicesFailed) }
-    }
-
-    // MARK: Inventory and log
-
-    func inventoryCommand(_ action: InventoryAction) async throws(ConsoleFailure) {
-        let inventory = try reader()
-        do {
-            switch action {
-            case .list:
-                let devices = try await inventory.devices()
-                if json {
-                    for device in devices { terminal.emit(.device, Shapes.device(device)) }
-                } else {
-                    let (header, rows) = Format.recordTable(devices)
-                    for line in table(header, rows) { terminal.result(line) }
-                    terminal.message("\(devices.count) device\(devices.count == 1 ? "" : "s") in \(inventory.location)")
-                }
-            case .show(let name):
-                guard let device = try await inventory.device(name) else {
-                    throw ConsoleFailure(.badInput, "the inventory has no device \(name)")
-                }
-                let outcomes = try await inventory.outcomes(device: device.address, limit: 20)
-                if json {
-                    terminal.emit(.device, Shapes.device(device))
-                    for outcome in outcomes { terminal.emit(.outcome, Shapes.outcome(outcome)) }
-                } else {
-                    for line in Format.recordDetail(device) { terminal.result(line) }
-                    terminal.result("")
-                    let (header, rows) = Format.outcomeTable(outcomes)
-                    for line in table(header, rows) { terminal.result(line) }
-                }
-            case .exportCSV: terminal.document(try await inventory.deviceTable().csv())
-            case .exportJSON:
-                let table = try await inventory.deviceTable()
-                for row in table.rows { terminal.emit(.deviceRow, Shapes.deviceRow(columns: table.columns, row: row)) }
-            }
-        } catch let error as ConsoleFailure {
-            throw error
-        } catch {
-            throw ConsoleFailure(.infrastructure, "inventory: \(error)")
-        }
-    }
-
-    func log(_ device: String?, since: Date?, limit: Int) async throws(ConsoleFailure) {
-        let inventory = try reader()
-        do {
-            let (outcomes, truncated) = try await inventory.outcomes(device: device, since: since, limit: limit)
-            if truncated {
-                terminal.message(
-                    "showing the newest \(outcomes.count) outcomes: there are more (--limit N, --since TIME)")
-            }
-            if json {
-                for outcome in outcomes { terminal.emit(.outcome, Shapes.outcome(outcome)) }
-            } else {
-                let (header, rows) = Format.outcomeTable(outcomes)
-                for line in table(header, rows) { terminal.result(line) }
-            }
-        } catch {
-            throw ConsoleFailure(.infrastructure, "log: \(error)")
-        }
-    }
-
-    // MARK: Sync
-
-    /// Pushes the inventory; the URL (it may hold a password) is never printed.
-    func sync(to url: String, includeSimulated: Bool) async throws(ConsoleFailure) {
-        let inventory = try inventory()
-        let report: InventorySync.Report
-        let terminal = self.terminal
-        do {
-            report = try await InventorySync.push(
-                inventory, to: url, includeSimulated: includeSimulated,
-                progress: { table, sent in
-                    if terminal.errorIsTerminal { terminal.status("sync: \(table) \(sent)…") }
-                },
-                retrying: { error, wait, attempt in
-                    terminal.status(nil)
-                    terminal.warning(
-                        "sync: \(error.message); trying again in \(Self.seconds(Double(wait.components.seconds)))"
-                            + " (attempt \(attempt))")
-                })
-            terminal.status(nil)
-        } catch {
-            terminal.status(nil)
-            throw ConsoleFailure(.infrastructure, "sync: \(error.message) (the local inventory is unchanged)")
-        }
-        // Remembered (without a password) as the server that hands out identities.
-        if let remembered = ServerIdentities.rememberable(url) {
-            try? await inventory.setSetting("server", remembered)
-        }
-        let order = InventorySync.tableNames
-        if json {
-            terminal.emit(
-                .sync,
-                [
-                    "bench": .string(report.benchID),
-                    "sent": .object(report.sent.mapValues { .int($0) }),
-                    "held_back_runs": .int(report.heldBackRuns), "held_back_devices": .int(report.heldBackDevices),
-                ])
-        } else {
-            let counts = order.map { "\($0) \(report.sent[$0] ?? 0)" }.joined(separator: ", ")
-            terminal.result("synced bench \(report.benchID): sent \(counts)")
-        }
-        if report.heldBackRuns > 0 {
-            terminal.message(
-                "held back \(report.heldBackRuns) simulated run\(report.heldBackRuns == 1 ? "" : "s")"
-                    + " (\(report.heldBackDevices) device\(report.heldBackDevices == 1 ? "" : "s") seen only there);"
-                    + " --include-simulated pushes them")
-        }
-    }
-
-    // MARK: Forgetting
-
-    /// `inventory forget`: without `confirmed`, what would be forgotten.
-    func forget(_ devices: [String], confirmed: Bool) async throws(ConsoleFailure) {
-        let inventory = try inventory()
-        guard confirmed else {
-            var known: [String] = []
-            for name in devices {
-                if let record = try? await inventory.device(name) { known.append(record.address) }
-            }
-            terminal.message(
-                "would forget \(known.count) device\(known.count == 1 ? "" : "s")"
-                    + (known.isEmpty ? "" : " (\(known.joined(separator: ", ")))")
-                    + "; their history stays. Add --yes to forget them.")
-            note(.badInput)
-            return
-        }
-        let report: ForgetReport
-        do {
-            report = try await inventory.forget(devices)
-        } catch {
-            throw ConsoleFailure(.infrastructure, "inventory forget: \(error)")
-        }
-        if json {
-            for address in report.forgotten {
-                terminal.emit(.forgotten, ["device": .string(address)])
-            }
-        } else {
-            for address in report.forgotten { terminal.result("forgot \(address)") }
-        }
-        let kept = [
-            ("step outcome", report.keptOutcomes), ("reading", report.keptReadings), ("trip", report.keptTrips),
-            ("event", report.keptEvents), ("incident", report.keptIncidents),
-        ].map { "\($0.1) \($0.0)\($0.1 == 1 ? "" : "s")" }.joined(separator: ", ")
-        if !report.forgotten.isEmpty {
-            terminal.message(
-                "kept as history: \(kept); \(report.releasedIdentities) identit\(report.releasedIdentities == 1 ? "y" : "ies") released. Seen again, a device comes back."
-            )
-        }
-        for address in report.alreadyForgotten { terminal.message("\(address) was forgotten already") }
-        for (ending, addresses) in report.ambiguous.sorted(by: { $0.key < $1.key }) {
-            terminal.error(
-                "\(ending) names \(addresses.count) devices (\(addresses.joined(separator: ", "))): write the address")
-        }
-        for name in report.unknown { terminal.error("the inventory has no device \(name)") }
-        if !report.unknown.isEmpty || !report.ambiguous.isEmpty { note(.badInput) }
-    }
-
-    // MARK: Profiles
-
-    func profilesCommand(_ action: ProfilesAction) {
-        switch action {
-        case .list:
-            let sorted = profiles.values.sorted { $0.name < $1.name }
-            if json {
-                for profile in sorted { terminal.emit(.profile, Shapes.profile(profile)) }
-            } else {
-                for line in table(Format.profileHeader, sorted.map(Format.profileRow)) { terminal.result(line) }
-            }
-        case .show(let name):
-            guard let profile = profiles[name] else { return }
-            if json {
-                terminal.emit(.profile, Shapes.profile(profile))
-            } else {
-                for line in Format.profileDetail(profile) { terminal.result(line) }
-            }
-        case .check:
-            // Every profile was checked when loaded; say so, one by one.
-            for profile in profiles.values.sorted(by: { $0.name < $1.name }) {
-                let crc = String(format: "%04x", profile.config.crc)
-                if json {
-                    terminal.emit(.profileCheck, ["name": .string(profile.name), "ok": true, "crc": .string(crc)])
-                } else {
-                    terminal.result("\(profile.name): ok (crc \(crc))")
-                }
-            }
-        }
-    }
-
     static func seconds(_ value: Double) -> String {
         value == value.rounded() ? "\(Int(value)) s" : String(format: "%.1f s", value)
     }
@@ -989,24 +464,3 @@ public actor Session {
         (invocation.adapter ?? "hci0", seenCache.count, selection?.count)
     }
 }
-
-/// Counts what a watch saw.
-final class EventCounter: Sendable {
-    private let counts = Mutex((events: 0, trips: 0))
-    func add(_ event: WatchEvent) {
-        counts.withLock { counts in
-            switch event {
-            case .realTime: counts.events += 1
-            case .tripStatus: counts.trips += 1
-            default: break
-            }
-        }
-    }
-    var events: Int { counts.withLock { $0.events } }
-    var tripChanges: Int { counts.withLock { $0.trips } }
-}
-
-/// What `inventory` subcommands ask of `Session.inventoryCommand`.
-enum InventoryAction: Sendable, Equatable { case list, show(String), exportCSV, exportJSON }
-/// What `profiles` subcommands ask of `Session.profilesCommand`.
-enum ProfilesAction: Sendable, Equatable { case list, show(String), check }

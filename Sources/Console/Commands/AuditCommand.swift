@@ -1,3 +1,5 @@
+import Foundation
+import Inventory
 import Profiles
 import Workbench
 
@@ -47,4 +49,62 @@ public struct AuditCommand: ConsoleCommand {
     public var isDeviceStep: Bool { source == .live }
     public var onlyReadsTheInventory: Bool { source == .inventory }
     public var stepName: String { "audit --\(source.rawValue)" }
+}
+
+extension Session {
+    // MARK: Audits
+
+    func audit(profile: String?, source: AuditCommand.Source) async throws(ConsoleFailure) {
+        let subjects: [AuditSubject]
+        switch source {
+        case .live:
+            return  // a device step, run by the fleet runner
+        case .inventory:
+            subjects = try await inventorySubjects()
+        case .passive:
+            let bench = try await openBench()
+            var seen = await bench.seen().filter { $0.summary != nil }
+            if seen.isEmpty {
+                do {
+                    seen = try await bench.scan(seconds: 10).filter { $0.summary != nil }
+                } catch {
+                    throw ConsoleFailure(.infrastructure, "audit: scan: \(error)")
+                }
+            }
+            let records = (try? await inventory().devicesByAddress()) ?? [:]
+            let meant = (try? await inventory().meantIdentities()) ?? [:]
+            subjects = seen.compactMap { beacon in
+                guard let summary = beacon.summary else { return nil }
+                var subject = Auditor.subject(address: beacon.address, summary: summary, seenAt: Date())
+                subject.assignedProfile = records[beacon.address]?.profile
+                subject.identity = beacon.identity
+                if let meant = meant[beacon.address] {
+                    subject.meantIdentity = meant.identity
+                    subject.meantIdentitySource =
+                        meant.source == "profile" ? "profile \(meant.profile ?? "")" : meant.source
+                }
+                return subject
+            }
+        }
+        let chosen = selection.map(Set.init)
+        try await reportAudit(from: subjects.filter { chosen?.contains($0.address) ?? true }, profile, source)
+    }
+
+    func inventorySubjects() async throws(ConsoleFailure) -> [AuditSubject] {
+        do {
+            return try await reader().auditSubjects()
+        } catch let error as ConsoleFailure {
+            throw error
+        } catch {
+            throw ConsoleFailure(.infrastructure, "audit: \(error)")
+        }
+    }
+
+    func reportAudit(
+        from subjects: [AuditSubject], _ profile: String?, _ source: AuditCommand.Source
+    ) async throws(ConsoleFailure) {
+        let reports = Auditor.auditFleet(subjects, profiles: profiles, profile: profile)
+        Format.audit(reports, source: source, terminal: terminal, json: json)
+        if reports.contains(where: { !$0.isClean }) { note(.devicesFailed) }
+    }
 }

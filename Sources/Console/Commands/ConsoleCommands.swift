@@ -1,3 +1,8 @@
+import DBusBinding
+import Foundation
+import Inventory
+import Workbench
+
 /// `set NAME VALUE`: a variable for `${NAME}` in later lines.
 public struct SetCommand: ConsoleCommand {
     public var name: String
@@ -86,5 +91,82 @@ public struct DoctorCommand: ConsoleCommand {
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.doctor()
+    }
+}
+
+extension Session {
+    /// `doctor`: the workbench's checks of the bus, bluetoothd and the
+    /// adapter, then the inventory and the profiles.
+    func doctor() async throws(ConsoleFailure) {
+        var checks = await Doctor.check(bus: try busAddress(), adapter: invocation.adapter)
+        let path =
+            invocation.inventoryPath
+            ?? (invocation.simulation != nil ? Paths.simulatedInventory() : Paths.defaultInventory())
+        if invocation.inventoryIsServer {
+            do {
+                _ = try await reader().devices()
+                checks.append(DoctorCheck(name: "inventory", status: .ok, detail: "the server answers"))
+            } catch {
+                checks.append(
+                    DoctorCheck(
+                        name: "inventory", status: .failed, detail: "\(error)",
+                        fix: "check the URL, and that PGPASSWORD, ~/.pgpass or PGSERVICE gives the password"))
+            }
+        } else if FileManager.default.fileExists(atPath: path) {
+            do {
+                let opened = try Inventory(path: path, readOnly: true)
+                let count = try await opened.devices().count
+                let writable = access(path, W_OK) == 0
+                checks.append(
+                    DoctorCheck(
+                        name: "inventory", status: writable ? .ok : .warning,
+                        detail: "\(path): \(count) device\(count == 1 ? "" : "s")"
+                            + (writable ? "" : "; read-only here (lists and audits work, provisioning does not)"),
+                        fix: writable ? nil : "use --inventory with a file of your own to provision"))
+            } catch {
+                checks.append(
+                    DoctorCheck(
+                        name: "inventory", status: .failed, detail: "\(path): \(error)",
+                        fix: "move it aside (a new one is made), or give --inventory another file"))
+            }
+        } else {
+            let parent = (path as NSString).deletingLastPathComponent
+            checks.append(
+                DoctorCheck(
+                    name: "inventory", status: .ok,
+                    detail: "\(path) does not exist yet; it is made (0600) at the first command that needs it"
+                        + (FileManager.default.fileExists(atPath: parent) ? "" : " with its directory")))
+        }
+        let names = profiles.keys.sorted()
+        checks.append(
+            names.isEmpty
+                ? DoctorCheck(
+                    name: "profiles", status: .warning, detail: "no profile found",
+                    fix: "install beaconbench (make install) or give --profiles DIR")
+                : DoctorCheck(
+                    name: "profiles", status: .ok,
+                    detail: "\(names.count) loaded and checked: \(names.joined(separator: ", "))"))
+        if json {
+            for check in checks {
+                terminal.emit(
+                    .check,
+                    [
+                        "name": .string(check.name), "status": .string(check.status.rawValue),
+                        "detail": .string(check.detail), "fix": .optional(check.fix),
+                    ])
+            }
+        } else {
+            let rows = checks.map { check -> [String] in
+                let style: Terminal.Style =
+                    switch check.status {
+                    case .ok: .green
+                    case .warning: .yellow
+                    case .failed: .red
+                    }
+                return [check.name, terminal.styled(check.status.rawValue, style), check.detail, check.fix ?? ""]
+            }
+            for line in table(["check", "status", "detail", "fix"], rows) { terminal.result(line) }
+        }
+        if checks.contains(where: { $0.status == .failed }) { note(.infrastructure) }
     }
 }

@@ -1,6 +1,8 @@
+import Foundation
 import Inventory
 import Profiles
 import SBeaconProtocol
+import Synchronization
 import Workbench
 
 // Steps the fleet runner carries out on each device named on the line or
@@ -262,3 +264,70 @@ public struct FactoryResetCommand: DeviceStepCommand {
     }
     public func step(profiles: [String: Profile]) -> DeviceStep? { .factoryReset }
 }
+
+extension Session {
+    // MARK: Watching
+
+    func watch(seconds: Double, devices: [DeviceSelector]) async throws(ConsoleFailure) {
+        let addresses = try await targets(devices.isEmpty ? nil : devices)
+        guard !addresses.isEmpty else {
+            terminal.message("no devices selected: nothing to watch")
+            return
+        }
+        let bench = try await openBench()
+        let terminal = self.terminal
+        terminal.message(
+            "watching \(addresses.count) device\(addresses.count == 1 ? "" : "s") for \(Self.seconds(seconds)) (Ctrl-C stops)"
+        )
+        let counter = EventCounter()
+        let json = self.json
+        let slots = (try? await concurrency(bench)) ?? 5
+        let results = await bench.watch(addresses, seconds: seconds, concurrency: slots, run: try await currentRun()) {
+            event in
+            counter.add(event)
+            if json {
+                terminal.emit(.watchEvent, Shapes.watchEvent(event))
+            } else {
+                terminal.event(Format.watchLine(event, terminal: terminal))
+            }
+        }
+        for result in results where result.state == .failed {
+            terminal.error("\(result.address): watch: \(result.reason ?? "failed")")
+        }
+        if results.contains(where: { $0.state == .failed }) { note(.devicesFailed) }
+        merge(results.map(\.recap))
+        if json {
+            terminal.emit(
+                .watchSummary,
+                [
+                    "devices": .int(addresses.count), "events": .int(counter.events),
+                    "trip_changes": .int(counter.tripChanges),
+                    "failed": .int(results.filter { $0.state == .failed }.count),
+                ])
+        } else {
+            terminal.message(
+                "watch: \(counter.events) real-time event(s), \(counter.tripChanges) trip status change(s)")
+        }
+    }
+}
+
+/// Counts what a watch saw.
+final class EventCounter: Sendable {
+    private let counts = Mutex((events: 0, trips: 0))
+    func add(_ event: WatchEvent) {
+        counts.withLock { counts in
+            switch event {
+            case .realTime: counts.events += 1
+            case .tripStatus: counts.trips += 1
+            default: break
+            }
+        }
+    }
+    var events: Int { counts.withLock { $0.events } }
+    var tripChanges: Int { counts.withLock { $0.trips } }
+}
+
+/// What `inventory` subcommands ask of `Session.inventoryCommand`.
+enum InventoryAction: Sendable, Equatable { case list, show(String), exportCSV, exportJSON }
+/// What `profiles` subcommands ask of `Session.profilesCommand`.
+enum ProfilesAction: Sendable, Equatable { case list, show(String), check }

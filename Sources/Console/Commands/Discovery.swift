@@ -1,3 +1,5 @@
+import Foundation
+import Synchronization
 import Workbench
 
 /// `scan [DURATION] [--rssi DBM]`: discover beacons for a while.
@@ -77,4 +79,168 @@ public struct SelectCommand: ConsoleCommand {
         try await session.select(selectors, text: Session.selectorsText(selectors))
     }
     public func hash(into hasher: inout Hasher) { hasher.combine(Session.selectorsText(selectors)) }
+}
+
+extension Session {
+    // MARK: Discovery and selection
+
+    func scan(seconds: Double, rssiFloor: Int16?) async throws(ConsoleFailure) {
+        let bench = try await openBench()
+        let terminal = self.terminal
+        let announce = terminal.verbose || isInteractive
+        let known = Set(seenCache.map(\.address))
+        let started = ContinuousClock.now
+        let lastFound = Mutex(ContinuousClock.now)
+        do {
+            if terminal.errorIsTerminal { terminal.status("scanning for \(Self.seconds(seconds))…") }
+            let found = try await bench.scan(seconds: seconds, rssiFloor: rssiFloor) { beacon in
+                lastFound.withLock { $0 = ContinuousClock.now }
+                if announce, !known.contains(beacon.address) {
+                    terminal.event(terminal.styled("[NEW] ", .green) + Format.seenLine(beacon))
+                }
+            }
+            terminal.status(nil)
+            seenCache = found
+            let fresh = found.filter { $0.summary?.status.contains(.factoryDefault) ?? false }.count
+            if json {
+                let settled = lastFound.withLock { $0 } - started
+                terminal.emit(
+                    .scan,
+                    [
+                        "seen": .int(found.count), "new": .int(fresh), "seconds": .number(seconds),
+                        "last_found_after": .number(
+                            Double(settled.components.attoseconds) / 1e18 + Double(settled.components.seconds)),
+                    ])
+            } else {
+                terminal.message(
+                    "scan: \(found.count) SBeacon\(found.count == 1 ? "" : "s") seen, \(fresh) new"
+                        + (Task.isCancelled ? " (stopped early)" : ""))
+            }
+        } catch {
+            terminal.status(nil)
+            throw ConsoleFailure(.infrastructure, "scan: \(error)")
+        }
+    }
+
+    func backgroundScan(_ on: Bool) async throws(ConsoleFailure) {
+        let bench = try await openBench()
+        guard on else {
+            guard let watcher = backgroundWatcher else { return terminal.message("no background scan running") }
+            watcher.cancel()
+            await watcher.value
+            backgroundWatcher = nil
+            terminal.message("background scan off")
+            return
+        }
+        guard backgroundWatcher == nil else { return terminal.message("a background scan is running already") }
+        do {
+            try await bench.beginDiscovery()
+        } catch {
+            throw ConsoleFailure(.infrastructure, "scan on: \(error)")
+        }
+        let terminal = self.terminal
+        var known = Set(seenCache.map(\.address))
+        backgroundWatcher = Task {
+            while !Task.isCancelled {
+                // In range: heard lately, and still known to bluetoothd.
+                let seen = await bench.inRange()
+                let now = Set(seen.map(\.address))
+                for beacon in seen where !known.contains(beacon.address) {
+                    terminal.event(terminal.styled("[NEW] ", .green) + Format.seenLine(beacon))
+                }
+                for address in known.subtracting(now).sorted() {
+                    terminal.event(terminal.styled("[DEL] ", .red) + "SBeacon \(address)")
+                }
+                known = now
+                await self.updateSeen(seen)
+                try? await Task.sleep(for: .milliseconds(250))
+            }
+            try? await Task { try await bench.endDiscovery() }.value
+        }
+        terminal.message("background scan on: beacons are announced as they come and go ('scan off' stops)")
+    }
+
+    func updateSeen(_ seen: [SeenBeacon]) { seenCache = seen }
+
+    func listDevices(_ filter: String?) async throws(ConsoleFailure) {
+        let bench = try await openBench()
+        let records = (try? await inventory().devicesByAddress()) ?? [:]
+        let beacons = await bench.seen().filter { beacon in
+            guard let filter = filter?.lowercased() else { return true }
+            return beacon.address.lowercased().contains(filter) || beacon.macEnding.contains(filter)
+                || (records[beacon.address]?.profile?.lowercased().contains(filter) ?? false)
+        }
+        seenCache = await bench.seen()
+        let selected = Set(selection ?? [])
+        if json {
+            for beacon in beacons {
+                terminal.emit(
+                    .beacon,
+                    Shapes.beacon(
+                        beacon, profile: records[beacon.address]?.profile, selected: selected.contains(beacon.address)))
+            }
+            return
+        }
+        let rows = beacons.map { beacon in
+            Format.seenRow(
+                beacon, profile: records[beacon.address]?.profile, selected: selected.contains(beacon.address))
+        }
+        for line in table(Format.seenHeader, rows, numeric: [2]) { terminal.result(line) }
+        terminal.message("\(beacons.count) SBeacon\(beacons.count == 1 ? "" : "s")")
+    }
+
+    func select(_ selectors: [DeviceSelector], text: String) async throws(ConsoleFailure) {
+        let bench = try await openBench()
+        do {
+            let chosen = try await bench.select(selectors)
+            selection = chosen
+            selectionText = text
+            if json {
+                terminal.emit(
+                    .selection, ["devices": .array(chosen.map(JSONValue.string)), "selectors": .string(text)])
+            } else {
+                terminal.message("selected \(chosen.count) device\(chosen.count == 1 ? "" : "s") (\(text))")
+            }
+        } catch let error as SelectionError {
+            throw ConsoleFailure(.badInput, "select: \(error)")
+        } catch {
+            throw ConsoleFailure(.infrastructure, "select: the inventory: \(error)")
+        }
+    }
+
+    static func selectorsText(_ selectors: [DeviceSelector]) -> String {
+        selectors.map { selector in
+            switch selector {
+            case .all: "all"
+            case .new: "new"
+            case .unprovisioned: "unprovisioned"
+            case .inRange: "in-range"
+            case .profile(let name): "profile=\(name)"
+            case .batteryBelow(let limit): "battery<\(limit)"
+            case .firmwareBelow(let version): "firmware<\(version)"
+            case .minorRange(let low, let high): "minor=\(low)-\(high)"
+            case .address(let address): address
+            case .macEnding(let ending): ending
+            }
+        }.joined(separator: " ")
+    }
+
+    /// The devices a device command acts on: those named on its line, or
+    /// the selection.
+    func targets(_ named: [DeviceSelector]?) async throws(ConsoleFailure) -> [String] {
+        let bench = try await openBench()
+        if let named {
+            do {
+                return try await bench.select(named)
+            } catch let error as SelectionError {
+                throw ConsoleFailure(.badInput, "\(error)")
+            } catch {
+                throw ConsoleFailure(.infrastructure, "the inventory: \(error)")
+            }
+        }
+        guard let selection else {
+            throw ConsoleFailure(.badInput, "no devices selected: 'select …' first, or name a device on the line")
+        }
+        return selection
+    }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Inventory
 import InventorySync
 
 /// `inventory list`: every device the inventory knows.
@@ -130,5 +131,164 @@ public struct SyncCommand: ConsoleCommand {
     }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.sync(to: url, includeSimulated: includeSimulated)
+    }
+}
+
+extension Session {
+    // MARK: Inventory and log
+
+    func inventoryCommand(_ action: InventoryAction) async throws(ConsoleFailure) {
+        let inventory = try reader()
+        do {
+            switch action {
+            case .list:
+                let devices = try await inventory.devices()
+                if json {
+                    for device in devices { terminal.emit(.device, Shapes.device(device)) }
+                } else {
+                    let (header, rows) = Format.recordTable(devices)
+                    for line in table(header, rows) { terminal.result(line) }
+                    terminal.message("\(devices.count) device\(devices.count == 1 ? "" : "s") in \(inventory.location)")
+                }
+            case .show(let name):
+                guard let device = try await inventory.device(name) else {
+                    throw ConsoleFailure(.badInput, "the inventory has no device \(name)")
+                }
+                let outcomes = try await inventory.outcomes(device: device.address, limit: 20)
+                if json {
+                    terminal.emit(.device, Shapes.device(device))
+                    for outcome in outcomes { terminal.emit(.outcome, Shapes.outcome(outcome)) }
+                } else {
+                    for line in Format.recordDetail(device) { terminal.result(line) }
+                    terminal.result("")
+                    let (header, rows) = Format.outcomeTable(outcomes)
+                    for line in table(header, rows) { terminal.result(line) }
+                }
+            case .exportCSV: terminal.document(try await inventory.deviceTable().csv())
+            case .exportJSON:
+                let table = try await inventory.deviceTable()
+                for row in table.rows { terminal.emit(.deviceRow, Shapes.deviceRow(columns: table.columns, row: row)) }
+            }
+        } catch let error as ConsoleFailure {
+            throw error
+        } catch {
+            throw ConsoleFailure(.infrastructure, "inventory: \(error)")
+        }
+    }
+
+    func log(_ device: String?, since: Date?, limit: Int) async throws(ConsoleFailure) {
+        let inventory = try reader()
+        do {
+            let (outcomes, truncated) = try await inventory.outcomes(device: device, since: since, limit: limit)
+            if truncated {
+                terminal.message(
+                    "showing the newest \(outcomes.count) outcomes: there are more (--limit N, --since TIME)")
+            }
+            if json {
+                for outcome in outcomes { terminal.emit(.outcome, Shapes.outcome(outcome)) }
+            } else {
+                let (header, rows) = Format.outcomeTable(outcomes)
+                for line in table(header, rows) { terminal.result(line) }
+            }
+        } catch {
+            throw ConsoleFailure(.infrastructure, "log: \(error)")
+        }
+    }
+
+    // MARK: Sync
+
+    /// Pushes the inventory; the URL (it may hold a password) is never printed.
+    func sync(to url: String, includeSimulated: Bool) async throws(ConsoleFailure) {
+        let inventory = try inventory()
+        let report: InventorySync.Report
+        let terminal = self.terminal
+        do {
+            report = try await InventorySync.push(
+                inventory, to: url, includeSimulated: includeSimulated,
+                progress: { table, sent in
+                    if terminal.errorIsTerminal { terminal.status("sync: \(table) \(sent)…") }
+                },
+                retrying: { error, wait, attempt in
+                    terminal.status(nil)
+                    terminal.warning(
+                        "sync: \(error.message); trying again in \(Self.seconds(Double(wait.components.seconds)))"
+                            + " (attempt \(attempt))")
+                })
+            terminal.status(nil)
+        } catch {
+            terminal.status(nil)
+            throw ConsoleFailure(.infrastructure, "sync: \(error.message) (the local inventory is unchanged)")
+        }
+        // Remembered (without a password) as the server that hands out identities.
+        if let remembered = ServerIdentities.rememberable(url) {
+            try? await inventory.setSetting("server", remembered)
+        }
+        let order = InventorySync.tableNames
+        if json {
+            terminal.emit(
+                .sync,
+                [
+                    "bench": .string(report.benchID),
+                    "sent": .object(report.sent.mapValues { .int($0) }),
+                    "held_back_runs": .int(report.heldBackRuns), "held_back_devices": .int(report.heldBackDevices),
+                ])
+        } else {
+            let counts = order.map { "\($0) \(report.sent[$0] ?? 0)" }.joined(separator: ", ")
+            terminal.result("synced bench \(report.benchID): sent \(counts)")
+        }
+        if report.heldBackRuns > 0 {
+            terminal.message(
+                "held back \(report.heldBackRuns) simulated run\(report.heldBackRuns == 1 ? "" : "s")"
+                    + " (\(report.heldBackDevices) device\(report.heldBackDevices == 1 ? "" : "s") seen only there);"
+                    + " --include-simulated pushes them")
+        }
+    }
+
+    // MARK: Forgetting
+
+    /// `inventory forget`: without `confirmed`, what would be forgotten.
+    func forget(_ devices: [String], confirmed: Bool) async throws(ConsoleFailure) {
+        let inventory = try inventory()
+        guard confirmed else {
+            var known: [String] = []
+            for name in devices {
+                if let record = try? await inventory.device(name) { known.append(record.address) }
+            }
+            terminal.message(
+                "would forget \(known.count) device\(known.count == 1 ? "" : "s")"
+                    + (known.isEmpty ? "" : " (\(known.joined(separator: ", ")))")
+                    + "; their history stays. Add --yes to forget them.")
+            note(.badInput)
+            return
+        }
+        let report: ForgetReport
+        do {
+            report = try await inventory.forget(devices)
+        } catch {
+            throw ConsoleFailure(.infrastructure, "inventory forget: \(error)")
+        }
+        if json {
+            for address in report.forgotten {
+                terminal.emit(.forgotten, ["device": .string(address)])
+            }
+        } else {
+            for address in report.forgotten { terminal.result("forgot \(address)") }
+        }
+        let kept = [
+            ("step outcome", report.keptOutcomes), ("reading", report.keptReadings), ("trip", report.keptTrips),
+            ("event", report.keptEvents), ("incident", report.keptIncidents),
+        ].map { "\($0.1) \($0.0)\($0.1 == 1 ? "" : "s")" }.joined(separator: ", ")
+        if !report.forgotten.isEmpty {
+            terminal.message(
+                "kept as history: \(kept); \(report.releasedIdentities) identit\(report.releasedIdentities == 1 ? "y" : "ies") released. Seen again, a device comes back."
+            )
+        }
+        for address in report.alreadyForgotten { terminal.message("\(address) was forgotten already") }
+        for (ending, addresses) in report.ambiguous.sorted(by: { $0.key < $1.key }) {
+            terminal.error(
+                "\(ending) names \(addresses.count) devices (\(addresses.joined(separator: ", "))): write the address")
+        }
+        for name in report.unknown { terminal.error("the inventory has no device \(name)") }
+        if !report.unknown.isEmpty || !report.ambiguous.isEmpty { note(.badInput) }
     }
 }

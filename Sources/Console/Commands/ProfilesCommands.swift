@@ -1,3 +1,6 @@
+import Foundation
+import Profiles
+
 /// `profiles list`: the profiles loaded.
 public struct ProfilesListCommand: ConsoleCommand {
     public init() {}
@@ -32,5 +35,38 @@ public struct ProfilesCheckCommand: ConsoleCommand {
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         await session.profilesCommand(.check)
+    }
+}
+
+extension Session {
+    // MARK: Profiles
+
+    func profilesCommand(_ action: ProfilesAction) {
+        switch action {
+        case .list:
+            let sorted = profiles.values.sorted { $0.name < $1.name }
+            if json {
+                for profile in sorted { terminal.emit(.profile, Shapes.profile(profile)) }
+            } else {
+                for line in table(Format.profileHeader, sorted.map(Format.profileRow)) { terminal.result(line) }
+            }
+        case .show(let name):
+            guard let profile = profiles[name] else { return }
+            if json {
+                terminal.emit(.profile, Shapes.profile(profile))
+            } else {
+                for line in Format.profileDetail(profile) { terminal.result(line) }
+            }
+        case .check:
+            // Every profile was checked when loaded; say so, one by one.
+            for profile in profiles.values.sorted(by: { $0.name < $1.name }) {
+                let crc = String(format: "%04x", profile.config.crc)
+                if json {
+                    terminal.emit(.profileCheck, ["name": .string(profile.name), "ok": true, "crc": .string(crc)])
+                } else {
+                    terminal.result("\(profile.name): ok (crc \(crc))")
+                }
+            }
+        }
     }
 }
