@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <errno.h>
 #include <readline/readline.h>
 #include <readline/history.h>
 
@@ -28,32 +29,68 @@ static inline void beaconbench_rl_completion_settings(int append) {
 
 static inline const char *beaconbench_rl_line_buffer(void) { return rl_line_buffer ? rl_line_buffer : ""; }
 
-/* Prints `text` on a line of its own above the prompt and the half-typed
-   line, which are then drawn again as they were. */
-static inline void beaconbench_rl_print_above(const char *text) {
-    int point = rl_point;
-    char *saved = rl_copy_text(0, rl_end);
-    rl_save_prompt();
-    rl_replace_line("", 0);
+/* The session keeps the terminal as readline prepares it (no canonical
+   mode, no echo) from its first prompt to its end, instead of readline
+   putting it back after each line and preparing it again at the next
+   prompt: a Ctrl-D typed in between, in canonical mode, is the kernel's
+   end-of-file mark, which becomes a NUL byte when the mode changes, and
+   was lost. (Typed-ahead text is not echoed by the kernel either, where
+   readline would echo it again at the next prompt.) `release` puts the
+   terminal back as readline found it. */
+static inline void beaconbench_rl_keep_terminal(void) { rl_deprep_term_function = NULL; }
+
+static inline void beaconbench_rl_release_terminal(void) {
+    rl_deprep_term_function = rl_deprep_terminal;
+    rl_deprep_terminal();
+}
+
+static inline void beaconbench_write_all(int descriptor, const char *text, size_t length) {
+    while (length > 0) {
+        ssize_t written = write(descriptor, text, length);
+        if (written < 0) {
+            if (errno == EINTR) continue;
+            return;
+        }
+        text += written;
+        length -= (size_t)written;
+    }
+}
+
+/* Prints `text` and a newline to `descriptor` on a line of its own above the
+   prompt and the half-typed line, which are then drawn again below it as
+   they were (the point where it was). The prompt's rows are cleared first
+   (`rl_clear_visible_line`); on a dumb terminal, which cannot clear, the
+   text starts on the next line instead. */
+static inline void beaconbench_rl_print_above(const char *text, int descriptor, int dumb) {
+    FILE *out = rl_outstream ? rl_outstream : stdout;
+    if (dumb) {
+        fputs("\n", out);
+    } else {
+        rl_clear_visible_line();
+    }
+    fflush(out);
+    beaconbench_write_all(descriptor, text, strlen(text));
+    beaconbench_write_all(descriptor, "\n", 1);
+    rl_on_new_line();
     rl_redisplay();
-    fputs("\r\033[K", rl_outstream ? rl_outstream : stdout);
-    fputs(text, rl_outstream ? rl_outstream : stdout);
-    fputs("\n", rl_outstream ? rl_outstream : stdout);
-    fflush(rl_outstream ? rl_outstream : stdout);
-    rl_restore_prompt();
-    rl_replace_line(saved, 0);
-    free(saved);
-    rl_point = point;
-    rl_forced_update_display();
+}
+
+/* Prints `text` and a newline to `descriptor` when no prompt is up. */
+static inline void beaconbench_print_line(const char *text, int descriptor) {
+    beaconbench_write_all(descriptor, text, strlen(text));
+    beaconbench_write_all(descriptor, "\n", 1);
 }
 
 /* Ctrl-C at the prompt: the typed line is abandoned, a fresh prompt drawn. */
 static inline void beaconbench_rl_cancel_line(void) {
-    fputs("^C\n", rl_outstream ? rl_outstream : stdout);
+    FILE *out = rl_outstream ? rl_outstream : stdout;
+    rl_callback_sigcleanup();
+    fputs("^C\n", out);
+    fflush(out);
     rl_replace_line("", 0);
     rl_point = 0;
     rl_on_new_line();
-    rl_forced_update_display();
+    rl_redisplay();
 }
 
 /* The newest history entry, or NULL. */
