@@ -24,7 +24,7 @@ struct Terminal16ScreenTests {
     /// terminal of type `term`, `environment` changed (nil unsets).
     static func drive(
         _ bench: ConsoleFixture, term: String = "xterm", cols: Int = 200, rows: Int = 50,
-        environment: [String: String?] = [:], _ steps: [[String: Any]]
+        environment: [String: String?] = [:], arguments: [String] = [], _ steps: [[String: Any]]
     ) async throws -> Session {
         let script = bench.directory + "/script-\(UUID().uuidString).json"
         var changes: [String: Any] = [:]
@@ -38,7 +38,7 @@ struct Terminal16ScreenTests {
             [
                 "python3", driver, script, "--", builtProduct("beaconbench"), "--bus", bench.busAddress, "--inventory",
                 bench.inventoryPath,
-            ], environment: bench.environment, timeout: 120)
+            ] + arguments, environment: bench.environment, timeout: 120)
         return try JSONDecoder().decode(Session.self, from: Data(output.stdout.utf8))
     }
 
@@ -231,6 +231,80 @@ struct Terminal16ScreenTests {
             #expect(!session.transcript.contains("elapsed"), "a progress line on a dumb terminal")
             // Each device's end as a plain line.
             #expect(session.transcript.contains("C0:FE:00:00:00:01  ok"), "\(session.transcript)")
+        }
+    }
+
+    /// The audit table in colour on a terminal: each column starts at the
+    /// same place on the header and on every row (colour codes were
+    /// counted as columns, and the header drifted).
+    @Test func aColouredTableLinesUpOnTheScreen() async throws {
+        try await withNewFleet(count: 4) { bench in
+            let session = try await Self.drive(
+                bench, environment: ["NO_COLOR": nil],
+                [
+                    ["expect": "]> "],
+                    ["send": "scan 1s\n"], ["expect": "scan: 4 SBeacons seen"], ["expect": "]> "],
+                    ["send": "select all\n"], ["expect": "selected 4 devices"], ["expect": "]> "],
+                    ["send": "info\n"], ["expect": "RECAP"], ["expect": "4 devices:"], ["expect": "]> "],
+                    ["send": "audit\n"], ["screen": #"\d+ devices?: \d+ clean, \d+ with findings"#],
+                    ["snapshot": "audit"],
+                    ["eof": true],
+                ])
+            #expect(session.ok, "stopped at step \(session.step): \(session.transcript)")
+            #expect(session.transcript.contains("\u{1B}[31m"), "colour expected")
+            let rows = try #require(session.screens["audit"]).display
+            for title in ["RECAP", "AUDIT (inventory)"] {
+                let start = try #require(rows.lastIndex { $0.hasPrefix(title) }, "\(rows)")
+                let header = rows[start + 1]
+                let body = rows[(start + 2)...].prefix { !$0.isEmpty && $0.hasPrefix("C0:FE") }
+                #expect(body.count >= 4, "\(rows)")
+                // Where each header word starts, every row has a column
+                // boundary: a blank before it (the last column may be empty).
+                var starts: [Int] = []
+                var previous: Character = " "
+                for (offset, character) in header.enumerated() {
+                    if character != " " && previous == " " && offset > 0 {
+                        let before = Array(header)[max(0, offset - 2)..<offset]
+                        if before.allSatisfy({ $0 == " " }) { starts.append(offset) }
+                    }
+                    previous = character
+                }
+                #expect(starts.count >= 3, "\(header)")
+                for row in body {
+                    let characters = Array(row)
+                    for start in starts where start < characters.count {
+                        #expect(characters[start - 1] == " ", "\(title): \(row) not cut at \(start) like \(header)")
+                    }
+                }
+                // Left-aligned text columns start exactly under their header.
+                let code = try #require(header.range(of: title == "RECAP" ? "result" : "code"))
+                let column = header.distance(from: header.startIndex, to: code.lowerBound)
+                for row in body {
+                    let characters = Array(row)
+                    #expect(characters.count > column && characters[column] != " ", "\(row) under \(header)")
+                }
+            }
+        }
+    }
+
+    /// --no-color on a colour terminal: no colour anywhere (the prompt,
+    /// errors, events), the terminal's other sequences still there.
+    @Test func noColorMeansNoColour() async throws {
+        try await withNewFleet(count: 2) { bench in
+            let session = try await Self.drive(
+                bench, environment: ["NO_COLOR": nil], arguments: ["--no-color"],
+                [
+                    ["expect": "]> "],
+                    ["send": "scan 1s\n"], ["expect": "scan: 2 SBeacons seen"], ["expect": "]> "],
+                    ["send": "bogus\n"], ["expect": "error: "], ["expect": "]> "],
+                    ["eof": true],
+                ])
+            #expect(session.ok, "stopped at step \(session.step): \(session.transcript)")
+            #expect(session.transcript.contains("[NEW] SBeacon C0:FE:00:00:00:01"))
+            #expect(session.transcript.contains("\r\u{1B}[K"), "the status line is still drawn")
+            #expect(
+                session.transcript.firstMatch(of: #/\x1B\[[0-9;]*m/#) == nil,
+                "colour: \(session.transcript.debugDescription)")
         }
     }
 
