@@ -308,6 +308,38 @@ struct Terminal16ScreenTests {
         }
     }
 
+    /// A batch run (not the REPL) through screen.py: on a dumb terminal no
+    /// escape byte at all and plain lines per device; on xterm, colour and
+    /// the progress line. Colour is not turned off otherwise (NO_COLOR
+    /// unset).
+    @Test(arguments: ["dumb", "xterm-256color"])
+    func aBatchRunOnADumbTerminalWritesPlainLines(term: String) async throws {
+        try await withNewFleet(count: 3) { bench in
+            let screen = [
+                ConsoleFixture.repository + "/Tests/Peers/screen.py", "--cols", "200", "--rows", "60", "--timeout",
+                "100",
+                "--term", term, "--unset", "NO_COLOR", "--",
+                builtProduct("beaconbench"), "--bus", bench.busAddress, "--inventory", bench.inventoryPath, "run",
+                bench.batch("provision-new.batch"),
+            ]
+            let run = try await runTool(
+                "/usr/bin/env", ["python3"] + screen, environment: bench.environment, timeout: 130)
+            let report = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
+            let raw = try #require(report["raw"] as? [String: Int])
+            let effects = try #require(report["effects"] as? [String: Int])
+            let shown = (report["scrollback"] as? [String] ?? []) + (report["display"] as? [String] ?? [])
+            #expect(shown.contains { $0.hasPrefix("RECAP") }, "\(shown)")
+            #expect(shown.contains { $0.hasPrefix("C0:FE:00:00:00:01  ") }, "a line per device: \(shown)")
+            if term == "dumb" {
+                #expect(raw["esc"] == 0, "\(report["escape_sequences"] ?? "")")
+                #expect(effects["erase_in_line"] == 0 && effects["sgr"] == 0)
+            } else {
+                #expect(effects["sgr"] ?? 0 > 0, "colour on xterm")
+                #expect(effects["erase_in_line"] ?? 0 > 0, "a progress line on xterm")
+            }
+        }
+    }
+
     /// On a terminal that can be redrawn the progress line shows the time
     /// elapsed and, once a device has finished, an estimate of the rest.
     @Test func progressShowsElapsedTimeAndAnEstimate() async throws {
