@@ -133,6 +133,40 @@ struct Terminal16ScreenTests {
         }
     }
 
+    /// An event while the cursor is inside the typed line: the line is
+    /// drawn again with the cursor where it was, and typing goes on there.
+    @Test func anEventKeepsTheCursorInsideTheTypedLine() async throws {
+        try await withNewFleet(count: 3) { bench in
+            let update = Self.update(bench, 3, inRange: false)
+            _ = try await runTool(update[0], Array(update.dropFirst()))
+            let prompt = #"beaconbench \[hci0 · \d seen\]> "#
+            let session = try await Self.drive(
+                bench, environment: ["NO_COLOR": nil],
+                [
+                    ["expect": "]> "],
+                    ["send": "scan on\n"], ["expect": "background scan on"],
+                    ["screen": #"\[NEW\] SBeacon C0:FE:00:00:00:02 .*"#], ["screen": #"beaconbench \[.*\]>"#],
+                    ["send": "inventory lst"], ["send": "\u{1B}[D"], ["send": "\u{1B}[D"],
+                    ["run": Self.update(bench, 3, inRange: true)],
+                    ["screen": #"\[NEW\] SBeacon C0:FE:00:00:00:03 .*"#], ["screen": prompt + "inventory lst"],
+                    ["snapshot": "moved"],
+                    ["send": "i"], ["screen": prompt + "inventory list"],
+                    ["snapshot": "typed"],
+                    ["send": "\u{5}\u{15}scan off\n"],  // Ctrl-E, Ctrl-U: the whole line away ["expect": "background scan off"],
+                    ["eof": true],
+                ])
+            #expect(session.ok, "stopped at step \(session.step): \(session.transcript)")
+            for (name, column) in [("moved", 29 + 11), ("typed", 29 + 12)] {
+                let screen = try #require(session.screens[name])
+                let rows = screen.display.filter { !$0.isEmpty }
+                #expect(rows.last?.hasSuffix(name == "moved" ? "]> inventory lst" : "]> inventory list") == true)
+                #expect(rows.dropLast().last?.hasPrefix("[NEW] SBeacon C0:FE:00:00:00:03 ") == true, "\(rows)")
+                #expect(
+                    screen.cursor["y"] == rows.count - 1 && screen.cursor["x"] == column, "\(name): \(screen.cursor)")
+            }
+        }
+    }
+
     /// A command's output starts at the left of a row of its own below
     /// the line typed: readline drew a second prompt after each line, and
     /// the output overwrote it (`selected 2 devices (new)een]>`).
