@@ -152,7 +152,8 @@ struct Terminal16ScreenTests {
                     ["snapshot": "moved"],
                     ["send": "i"], ["screen": prompt + "inventory list"],
                     ["snapshot": "typed"],
-                    ["send": "\u{5}\u{15}scan off\n"],  // Ctrl-E, Ctrl-U: the whole line away ["expect": "background scan off"],
+                    // Ctrl-E, Ctrl-U: the whole line away.
+                    ["send": "\u{5}\u{15}scan off\n"], ["expect": "background scan off"],
                     ["eof": true],
                 ])
             #expect(session.ok, "stopped at step \(session.step): \(session.transcript)")
