@@ -253,7 +253,11 @@ final class LineEditor: Sendable {
             let ready = poll(&fds, 2, -1)
             if ready < 0 {
                 if errno == EINTR { continue }
-                if reading { LineState.finish(nil) }
+                // Nothing can be read any more: as at end of input.
+                if reading {
+                    rl_callback_handler_remove()
+                    LineState.finish(nil)
+                }
             } else {
                 if fds[0].revents != 0 { serviceRequests(reading: reading) }
                 if reading, fds[1].revents & Int16(POLLIN | POLLHUP) != 0 {
