@@ -177,6 +177,12 @@ public final class Terminal: Sendable {
             .joined(separator: StyleMark.mark)
     }
 
+    /// `text` and spaces up to `columns` columns (`width`); as it is when
+    /// it is that wide already. For hand-made alignment (a help listing).
+    static func padded(_ text: String, toColumns columns: Int) -> String {
+        text + String(repeating: " ", count: max(0, columns - width(text)))
+    }
+
     /// How many columns `text` takes on the screen once made visible
     /// (`TextWidth`): its style marks and colour codes take none, a wide
     /// character two, a combining mark none.
@@ -258,7 +264,8 @@ func table(_ header: [String], _ rows: [[String]], numeric: Set<Int> = []) -> [S
     }
     func render(_ cells: [String]) -> String {
         cells.enumerated().map { index, cell in
-            let pad = String(repeating: " ", count: max(0, widths[index] - Terminal.width(cell)))
+            let column = index < widths.count ? widths[index] : 0  // a row longer than the header
+            let pad = String(repeating: " ", count: max(0, column - Terminal.width(cell)))
             if index == cells.count - 1 { return numeric.contains(index) ? pad + cell : cell }
             return numeric.contains(index) ? pad + cell : cell + pad
         }.joined(separator: "  ")

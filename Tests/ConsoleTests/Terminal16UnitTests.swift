@@ -72,6 +72,15 @@ struct Terminal16UnitTests {
         #expect(numeric == ["name   n", "東京   7", "x     12"])
     }
 
+    @Test func paddingCountsColumns() {
+        let terminal = Self.terminal()
+        #expect(Terminal.padded("東京", toColumns: 6) == "東京  ")
+        #expect(Terminal.padded(terminal.styled("ok", .green), toColumns: 4) == terminal.styled("ok", .green) + "  ")
+        #expect(Terminal.padded("too wide", toColumns: 3) == "too wide")
+        // A row with more cells than the header is shown, not a crash.
+        #expect(table(["a"], [["1", "extra"]]) == ["a", "1  extra"])
+    }
+
     @Test func widthOfStyledAndOutsideText() {
         let terminal = Self.terminal()
         #expect(Terminal.width(terminal.styled("failed", .red) + ": x") == 9)
