@@ -65,6 +65,43 @@ import Testing
         }
     }
 
+    /// Random mixes of narrow, wide, combining and escape sequences (a fixed
+    /// seed): a cut never exceeds its columns, keeps a start of the text,
+    /// and leaves text that fits alone.
+    @Test func truncationHoldsForMixedText() {
+        var generator = SplitMix(seed: 16)
+        let pieces = [
+            "a", "Z", " ", "東", "ｶ", "😀", "e\u{301}", "\u{200B}", "\u{1B}[31m", "\u{1B}[0m", "\u{1B}]0;t\u{7}", "·",
+        ]
+        for _ in 0..<2000 {
+            let count = Int(generator.next() % 24)
+            let text = (0..<count).map { _ in pieces[Int(generator.next() % UInt64(pieces.count))] }.joined()
+            let limit = Int(generator.next() % 20)
+            let cut = TextWidth.truncated(text, toColumns: limit, marker: "…")
+            #expect(TextWidth.columns(of: cut) <= limit, "\(text.debugDescription) at \(limit)")
+            if TextWidth.columns(of: text) <= limit {
+                #expect(cut == text)
+            } else {
+                var kept = cut
+                if kept.hasSuffix("…") { kept.removeLast() }
+                if kept.hasSuffix("\u{1B}[0m") { kept.removeLast(4) }
+                #expect(text.unicodeScalars.starts(with: kept.unicodeScalars), "\(text.debugDescription) at \(limit)")
+            }
+        }
+    }
+
+    struct SplitMix {
+        var state: UInt64
+        init(seed: UInt64) { state = seed }
+        mutating func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+    }
+
     /// The tables agree with the wcwidth that pyte (the screen tests'
     /// terminal) measures with, code point by code point.
     @Test func agreesWithWcwidth() throws {
