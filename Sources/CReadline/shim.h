@@ -5,6 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <errno.h>
+#include <sys/ioctl.h>
 #include <readline/readline.h>
 #include <readline/history.h>
 
@@ -56,6 +57,8 @@ static inline void beaconbench_write_all(int descriptor, const char *text, size_
     }
 }
 
+static inline void beaconbench_rl_refresh_size(void);
+
 /* Prints `text` and a newline to `descriptor` on a line of its own above the
    prompt and the half-typed line, which are then drawn again below it as
    they were (the point where it was). The prompt's rows are cleared first
@@ -71,8 +74,46 @@ static inline void beaconbench_rl_print_above(const char *text, int descriptor, 
     fflush(out);
     beaconbench_write_all(descriptor, text, strlen(text));
     beaconbench_write_all(descriptor, "\n", 1);
+    /* The window may have changed size while readline was not reading
+       (its SIGWINCH handler is installed only then): drawn again at the
+       size it has now. */
+    beaconbench_rl_refresh_size();
     rl_on_new_line();
     rl_redisplay();
+}
+
+/* The window's size when readline last learnt it (0: not yet). Used by
+   REPL.swift alone, on the readline thread (a static of this header is one
+   per object file that uses it). */
+static unsigned short beaconbench_known_rows = 0, beaconbench_known_cols = 0;
+
+static inline int beaconbench_window_size(unsigned short *rows, unsigned short *cols) {
+    struct winsize size;
+    if (ioctl(STDIN_FILENO, TIOCGWINSZ, &size) != 0 || size.ws_col == 0) return 0;
+    *rows = size.ws_row;
+    *cols = size.ws_col;
+    return 1;
+}
+
+/* Before a prompt: the window's size as it is now. */
+static inline void beaconbench_rl_refresh_size(void) {
+    /* (Before the first prompt readline has no input stream yet, and
+       learns the size as it starts.) */
+    if (rl_instream) rl_reset_screen_size();
+    beaconbench_window_size(&beaconbench_known_rows, &beaconbench_known_cols);
+}
+
+/* Before readline reads a key: readline's SIGWINCH handler is installed
+   only while it reads, so a window resized while it waited went unnoticed;
+   when the size changed, readline learns it and draws the line again
+   (`rl_resize_terminal`, what its handler does). */
+static inline void beaconbench_rl_follow_size(void) {
+    unsigned short rows, cols;
+    if (!beaconbench_window_size(&rows, &cols)) return;
+    if (rows == beaconbench_known_rows && cols == beaconbench_known_cols) return;
+    beaconbench_known_rows = rows;
+    beaconbench_known_cols = cols;
+    rl_resize_terminal();
 }
 
 /* Prints `text` and a newline to `descriptor` when no prompt is up. */

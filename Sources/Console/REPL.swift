@@ -233,6 +233,7 @@ final class LineEditor: Sendable {
             }
             if let prompt = next.prompt {
                 LineState.reset()
+                beaconbench_rl_refresh_size()
                 rl_callback_handler_install(prompt) { line in
                     LineState.finish(line.map { String(cString: $0) })
                     free(line)
@@ -261,6 +262,7 @@ final class LineEditor: Sendable {
             } else {
                 if fds[0].revents != 0 { serviceRequests(reading: reading) }
                 if reading, fds[1].revents & Int16(POLLIN | POLLHUP) != 0 {
+                    beaconbench_rl_follow_size()
                     rl_callback_read_char()
                 } else if reading, fds[1].revents & Int16(POLLERR | POLLNVAL) != 0 {
                     rl_callback_handler_remove()

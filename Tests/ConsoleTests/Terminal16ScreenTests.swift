@@ -168,6 +168,45 @@ struct Terminal16ScreenTests {
         }
     }
 
+    /// The window narrowed while the prompt waits (readline's own SIGWINCH
+    /// handler is not installed then): an event, then Ctrl-A and a key,
+    /// are drawn for the new width, the line wrapping onto a second row.
+    @Test func aResizedWindowIsFollowed() async throws {
+        try await withNewFleet(count: 3) { bench in
+            let update = Self.update(bench, 3, inRange: false)
+            _ = try await runTool(update[0], Array(update.dropFirst()))
+            let line = "inventory list " + String(repeating: "abcdefghij", count: 6)  // 75 + 29 columns
+            let session = try await Self.drive(
+                bench, cols: 200, environment: ["NO_COLOR": nil],
+                [
+                    ["expect": "]> "],
+                    ["send": "scan on\n"], ["expect": "background scan on"],
+                    ["screen": #"\[NEW\] SBeacon C0:FE:00:00:00:02 .*"#], ["screen": #"beaconbench \[.*\]>"#],
+                    ["send": line], ["screen": #"beaconbench \[hci0 · \d seen\]> "# + Self.escaped(line)],
+                    ["resize": [50, 80]],
+                    ["run": Self.update(bench, 3, inRange: true)],
+                    ["screen": #"\[NEW\] SBeacon C0:FE:00:00:00:03 .*"#],
+                    ["screen": Self.escaped(String(line.suffix(29 + line.count - 80)))],
+                    ["send": "\u{1}X"],
+                    ["screen": #"beaconbench \[hci0 · \d seen\]> X"# + Self.escaped(String(line.prefix(80 - 30)))],
+                    ["snapshot": "narrow"],
+                    ["send": "\u{5}\u{15}scan off\n"], ["expect": "background scan off"],
+                    ["eof": true],
+                ])
+            #expect(session.ok, "stopped at step \(session.step): \(session.transcript)")
+            let screen = try #require(session.screens["narrow"])
+            let rows = screen.display.filter { !$0.isEmpty }
+            let shown = rows.suffix(2).joined()
+            #expect(
+                shown.wholeMatch(of: try Regex(#"beaconbench \[hci0 · \d seen\]> X"# + Self.escaped(line))) != nil,
+                "\(rows)")
+            // The event above it (80 columns wrap it too), no prompt left over.
+            #expect(rows.dropLast(3).last?.hasPrefix("[NEW] SBeacon C0:FE:00:00:00:03 ") == true, "\(rows)")
+            #expect(rows.filter { $0.contains("]> ") }.count == 2, "\(rows)")
+            #expect(screen.cursor["y"] == rows.count - 2 && screen.cursor["x"] == 30, "\(screen.cursor) \(rows)")
+        }
+    }
+
     /// A command's output starts at the left of a row of its own below
     /// the line typed: readline drew a second prompt after each line, and
     /// the output overwrote it (`selected 2 devices (new)een]>`).

@@ -11,6 +11,8 @@ SCRIPT is a list of steps, or an object {"steps": [...], "term": "xterm",
   {"screen": "REGEX", "timeout": 10}   wait until a row of the emulated screen
                                        matches REGEX whole (re.fullmatch)
   {"snapshot": "name"}                 keep the emulated screen as it is now
+  {"resize": [rows, cols]}             resize the window (the pty, so the
+                                       program gets SIGWINCH, and the screen)
   {"run": ["busctl", ...]}             run a command (e.g. to change the simulator)
   {"eof": true}                        Ctrl-D; wait for the process to exit
 The terminal (TERM, default xterm) is emulated by pyte, fed every byte the
@@ -116,6 +118,11 @@ def main():
                 finish(False, index)
                 os.kill(pid, 9)
                 return
+        elif "resize" in step:
+            new_rows, new_cols = step["resize"]
+            fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", new_rows, new_cols, 0, 0))
+            if screen:
+                screen.resize(new_rows, new_cols)
         elif "snapshot" in step:
             cursor = {"x": screen.cursor.x, "y": screen.cursor.y} if screen else {}
             screens[step["snapshot"]] = {"display": display(), "cursor": cursor}
