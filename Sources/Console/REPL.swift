@@ -17,7 +17,7 @@ final class REPL: Sendable {
         self.session = session
         self.terminal = terminal
         self.historyPath = historyPath
-        editor = LineEditor()
+        editor = LineEditor(dumb: terminal.isDumb)
     }
 
     /// Runs until `quit` or Ctrl-D.
@@ -26,16 +26,18 @@ final class REPL: Sendable {
         defer { history?.close() }
         editor.loadHistory(from: history)
         terminal.message("beaconbench \(BeaconbenchMain.version): type 'help', Tab completes, Ctrl-D leaves")
+        // Every line written while the prompt is up goes above it.
+        terminal.setPromptHook { [editor] text, descriptor in editor.printAbove(text, descriptor: descriptor) }
+        defer { terminal.setPromptHook(nil) }
         while true {
             let facts = await session.promptFacts()
             Completion.update(
                 profiles: Array(session.profiles.keys), seen: await session.seenCache,
                 variables: Array(await session.variables.keys))
-            terminal.setPromptHook { [editor] text in editor.printAbove(text) }
             interrupts.onInterrupt { [editor] in editor.cancelLine() }
             let line = await editor.readLine(prompt: prompt(facts))
-            terminal.setPromptHook(nil)
             guard let line else {
+                await editor.close()
                 terminal.message("")
                 break
             }
@@ -49,12 +51,15 @@ final class REPL: Sendable {
             do {
                 commands = try parser.parse(trimmed)
             } catch {
-                let visible = Self.visibleLength(prompt(facts))
-                terminal.message(String(repeating: " ", count: visible + error.column - 1) + "^")
+                let visible = Self.caretColumn(prompt: prompt(facts), line: line, column: error.column)
+                terminal.message(String(repeating: " ", count: visible) + "^")
                 terminal.error(error.message)
                 continue
             }
-            if commands.contains(where: \.isQuit) { break }
+            if commands.contains(where: \.isQuit) {
+                await editor.close()
+                break
+            }
             let task = Task { for command in commands { await self.session.execute(command) } }
             interrupts.onInterrupt {
                 task.cancel()
@@ -74,19 +79,18 @@ final class REPL: Sendable {
         return "\u{1}\u{1B}[1;34m\u{2}beaconbench\u{1}\u{1B}[0m\u{2} [\(inside)]> "
     }
 
-    static func visibleLength(_ prompt: String) -> Int {
-        var count = 0
-        var hidden = false
-        for scalar in prompt.unicodeScalars {
-            if scalar == "\u{1}" {
-                hidden = true
-            } else if scalar == "\u{2}" {
-                hidden = false
-            } else if !hidden {
-                count += 1
-            }
-        }
-        return count
+    /// The columns the prompt takes (`TextWidth`: its colour codes and
+    /// readline's markers take none).
+    static func visibleLength(_ prompt: String) -> Int { TextWidth.columns(of: prompt) }
+
+    /// Where a caret goes under the typed `line` to point at `column` (1-based,
+    /// in characters, of the line without its leading blanks): the columns
+    /// of the prompt and of what comes before, wide characters counted two.
+    static func caretColumn(prompt: String, line: String, column: Int) -> Int {
+        let leading = line.prefix { $0 == " " || $0 == "\t" }
+        let trimmed = line.dropFirst(leading.count)
+        return visibleLength(prompt) + TextWidth.columns(of: leading.replacingOccurrences(of: "\t", with: " "))
+            + TextWidth.columns(of: trimmed.prefix(max(0, column - 1)))
     }
 }
 
@@ -121,19 +125,38 @@ final class Interrupts: @unchecked Sendable {
     func onInterrupt(_ action: (@Sendable () -> Void)?) { routing.handler.withLock { $0 = action } }
 }
 
-/// readline in its callback form, on a thread of its own that waits on
-/// standard input and on a pipe that other threads write to, so that a line
-/// can be printed above the prompt (or the line abandoned on Ctrl-C) while
-/// the user types. readline is not thread-safe: only that thread calls it.
+/// readline in its callback form, on one thread of its own for the whole
+/// session, which waits on standard input while a line is asked for and
+/// on a pipe that other threads write to: so a line can be printed above
+/// the prompt (or the line abandoned on Ctrl-C) while the user types.
+/// readline is not thread-safe: only that thread calls it (once it runs).
+///
+/// The terminal stays as readline prepares it from the first prompt to
+/// `close` (see `beaconbench_rl_keep_terminal`): a Ctrl-D typed while a
+/// command runs, or right after it ends, waits for the next prompt and ends
+/// the session there. The line handler removes itself, so readline never
+/// draws a prompt of its own after a line (which the command's output
+/// would then overwrite).
 final class LineEditor: Sendable {
     private enum Request: Sendable {
-        case print(String)
+        case print(String, Int32)
         case cancelLine
     }
-    private let requests = Mutex<[Request]>([])
+    private struct Shared: Sendable {
+        /// A prompt is on the screen (from just before it is drawn until
+        /// its line has been read): lines go above it, through the thread.
+        var promptUp = false
+        var requests: [Request] = []
+        var wanted: (prompt: String, reply: CheckedContinuation<String?, Never>)?
+        var closing: CheckedContinuation<Void, Never>?
+        var started = false
+    }
+    private let shared = Mutex(Shared())
     private let wake: (read: Int32, write: Int32)
+    private let dumb: Bool
 
-    init() {
+    init(dumb: Bool) {
+        self.dumb = dumb
         var fds: [Int32] = [0, 0]
         pipe(&fds)
         _ = fcntl(fds[0], F_SETFL, O_NONBLOCK)
@@ -142,14 +165,27 @@ final class LineEditor: Sendable {
         beaconbench_rl_setup("beaconbench", Completion.complete)
     }
 
-    func printAbove(_ text: String) {
-        requests.withLock { $0.append(.print(text)) }
-        var byte: UInt8 = 1
-        _ = Foundation.write(wake.write, &byte, 1)
+    /// Prints `text` to `descriptor` above the prompt, if one is up; false
+    /// when none is (the caller writes it). Descriptor -1 only asks.
+    func printAbove(_ text: String, descriptor: Int32) -> Bool {
+        let up = shared.withLock { shared in
+            if shared.promptUp, descriptor >= 0 { shared.requests.append(.print(text, descriptor)) }
+            return shared.promptUp
+        }
+        if up, descriptor >= 0 { poke() }
+        return up
     }
 
+    /// Ctrl-C at the prompt: the line is abandoned (nothing without a prompt).
     func cancelLine() {
-        requests.withLock { $0.append(.cancelLine) }
+        let up = shared.withLock { shared in
+            if shared.promptUp { shared.requests.append(.cancelLine) }
+            return shared.promptUp
+        }
+        if up { poke() }
+    }
+
+    private func poke() {
         var byte: UInt8 = 1
         _ = Foundation.write(wake.write, &byte, 1)
     }
@@ -157,42 +193,110 @@ final class LineEditor: Sendable {
     /// One line, or nil at end of input (Ctrl-D).
     func readLine(prompt: String) async -> String? {
         await withCheckedContinuation { continuation in
-            let thread = Thread { [self] in continuation.resume(returning: self.readLineBlocking(prompt)) }
-            thread.stackSize = 1 << 20
-            thread.start()
+            let start = shared.withLock { shared in
+                shared.wanted = (prompt, continuation)
+                defer { shared.started = true }
+                return !shared.started
+            }
+            if start {
+                let thread = Thread { [self] in self.serve() }
+                thread.stackSize = 1 << 20
+                thread.start()
+            }
+            poke()
         }
     }
 
-    private func readLineBlocking(_ prompt: String) -> String? {
-        LineState.reset()
-        rl_callback_handler_install(prompt) { line in
-            LineState.finish(line.map { String(cString: $0) })
-            free(line)
+    /// Puts the terminal back as it was and stops the thread (after the
+    /// last line; nothing when no line was ever read).
+    func close() async {
+        guard shared.withLock({ $0.started }) else { return }
+        await withCheckedContinuation { continuation in
+            shared.withLock { $0.closing = continuation }
+            poke()
         }
-        defer { rl_callback_handler_remove() }
-        while !LineState.isDone {
+    }
+
+    /// The thread: a prompt when a line is wanted, readline fed from
+    /// standard input while it is up, requests served as they come.
+    private func serve() {
+        beaconbench_rl_keep_terminal()
+        var reading = false
+        while true {
+            let next = shared.withLock { shared -> (prompt: String?, closing: CheckedContinuation<Void, Never>?) in
+                guard !reading else { return (nil, nil) }
+                if let wanted = shared.wanted {
+                    shared.promptUp = true
+                    return (wanted.prompt, nil)
+                }
+                return (nil, shared.closing)
+            }
+            if let prompt = next.prompt {
+                LineState.reset()
+                beaconbench_rl_refresh_size()
+                rl_callback_handler_install(prompt) { line in
+                    LineState.finish(line.map { String(cString: $0) })
+                    free(line)
+                    // No prompt of readline's own after the line.
+                    rl_callback_handler_remove()
+                }
+                reading = true
+            } else if let closing = next.closing {
+                beaconbench_rl_release_terminal()
+                shared.withLock { $0.closing = nil }
+                closing.resume()
+                return
+            }
             var fds = [
-                pollfd(fd: 0, events: Int16(POLLIN), revents: 0),
                 pollfd(fd: wake.read, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: reading ? 0 : -1, events: Int16(POLLIN), revents: 0),
             ]
             let ready = poll(&fds, 2, -1)
-            if ready < 0 { if errno == EINTR { continue } else { return nil } }
-            if fds[1].revents != 0 { serviceRequests() }
-            if fds[0].revents & Int16(POLLIN | POLLHUP) != 0 { rl_callback_read_char() }
+            if ready < 0 {
+                if errno == EINTR { continue }
+                // Nothing can be read any more: as at end of input.
+                if reading {
+                    rl_callback_handler_remove()
+                    LineState.finish(nil)
+                }
+            } else {
+                if fds[0].revents != 0 { serviceRequests(reading: reading) }
+                if reading, fds[1].revents & Int16(POLLIN | POLLHUP) != 0 {
+                    beaconbench_rl_follow_size()
+                    rl_callback_read_char()
+                } else if reading, fds[1].revents & Int16(POLLERR | POLLNVAL) != 0 {
+                    rl_callback_handler_remove()
+                    LineState.finish(nil)
+                }
+            }
+            if reading, LineState.isDone {
+                reading = false
+                let (reply, left) = shared.withLock { shared in
+                    shared.promptUp = false
+                    defer {
+                        shared.wanted = nil
+                        shared.requests = []
+                    }
+                    return (shared.wanted?.reply, shared.requests)
+                }
+                // Lines that came as the line ended: the prompt is gone.
+                for case .print(let text, let descriptor) in left { beaconbench_print_line(text, descriptor) }
+                reply?.resume(returning: LineState.line)
+            }
         }
-        return LineState.line
     }
 
-    private func serviceRequests() {
+    private func serviceRequests(reading: Bool) {
         var byte = [UInt8](repeating: 0, count: 64)
         while Foundation.read(wake.read, &byte, 64) > 0 {}
-        let pending = requests.withLock { requests in
-            defer { requests = [] }
-            return requests
+        guard reading else { return }
+        let pending = shared.withLock { shared in
+            defer { shared.requests = [] }
+            return shared.requests
         }
         for request in pending {
             switch request {
-            case .print(let text): beaconbench_rl_print_above(text)
+            case .print(let text, let descriptor): beaconbench_rl_print_above(text, descriptor, dumb ? 1 : 0)
             case .cancelLine: beaconbench_rl_cancel_line()
             }
         }

@@ -3,9 +3,15 @@ import SafeText
 import Synchronization
 
 /// Where the console's words go: results to standard output, messages and
-/// progress to standard error; colour only on a terminal and without
-/// NO_COLOR; a progress line kept at the bottom on a terminal; events that
-/// arrive while the REPL waits for input printed above the half-typed line.
+/// progress to standard error; colour only on a terminal that is not dumb,
+/// without NO_COLOR or --no-color; a progress line kept at the bottom only
+/// where the terminal can be redrawn (`redraws`); any line that comes while
+/// the REPL waits for input printed above the prompt and the half-typed
+/// line, which are drawn again below it.
+///
+/// Widths on the screen are measured with one function, `TextWidth` (colour
+/// codes take no column, wide characters two, combining marks none):
+/// `Terminal.width`, the tables (`table`), the status line's cut.
 ///
 /// Every line written for people passes through `Terminal.visible` (that is,
 /// `Visible.text`): text a device or a file chose never reaches the screen
@@ -16,23 +22,55 @@ import Synchronization
 public final class Terminal: Sendable {
     public let outputIsTerminal: Bool
     public let errorIsTerminal: Bool
+    /// TERM is `dumb`, empty or unset: a terminal that does nothing but
+    /// print (an editor's shell buffer, a serial console).
+    public let isDumb: Bool
     public let color: Bool
+    /// Whether standard error is a terminal that can be redrawn: a status
+    /// line at the bottom (`\r ESC[K`), progress redrawn in place. Not on a
+    /// dumb terminal, nor when standard error is not a terminal: plain
+    /// lines there, or none.
+    public let redraws: Bool
     public let json: Bool
     public let verbose: Bool
 
     private struct State {
         var statusLine: String?
-        /// Set by the REPL while its prompt is up: prints a line above it.
-        var aboveThePrompt: (@Sendable (String) -> Void)?
+        /// Set by the REPL: prints a line (already rendered) for a
+        /// descriptor above its prompt, and says whether it did (false:
+        /// no prompt is up, the line is written as usual).
+        var aboveThePrompt: (@Sendable (String, Int32) -> Bool)?
     }
     private let state = Mutex(State())
 
-    public init(color: Bool, json: Bool, verbose: Bool) {
-        outputIsTerminal = isatty(1) == 1
-        errorIsTerminal = isatty(2) == 1
-        self.color = color && outputIsTerminal && errorIsTerminal
+    /// `color` false: --no-color. Colour also needs both outputs on a
+    /// terminal, TERM not dumb and NO_COLOR unset or empty.
+    public convenience init(color: Bool, json: Bool, verbose: Bool) {
+        self.init(
+            color: color, json: json, verbose: verbose, environment: ProcessInfo.processInfo.environment,
+            outputIsTerminal: isatty(1) == 1, errorIsTerminal: isatty(2) == 1)
+    }
+
+    /// The same with the facts given (tests).
+    init(
+        color: Bool, json: Bool, verbose: Bool, environment: [String: String], outputIsTerminal: Bool,
+        errorIsTerminal: Bool
+    ) {
+        self.outputIsTerminal = outputIsTerminal
+        self.errorIsTerminal = errorIsTerminal
+        isDumb = Self.isDumb(term: environment["TERM"])
+        let noColor = !(environment["NO_COLOR"] ?? "").isEmpty
+        self.color = color && !noColor && outputIsTerminal && errorIsTerminal && !isDumb
+        redraws = errorIsTerminal && !isDumb
         self.json = json
         self.verbose = verbose
+    }
+
+    /// Whether a terminal of type `term` can do no more than print: `dumb`,
+    /// or no TERM at all.
+    static func isDumb(term: String?) -> Bool {
+        guard let term, !term.isEmpty else { return true }
+        return term == "dumb"
     }
 
     public enum Style: String, Sendable {
@@ -54,33 +92,51 @@ public final class Terminal: Sendable {
 
     public func error(_ text: String) { write(styled("error: ", .red) + text, to: 2) }
 
-    /// Something that happened on its own (a device found, an event): above
-    /// the prompt when the REPL is waiting, else a message.
-    public func event(_ text: String) {
-        let hook = state.withLock { $0.aboveThePrompt }
-        if let hook { hook(text) } else { message(text) }
-    }
+    /// Something that happened on its own (a device found, an event): a
+    /// message, above the prompt when the REPL is waiting (as every line
+    /// written then is).
+    public func event(_ text: String) { message(text) }
 
-    /// The progress line at the bottom of a terminal (nil clears it); not
-    /// shown when standard error is not a terminal.
+    /// The progress line at the bottom of a terminal (nil clears it), cut
+    /// to the terminal's width so that it never wraps; shown only where the
+    /// terminal can be redrawn (`redraws`), and not while the REPL's prompt
+    /// is up.
     public func status(_ text: String?) {
-        guard errorIsTerminal else { return }
-        let line = text.map { Self.rendered($0, color: color) }
+        guard redraws else { return }
+        let line = text.map { Self.fitted(Self.rendered($0, color: color), columns: Self.columns() - 1) }
         state.withLock { state in
+            guard state.aboveThePrompt?("", -1) != true else { return }
             state.statusLine = line
             Self.emit(2, "\r\u{1B}[K" + (line ?? ""))
         }
     }
 
-    /// Sets what prints a line above the REPL's prompt; it is handed lines
-    /// already made visible.
-    func setPromptHook(_ hook: (@Sendable (String) -> Void)?) {
-        let color = color
-        var rendering: (@Sendable (String) -> Void)?
-        if let hook {
-            rendering = { @Sendable text in hook(Terminal.rendered(text, color: color)) }
+    /// `line` (rendered) cut to `columns` (at least 10), an ellipsis ending
+    /// what was cut.
+    static func fitted(_ line: String, columns: Int) -> String {
+        TextWidth.truncated(line, toColumns: max(10, columns), marker: "…")
+    }
+
+    /// The width of the terminal on standard error (else standard output),
+    /// else $COLUMNS, else 80.
+    static func columns() -> Int {
+        for descriptor: Int32 in [2, 1] {
+            var size = winsize()
+            if ioctl(descriptor, UInt(TIOCGWINSZ), &size) == 0, size.ws_col > 0 { return Int(size.ws_col) }
         }
-        state.withLock { $0.aboveThePrompt = rendering }
+        if let text = ProcessInfo.processInfo.environment["COLUMNS"], let columns = Int(text), columns > 0 {
+            return columns
+        }
+        return 80
+    }
+
+    /// Sets what prints a line above the REPL's prompt while it is up: it
+    /// is handed lines already rendered, with the descriptor each is for,
+    /// and returns false when no prompt is up (the line is then written as
+    /// usual). Asked with descriptor -1, it only says whether a prompt is
+    /// up.
+    func setPromptHook(_ hook: (@Sendable (String, Int32) -> Bool)?) {
+        state.withLock { $0.aboveThePrompt = hook }
     }
 
     /// A document a writer made safe itself (a CSV or JSON export), written
@@ -99,9 +155,9 @@ public final class Terminal: Sendable {
     /// `text` as it goes to the screen: outside text made visible and
     /// bounded, the console's own style marks turned into colour codes (or
     /// dropped without colour).
-    static func rendered(_ text: String, color: Bool) -> String {
+    static func rendered(_ text: String, color: Bool, limit: Int? = lineLimit) -> String {
         var line = ""
-        for (index, piece) in visible(text, limit: lineLimit).components(separatedBy: StyleMark.mark).enumerated() {
+        for (index, piece) in visible(text, limit: limit).components(separatedBy: StyleMark.mark).enumerated() {
             if index == 0 {
                 line += piece
             } else if let code = StyleMark.code(at: piece) {
@@ -121,16 +177,17 @@ public final class Terminal: Sendable {
             .joined(separator: StyleMark.mark)
     }
 
-    /// How many columns `text` takes on the screen once made visible: its
-    /// style marks take none.
+    /// `text` and spaces up to `columns` columns (`width`); as it is when
+    /// it is that wide already. For hand-made alignment (a help listing).
+    static func padded(_ text: String, toColumns columns: Int) -> String {
+        text + String(repeating: " ", count: max(0, columns - width(text)))
+    }
+
+    /// How many columns `text` takes on the screen once made visible
+    /// (`TextWidth`): its style marks and colour codes take none, a wide
+    /// character two, a combining mark none.
     static func width(_ text: String) -> Int {
-        var width = visible(text, limit: nil).count
-        var rest = Substring(text)
-        while let range = rest.range(of: StyleMark.mark) {
-            rest = rest[range.upperBound...]
-            width -= 1 + (StyleMark.code(at: rest).map { $0.count + 1 } ?? 0)
-        }
-        return width
+        TextWidth.columns(of: rendered(text, color: false, limit: nil))
     }
 
     private func write(_ text: String, to descriptor: Int32) {
@@ -139,7 +196,8 @@ public final class Terminal: Sendable {
 
     private func writeLine(_ text: String, to descriptor: Int32) {
         state.withLock { state in
-            if let status = state.statusLine, errorIsTerminal {
+            if let above = state.aboveThePrompt, above(text, descriptor) { return }
+            if let status = state.statusLine, redraws {
                 Self.emit(2, "\r\u{1B}[K")
                 Self.emit(descriptor, text + "\n")
                 Self.emit(2, status)
@@ -193,7 +251,8 @@ enum StyleMark {
 
 /// Columns padded to their widest cell; numbers right-aligned. Each cell is
 /// made visible (`Terminal.visible`) and bounded before it is measured, so
-/// outside text keeps the columns straight; colour marks take no width.
+/// outside text keeps the columns straight; widths are `Terminal.width`'s:
+/// colour takes no column, a wide character two, a combining mark none.
 func table(_ header: [String], _ rows: [[String]], numeric: Set<Int> = []) -> [String] {
     let header = header.map { Terminal.visible($0, limit: tableCellLimit) }
     let rows = rows.map { $0.map { Terminal.visible($0, limit: tableCellLimit) } }
@@ -205,7 +264,8 @@ func table(_ header: [String], _ rows: [[String]], numeric: Set<Int> = []) -> [S
     }
     func render(_ cells: [String]) -> String {
         cells.enumerated().map { index, cell in
-            let pad = String(repeating: " ", count: max(0, widths[index] - Terminal.width(cell)))
+            let column = index < widths.count ? widths[index] : 0  // a row longer than the header
+            let pad = String(repeating: " ", count: max(0, column - Terminal.width(cell)))
             if index == cells.count - 1 { return numeric.contains(index) ? pad + cell : cell }
             return numeric.contains(index) ? pad + cell : cell + pad
         }.joined(separator: "  ")

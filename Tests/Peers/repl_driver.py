@@ -3,34 +3,69 @@
 
 usage: repl_driver.py SCRIPT.json -- BEACONBENCH ARGS...
 
-SCRIPT is a list of steps:
+SCRIPT is a list of steps, or an object {"steps": [...], "term": "xterm",
+"cols": 200, "rows": 50, "env": {"NAME": "value" or null to unset}}:
   {"send": "text"}                     bytes typed (\t for Tab, \x03 for Ctrl-C)
-  {"expect": "text", "timeout": 10}    wait until the screen output contains it
+  {"expect": "text", "timeout": 10}    wait until the output contains it
                                        (after what earlier expects consumed)
+  {"screen": "REGEX", "timeout": 10}   wait until a row of the emulated screen
+                                       matches REGEX whole (re.fullmatch)
+  {"snapshot": "name"}                 keep the emulated screen as it is now
+  {"resize": [rows, cols]}             resize the window (the pty, so the
+                                       program gets SIGWINCH, and the screen)
   {"run": ["busctl", ...]}             run a command (e.g. to change the simulator)
   {"eof": true}                        Ctrl-D; wait for the process to exit
+The terminal (TERM, default xterm) is emulated by pyte, fed every byte the
+program writes, at COLS x ROWS (default 200 x 50, also set on the pty);
+pyte is imported only for a script in the object form (a list needs no
+more than the standard library).
 Prints one JSON object: {"ok": bool, "step": n, "status": exit status,
-"transcript": everything the terminal showed}.
+"transcript": everything the terminal was sent, "esc": how many ESC bytes
+it held, "screens": {name: {"display": [rows, right-stripped], "cursor":
+{"x", "y"}}}, "display": the screen at the end}.
 """
+import fcntl
 import json
 import os
 import pty
+import re
 import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 
 
 def main():
     script = json.load(open(sys.argv[1]))
+    options = script if isinstance(script, dict) else {"steps": script}
+    steps = options["steps"]
+    cols, rows = options.get("cols", 200), options.get("rows", 50)
     command = sys.argv[sys.argv.index("--") + 1:]
     pid, fd = pty.fork()
     if pid == 0:
-        os.environ["TERM"] = "xterm"
+        fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        os.environ["TERM"] = options.get("term", "xterm")
+        for name, value in options.get("env", {}).items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         os.execv(command[0], command)
+    if isinstance(script, dict):
+        import pyte
+        screen = pyte.Screen(cols, rows)
+        stream = pyte.ByteStream(screen)
+    else:
+        screen = stream = None
+    screens = {}
     transcript = b""
     consumed = 0
     status = None
+
+    def display():
+        return [row.rstrip() for row in screen.display] if screen else []
 
     def read_for(seconds):
         nonlocal transcript
@@ -46,9 +81,14 @@ def main():
             if not data:
                 return
             transcript += data
+            if stream:
+                stream.feed(data)
             yield
 
-    for index, step in enumerate(script):
+    def finish(ok, index):
+        report(ok, index, status, transcript, screens, display())
+
+    for index, step in enumerate(steps):
         if "send" in step:
             os.write(fd, step["send"].encode())
             time.sleep(step.get("pause", 0.05))
@@ -61,10 +101,31 @@ def main():
                     if found >= 0:
                         break
             if found < 0:
-                report(False, index, status, transcript)
+                finish(False, index)
                 os.kill(pid, 9)
                 return
             consumed = found + len(wanted)
+        elif "screen" in step:
+            pattern = re.compile(step["screen"])
+
+            def shown():
+                return any(pattern.fullmatch(row) for row in display())
+            if not shown():
+                for _ in read_for(step.get("timeout", 10)):
+                    if shown():
+                        break
+            if not shown():
+                finish(False, index)
+                os.kill(pid, 9)
+                return
+        elif "resize" in step:
+            new_rows, new_cols = step["resize"]
+            fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", new_rows, new_cols, 0, 0))
+            if screen:
+                screen.resize(new_rows, new_cols)
+        elif "snapshot" in step:
+            cursor = {"x": screen.cursor.x, "y": screen.cursor.y} if screen else {}
+            screens[step["snapshot"]] = {"display": display(), "cursor": cursor}
         elif "run" in step:
             subprocess.run(step["run"], check=True, stdout=subprocess.DEVNULL)
         elif "eof" in step:
@@ -79,18 +140,19 @@ def main():
                     break
                 time.sleep(0.05)
             if status is None:
-                report(False, index, status, transcript)
+                finish(False, index)
                 os.kill(pid, 9)
                 return
     if status is None:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
-    report(True, len(script), status, transcript)
+    finish(True, len(steps))
 
 
-def report(ok, step, status, transcript):
+def report(ok, step, status, transcript, screens, display):
     print(json.dumps({"ok": ok, "step": step, "status": status,
-                      "transcript": transcript.decode("utf-8", "replace")}))
+                      "transcript": transcript.decode("utf-8", "replace"),
+                      "esc": transcript.count(b"\x1b"), "screens": screens, "display": display}))
 
 
 if __name__ == "__main__":

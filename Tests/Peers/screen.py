@@ -2,10 +2,12 @@
 """What a terminal would do with a command's output.
 
     python3 Tests/Peers/screen.py [--cols 200] [--rows 60] [--timeout 60]
-        [--input LINE]... [--prompt REGEX] [--settle 0.3] [--eof] -- COMMAND ARGS...
+        [--input LINE]... [--prompt REGEX] [--settle 0.3] [--eof]
+        [--term TERM] [--unset NAME]... -- COMMAND ARGS...
 
-Runs COMMAND on a pseudo-terminal (TERM=xterm-256color, the rest of the
-environment inherited, the window COLS x ROWS), feeds every byte it writes
+Runs COMMAND on a pseudo-terminal (TERM=xterm-256color unless --term says,
+the rest of the environment inherited but for the variables --unset names,
+the window COLS x ROWS), feeds every byte it writes
 there (stdout and stderr alike) into a pyte terminal emulator through
 pyte.ByteStream, so that raw bytes -- invalid UTF-8, C1 controls, escape
 sequences -- are taken as a UTF-8 terminal takes them, and prints one JSON
@@ -222,6 +224,8 @@ def main():
         "--prompt", help="a regular expression: type each input only once the output since the last one "
         "(escape sequences left out) ends with a match, e.g. '> $'")
     parser.add_argument("--history", type=int, default=5000, help="rows of scrollback kept")
+    parser.add_argument("--term", default="xterm-256color", help="TERM for the command (say dumb)")
+    parser.add_argument("--unset", action="append", default=[], help="a variable taken out of the environment")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     options = parser.parse_args()
     command = options.command[1:] if options.command[:1] == ["--"] else options.command
@@ -243,7 +247,9 @@ def main():
                 signal.signal(number, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_SETMASK, [])
             env = dict(os.environ)
-            env["TERM"] = "xterm-256color"
+            env["TERM"] = options.term
+            for name in options.unset:
+                env.pop(name, None)
             os.execvpe(command[0], command, env)
         except OSError as error:
             os.write(2, ("screen.py: cannot run %s: %s\r\n" % (command[0], error)).encode())
