@@ -52,6 +52,8 @@ public actor Inventory {
         self.path = database.path
         caveat = nil
         try Schema.migrate(database)
+        // The reserve as soon as the schema is in place, while there is room.
+        if database.path != ":memory:" { Self.makeReserve(at: database.path + "-reserve") }
         try database.run(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('bench_id', ?)", [.text(UUID().uuidString.lowercased())])
         try Self.markInterrupted(database)
@@ -168,7 +170,13 @@ public actor Inventory {
     /// Makes sure the reserve file exists (mode 0600); a failure is not an
     /// error (the disk may be full already).
     public func keepSpaceInReserve() {
-        guard path != ":memory:", access(reservePath, F_OK) != 0 else { return }
+        guard path != ":memory:" else { return }
+        Self.makeReserve(at: reservePath)
+    }
+
+    /// Writes the reserve file at `reservePath` unless it exists.
+    static func makeReserve(at reservePath: String) {
+        guard access(reservePath, F_OK) != 0 else { return }
         let fd = open(reservePath, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0o600)
         guard fd >= 0 else { return }
         defer { close(fd) }

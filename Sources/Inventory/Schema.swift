@@ -202,5 +202,10 @@ enum Schema {
                 try database.execute("PRAGMA user_version = \(index + 1)")
             }
         }
+        // A migration rewrites much of the file: give the WAL's space back
+        // (a full disk must still hold the run that follows and the reserve).
+        if current < migrations.count {
+            _ = try? database.rows("PRAGMA wal_checkpoint(TRUNCATE)")
+        }
     }
 }

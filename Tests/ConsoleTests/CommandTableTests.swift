@@ -182,3 +182,25 @@ struct CommandTableTests {
         #expect(zshAnswers.stdout.contains("_beaconbench: function"), "\(zshAnswers)")
     }
 }
+
+extension CommandTableTests {
+    /// A command type that is not in the table would be a command nobody
+    /// can run: every conformance in Sources/Console/Commands is listed.
+    @Test func everyCommandTypeIsInTheTable() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Sources/Console/Commands")
+        let listed = Set(CommandTable.all.map { String(describing: $0) })
+        var declared: [String] = []
+        for file in try FileManager.default.contentsOfDirectory(atPath: root.path) where file.hasSuffix(".swift") {
+            let text = try String(contentsOf: root.appendingPathComponent(file), encoding: .utf8)
+            for line in text.split(separator: "\n") where line.hasPrefix("public struct ") {
+                let conformances = line.split(separator: ":").dropFirst().joined(separator: ":")
+                if conformances.contains("Command") {
+                    declared.append(String(line.dropFirst(14).prefix { $0 != ":" }))
+                }
+            }
+        }
+        #expect(declared.count >= 30)
+        #expect(Set(declared).isSubset(of: listed), "not in CommandTable.all: \(Set(declared).subtracting(listed))")
+    }
+}

@@ -215,7 +215,7 @@ struct TrustedOutcomesTests {
             #expect(run.status == 3, "\(run.status): \(run.stderr.suffix(2000))")
             #expect(run.stderr.contains("disk is full"), "\(run.stderr.suffix(2000))")
             let status = try await Self.rows(inventory, "SELECT status FROM runs")
-            #expect(!status.isEmpty && !status.contains("running"), "\(status)")
+            #expect(!status.isEmpty && !status.contains("running"), "\(status) \(run.stderr.suffix(1500))")
             let running = try await Self.rows(inventory, "SELECT count(*) FROM outcomes WHERE status = 'running'")
             #expect(running == ["0"])
         }
