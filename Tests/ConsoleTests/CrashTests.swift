@@ -71,7 +71,26 @@ struct CrashTests {
             var killedRuns = 0
             for kill in 0..<20 {
                 let child = try ChildProcess(builtProduct("beaconbench"), arguments)
-                try await Task.sleep(for: .milliseconds(Int.random(in: 300...2500, using: &random)))
+                if kill % 2 == 1 {
+                    // Every other kill once the run has begun (on a loaded
+                    // machine start-up and the scan can take most of 2.5 s).
+                    let deadline = ContinuousClock.now + .seconds(20)
+                    while ContinuousClock.now < deadline {
+                        // Read-only, and only once the child has made the file.
+                        guard FileManager.default.fileExists(atPath: bench.inventoryPath) else {
+                            try await Task.sleep(for: .milliseconds(20))
+                            continue
+                        }
+                        let begun = try? await Inventory(path: bench.inventoryPath, readOnly: true).query(
+                            "SELECT count(*) FROM runs WHERE pid = ?", [.integer(Int64(child.pid))]
+                        ).first?.first?.integer
+                        if (begun ?? 0) > 0 { break }
+                        try await Task.sleep(for: .milliseconds(20))
+                    }
+                    try await Task.sleep(for: .milliseconds(Int.random(in: 0...1500, using: &random)))
+                } else {
+                    try await Task.sleep(for: .milliseconds(Int.random(in: 300...2500, using: &random)))
+                }
                 Glibc.kill(child.pid, SIGKILL)
                 let (status, _) = child.waitForExit()
                 let wasKilled = status & 0x7f == SIGKILL
