@@ -1,5 +1,3 @@
-import BlueZClient
-import DBusBinding
 import Foundation
 import Inventory
 import InventorySync
@@ -129,22 +127,19 @@ public actor Session {
             let bench = try await Bench.open(bus: address, adapter: invocation.adapter, inventory: inventory)
             self.bench = bench
             return bench
-        } catch let error as BlueZError {
-            if case .bus(let busError) = error.reason,
-                busError.name == .nameHasNoOwner || busError.name == .serviceUnknown
-            {
+        } catch {
+            if Bench.isBluetoothdMissing(error) {
                 throw ConsoleFailure(
                     .infrastructure,
-                    "bluetoothd is not running on this bus (systemctl start bluetooth, or try --sim 10)")
+                    "bluetoothd is not running on this bus (systemctl start bluetooth, or try --sim 10;"
+                        + " beaconbench doctor checks the rest)")
             }
-            throw ConsoleFailure(.infrastructure, "\(error)")
-        } catch {
-            throw ConsoleFailure(.infrastructure, "cannot use the bus: \(error)")
+            throw ConsoleFailure(.infrastructure, Bench.isBusError(error) ? "\(error)" : "cannot use the bus: \(error)")
         }
     }
 
     /// bluetoothd's bus: the simulator's with `--sim` (started here).
-    func busAddress() throws(ConsoleFailure) -> BusAddress {
+    func busAddress() throws(ConsoleFailure) -> BenchBus {
         if let simulation = invocation.simulation {
             return .address(try startSimulator(simulation).bus.address)
         }

@@ -204,3 +204,22 @@ extension CommandTableTests {
         #expect(Set(declared).isSubset(of: listed), "not in CommandTable.all: \(Set(declared).subtracting(listed))")
     }
 }
+
+extension CommandTableTests {
+    /// The console reaches beacons only through the workbench: no file of
+    /// it imports the BlueZ client or the D-Bus binding.
+    @Test func theConsoleReachesBeaconsOnlyThroughTheWorkbench() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Sources/Console")
+        let files =
+            FileManager.default.enumerator(atPath: root.path)?.compactMap { $0 as? String }
+            .filter { $0.hasSuffix(".swift") } ?? []
+        #expect(files.count > 20)
+        for file in files {
+            let text = try String(contentsOf: root.appendingPathComponent(file), encoding: .utf8)
+            for line in text.split(separator: "\n") where line.hasPrefix("import ") {
+                #expect(line != "import BlueZClient" && line != "import DBusBinding", "\(file): \(line)")
+            }
+        }
+    }
+}

@@ -1,4 +1,3 @@
-import DBusBinding
 import Foundation
 import Inventory
 import Workbench
