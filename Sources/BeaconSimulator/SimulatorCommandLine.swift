@@ -169,9 +169,12 @@ public enum SimulatorMain {
         try await daemon.start()
         try await bus.export(SimulatorControl.interface(for: daemon), at: SimulatorControl.path)
         _ = try await bus.requestName(SimulatorControl.busName)
+        // Listening for the end before saying ready: a parent may send
+        // SIGTERM the moment it reads the line.
+        let endings = Endings(lifeline)
         print("ready bus=\(bus.address) adapters=\(await daemon.adapterCount) beacons=\(await daemon.beaconCount)")
         fflush(nil)
-        let ending = await waitForEnding(lifeline)
+        let ending = await endings.first()
         await daemon.saveNow()
         await bus.close()
         if ending == .parentGone { lifeline?.tidyAfterParent() }
@@ -185,35 +188,30 @@ public enum SimulatorMain {
 
     enum Ending { case signal, parentGone }
 
-    /// Waits for SIGINT or SIGTERM, or for the parent to be gone.
-    static func waitForEnding(_ lifeline: Lifeline?) async -> Ending {
-        var sources: [any DispatchSourceSignal] = []
-        let once = OnceFlag()
-        let ending = await withCheckedContinuation { (continuation: CheckedContinuation<Ending, Never>) in
-            for number in [SIGINT, SIGTERM] {
+    /// SIGINT or SIGTERM, or the parent gone, from the moment it is made.
+    final class Endings {
+        private let sources: [any DispatchSourceSignal]
+        private let stream: AsyncStream<Ending>
+
+        init(_ lifeline: Lifeline?) {
+            let (stream, continuation) = AsyncStream.makeStream(of: Ending.self)
+            self.stream = stream
+            sources = [SIGINT, SIGTERM].map { number in
                 signal(number, SIG_IGN)
                 let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-                source.setEventHandler {
-                    if once.claim() { continuation.resume(returning: .signal) }
-                }
+                source.setEventHandler { continuation.yield(.signal) }
                 source.resume()
-                sources.append(source)
+                return source
             }
-            lifeline?.watch {
-                if once.claim() { continuation.resume(returning: .parentGone) }
-            }
+            lifeline?.watch { continuation.yield(.parentGone) }
         }
-        withExtendedLifetime(sources) {}
-        return ending
-    }
-}
 
-final class OnceFlag: Sendable {
-    private let claimed = Mutex(false)
-    func claim() -> Bool {
-        claimed.withLock { claimed in
-            defer { claimed = true }
-            return !claimed
+        /// The first ending (a signal before this was called included).
+        func first() async -> Ending {
+            var iterator = stream.makeAsyncIterator()
+            return await iterator.next() ?? .signal
         }
+
+        deinit { for source in sources { source.cancel() } }
     }
 }

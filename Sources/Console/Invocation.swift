@@ -122,7 +122,6 @@ public struct Invocation: Sendable, Equatable {
         var helpAsked = false
         while index < arguments.count {
             let argument = arguments[index]
-            index += 1
             if optionsEnded {
                 if runArguments != nil {
                     runArguments?.append(argument)
@@ -131,10 +130,10 @@ public struct Invocation: Sendable, Equatable {
                     // The command's own line parser ends options there too.
                     if commandWords.count == 1 { commandWords.append("--") }
                 }
+                index += 1
                 continue
             }
             let name = argument.split(separator: "=", maxSplits: 1).first.map(String.init) ?? argument
-            index -= 1
             switch name {
             case "--":
                 optionsEnded = true

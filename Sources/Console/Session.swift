@@ -364,30 +364,6 @@ public actor Session {
         if isInteractive { printRecap() }
     }
 
-    /// The records of `kinds` pulled from these devices since `since`.
-    func showPulled(_ kinds: Set<RecordKind>, from devices: Set<String>, since: Date) async throws(ConsoleFailure) {
-        let page: RecordPage
-        do {
-            page = try await inventory().records(RecordQuery(kinds: kinds, pulledSince: since))
-        } catch let error as ConsoleFailure {
-            throw error
-        } catch {
-            throw ConsoleFailure(.infrastructure, "the inventory: \(error)")
-        }
-        let records = page.all.filter { devices.contains($0.device) }
-        if json {
-            for record in records { terminal.emit(record.resultKind, Shapes.record(record)) }
-            return
-        }
-        terminal.result("")
-        terminal.result(
-            terminal.styled("PULLED", .bold) + " \(records.count) record\(records.count == 1 ? "" : "s")"
-                + " (records list shows them again)")
-        if !records.isEmpty {
-            for line in table(RecordRows.tableHeader, records.map(RecordRows.tableRow)) { terminal.result(line) }
-        }
-    }
-
     /// The inventory's records of these devices: JSON lines of kind
     /// `device`, or each one's details for people.
     func showDevices(_ addresses: [String]) async throws(ConsoleFailure) {

@@ -54,24 +54,6 @@ public struct DeviceTable: Sendable {
         CSV.document(header: columns, rows: rows.map { row in row.map { $0.textForm ?? "" } })
     }
 
-    /// A JSON array of objects, one key per column (null where unknown).
-    public func json() -> String {
-        let objects = rows.map { row in
-            let fields = zip(columns, row).map { name, value -> String in
-                let rendered: String =
-                    switch value {
-                    case .null: "null"
-                    case .integer, .real: value.textForm ?? "null"
-                    case .text, .blob: Self.jsonString(value.textForm ?? "")
-                    }
-                return "\(Self.jsonString(name)): \(rendered)"
-            }
-            return "  {" + fields.joined(separator: ", ") + "}"
-        }
-        return "[\n" + objects.joined(separator: ",\n") + (objects.isEmpty ? "]\n" : "\n]\n")
-    }
-
-    static func jsonString(_ text: String) -> String { JSONText.string(text) }
 }
 
 /// Rows of device columns into records, shared by the SQLite inventory and

@@ -228,11 +228,12 @@ struct InventoryAuditTests {
         let csv = try await inventory.deviceTable().csv()
         #expect(csv.hasPrefix("address,mac_ending,major,minor,"))
         #expect(csv.split(separator: "\r\n").count == 3)
-        let json = try await inventory.deviceTable().json()
-        let decoded = try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [[String: Any]]
-        #expect(decoded?.count == 2)
-        #expect(decoded?.first?["address"] as? String == "C1:00:00:00:00:01")
-        #expect(decoded?.first?["config_braking"] as? Int == 350)
+        // The rows `inventory export --json` writes, one `device_row` each.
+        let table = try await inventory.deviceTable()
+        let decoded = table.rows.map { Dictionary(uniqueKeysWithValues: zip(table.columns, $0)) }
+        #expect(decoded.count == 2)
+        #expect(decoded.first?["address"]?.text == "C1:00:00:00:00:01")
+        #expect(decoded.first?["config_braking"]?.integer == 350)
     }
 }
 

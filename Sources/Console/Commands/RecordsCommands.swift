@@ -79,16 +79,45 @@ extension Session {
         }
         if csv {
             terminal.document(CSV.document(header: RecordRows.csvHeader, rows: page.all.map(RecordRows.csvRow)))
-        } else if json || document {
-            for record in page.all { terminal.emit(record.resultKind, Shapes.record(record)) }
         } else {
-            let rows = page.all.map(RecordRows.tableRow)
-            for line in table(RecordRows.tableHeader, rows) { terminal.result(line) }
-            terminal.message("\(page.count) record\(page.count == 1 ? "" : "s")")
+            write(page.all, json: json || document)
+            if !(json || document) { terminal.message("\(page.count) record\(page.count == 1 ? "" : "s")") }
         }
         if page.truncated {
             terminal.message(
                 "showing the newest \(page.count): there are more (--limit N for more, or records export)")
+        }
+    }
+}
+
+extension Session {
+    /// The records of `kinds` pulled from these devices since `since`: what
+    /// a pull brought.
+    func showPulled(_ kinds: Set<RecordKind>, from devices: Set<String>, since: Date) async throws(ConsoleFailure) {
+        let page: RecordPage
+        do {
+            page = try await inventory().records(RecordQuery(kinds: kinds, pulledSince: since))
+        } catch let error as ConsoleFailure {
+            throw error
+        } catch {
+            throw ConsoleFailure(.infrastructure, "the inventory: \(error)")
+        }
+        let records = page.all.filter { devices.contains($0.device) }
+        if !json {
+            terminal.result("")
+            terminal.result(
+                terminal.styled("PULLED", .bold) + " \(records.count) record\(records.count == 1 ? "" : "s")"
+                    + " (records list shows them again)")
+        }
+        write(records, json: json)
+    }
+
+    /// Records as JSON lines of their kinds, or a table (none when empty).
+    func write(_ records: [PulledRecord], json: Bool) {
+        if json {
+            for record in records { terminal.emit(record.resultKind, Shapes.record(record)) }
+        } else if !records.isEmpty {
+            for line in table(RecordRows.tableHeader, records.map(RecordRows.tableRow)) { terminal.result(line) }
         }
     }
 }
