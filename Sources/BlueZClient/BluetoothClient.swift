@@ -7,15 +7,24 @@ import DBusBinding
 /// When bluetoothd leaves the bus the registry is emptied and everything
 /// waiting on it fails with `bluetoothdGone`; when it comes back the
 /// registry is read again and devices are found by address as before.
+///
+/// The client runs on its bus connection's own thread (its executor is the
+/// connection's): bluetoothd's signals are applied to the registry as they
+/// are read, in order, with no task hop or buffer per signal. A depot's
+/// thousands of adverts a second cost little more than decoding them.
 public actor BluetoothClient {
     public static let bluez: BusName = "org.bluez"
 
     public let bus: BusConnection
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { bus.executor }
     /// Path → interface → property → value, as bluetoothd exports them.
     private var objects: [ObjectPath: [String: [String: BusValue]]] = [:]
     private var waiters: [Int: Waiter] = [:]
     private var nextWaiter = 0
-    private var listeners: [Task<Void, Never>] = []
+    /// Reading bluetoothd's objects again after it came back.
+    private var reloading: Task<Void, Never>?
+    private var subscription: SignalSubscription?
+    private var owners: SignalSubscription?
     /// Bumped whenever bluetoothd leaves or comes back.
     public private(set) var bluetoothdGeneration = 0
     private var connectLocks: [ObjectPath: AsyncLock] = [:]
@@ -27,6 +36,15 @@ public actor BluetoothClient {
     private var devicePathsByAddress: [String: Set<ObjectPath>] = [:]
     private var addressByDevicePath: [ObjectPath: String] = [:]
     private var attributesByDevice: [ObjectPath: Set<ObjectPath>] = [:]
+    private var adapterPaths: Set<ObjectPath> = []
+    /// Device → interface → lowercased UUID → object, built on the first
+    /// lookup after the device's GATT objects changed.
+    private var gattIndex: [ObjectPath: [String: [String: ObjectPath]]] = [:]
+    /// Bumped when the set of devices, or what a scan shows of them
+    /// (address, connection, advertised data), changes: a poller that
+    /// sees the same number has nothing new to look at.
+    public private(set) var deviceListVersion = 0
+    private static let listedProperties: Set<String> = ["Address", "Connected", "ManufacturerData", "ServicesResolved"]
     /// When each device object last showed a sign of the device in range:
     /// it appeared, or its RSSI, advertising data or TX power changed (an
     /// advert). With a discovery filter (`startDiscovery(everyAdvert:)`)
@@ -61,34 +79,36 @@ public actor BluetoothClient {
     /// Subscribes to bluetoothd's signals, then reads its objects.
     /// - Throws: `BlueZError` when bluetoothd is not on the bus.
     public func start() async throws {
-        let signals = try await bus.signals(matching: MatchRule(sender: Self.bluez))
-        let owners = try await bus.nameOwnerChanges(of: Self.bluez)
-        // The loops run on this actor: a burst of signals (a connect brings
-        // some thirty InterfacesAdded) costs no hop per signal.
-        listeners.append(Task { [weak self] in await self?.follow(signals) })
-        listeners.append(Task { [weak self] in await self?.follow(owners) })
+        // Applied on the connection's thread, which is this actor's, read
+        // in batches: a signal waits at most 5 ms when no call is pending
+        // (a registry needs no faster; replies are never delayed).
+        await bus.coalesceIncoming(upTo: .milliseconds(5))
+        subscription = try await bus.subscribe(MatchRule(sender: Self.bluez)) { [weak self] signal in
+            self?.assumeIsolated { $0.apply(signal) }
+        }
+        // bluetoothd leaving or coming back, in order with its signals.
+        owners = try await bus.subscribe(.nameOwnerChanged(Self.bluez)) { [weak self] signal in
+            guard let change = try? NameOwnerChanged(signal) else { return }
+            self?.assumeIsolated { $0.ownerChanged(change) }
+        }
         try await reload()
     }
 
     /// Stops listening.
-    public func stop() {
-        for listener in listeners { listener.cancel() }
-        listeners = []
+    public func stop() async {
+        reloading?.cancel()
+        reloading = nil
+        for subscription in [subscription, owners].compactMap({ $0 }) { await subscription.cancel() }
+        subscription = nil
+        owners = nil
         failWaiters(BlueZError(.bluetoothdGone, step: "stop"))
-    }
-
-    private func follow(_ signals: AsyncStream<BusSignal>) async {
-        for await signal in signals { apply(signal) }
-    }
-
-    private func follow(_ changes: AsyncCompactMapSequence<AsyncStream<BusSignal>, NameOwnerChanged>) async {
-        for await change in changes { await ownerChanged(change) }
     }
 
     private func reload() async throws {
         do {
             objects = try await bus.managedObjects(of: Self.bluez, timeout: timeouts.call)
             rebuildIndexes()
+            deviceListVersion += 1
             let now = ContinuousClock.now
             heardAt = [:]
             for (path, interfaces) in objects where interfaces["org.bluez.Device1"] != nil { heardAt[path] = now }
@@ -105,7 +125,10 @@ public actor BluetoothClient {
         case (.objectManager, "InterfacesAdded"):
             guard let added = try? InterfacesAdded(signal) else { return }
             objects[added.path, default: [:]].merge(added.interfaces) { $1 }
-            if added.interfaces["org.bluez.Device1"] != nil { heardAt[added.path] = .now }
+            if added.interfaces["org.bluez.Device1"] != nil {
+                heardAt[added.path] = .now
+                deviceListVersion += 1
+            }
             index(added.path)
         case (.objectManager, "InterfacesRemoved"):
             guard let removed = try? InterfacesRemoved(signal) else { return }
@@ -113,7 +136,9 @@ public actor BluetoothClient {
             if objects[removed.path]?.keys.allSatisfy({ $0.hasPrefix("org.freedesktop.DBus.") }) ?? false {
                 objects[removed.path] = nil
             }
-            if objects[removed.path]?["org.bluez.Device1"] == nil { heardAt[removed.path] = nil }
+            if objects[removed.path]?["org.bluez.Device1"] == nil, heardAt.removeValue(forKey: removed.path) != nil {
+                deviceListVersion += 1
+            }
             unindex(removed.path)
             index(removed.path)
         case (.properties, "PropertiesChanged"):
@@ -122,12 +147,17 @@ public actor BluetoothClient {
             }
             objects[change.path]?[change.interface]?.merge(change.changed) { $1 }
             for name in change.invalidated { objects[change.path]?[change.interface]?[name] = nil }
-            if change.interface == "org.bluez.Device1", !Self.advertProperties.isDisjoint(with: change.changed.keys) {
-                heardAt[change.path] = .now
-            }
-            if change.interface == "org.bluez.Device1", change.changed["Address"] != nil {
-                unindex(change.path)
-                index(change.path)
+            if change.interface == "org.bluez.Device1" {
+                if !Self.advertProperties.isDisjoint(with: change.changed.keys) { heardAt[change.path] = .now }
+                if !Self.listedProperties.isDisjoint(with: change.changed.keys)
+                    || !Self.listedProperties.isDisjoint(with: change.invalidated)
+                {
+                    deviceListVersion += 1
+                }
+                if change.changed["Address"] != nil {
+                    unindex(change.path)
+                    index(change.path)
+                }
             }
         default:
             return
@@ -135,26 +165,40 @@ public actor BluetoothClient {
         checkWaiters()
     }
 
-    private func ownerChanged(_ change: NameOwnerChanged) async {
+    private func ownerChanged(_ change: NameOwnerChanged) {
         bluetoothdGeneration += 1
+        deviceListVersion += 1
         objects = [:]
         heardAt = [:]
         rebuildIndexes()
         failWaiters(BlueZError(.bluetoothdGone, step: "wait"))
-        if change.newOwner != nil { try? await reload() }
+        if change.newOwner != nil {
+            let generation = bluetoothdGeneration
+            reloading?.cancel()
+            reloading = Task { [weak self] in
+                // Read again unless bluetoothd changed once more meanwhile.
+                guard await self?.bluetoothdGeneration == generation else { return }
+                try? await self?.reload()
+            }
+        }
     }
 
     // MARK: Indexes
 
-    /// The device a GATT object belongs to: `/org/bluez/hciN/dev_…`.
+    /// The device a GATT object belongs to: `/org/bluez/hciN/dev_…` (it
+    /// runs for every object bluetoothd announces: nothing split or joined).
     static func deviceAncestor(of path: ObjectPath) -> ObjectPath? {
-        let components = path.components
-        guard components.count > 4, components[3].hasPrefix("dev_") else { return nil }
-        return try? ObjectPath("/" + components.prefix(4).joined(separator: "/"))
+        guard let device = path.ancestor(depth: 4),
+            device.rawValue.utf8.reversed().firstIndex(of: UInt8(ascii: "/")).map({ slash in
+                device.rawValue.utf8[slash.base...].starts(with: "dev_".utf8)
+            }) ?? false
+        else { return nil }
+        return device
     }
 
     private func index(_ path: ObjectPath) {
         guard let interfaces = objects[path] else { return }
+        if interfaces["org.bluez.Adapter1"] != nil { adapterPaths.insert(path) }
         if let address = interfaces["org.bluez.Device1"]?["Address"]?.string?.uppercased(),
             Device.isValidAddress(address)
         {
@@ -165,21 +209,27 @@ public actor BluetoothClient {
             interfaces.keys.contains(where: { $0.hasPrefix("org.bluez.Gatt") })
         {
             attributesByDevice[device, default: []].insert(path)
+            gattIndex[device] = nil
         }
     }
 
     private func unindex(_ path: ObjectPath) {
+        adapterPaths.remove(path)
         if let address = addressByDevicePath.removeValue(forKey: path) {
             devicePathsByAddress[address]?.remove(path)
             if devicePathsByAddress[address]?.isEmpty == true { devicePathsByAddress[address] = nil }
         }
-        if let device = Self.deviceAncestor(of: path) { attributesByDevice[device]?.remove(path) }
+        if let device = Self.deviceAncestor(of: path), attributesByDevice[device]?.remove(path) != nil {
+            gattIndex[device] = nil
+        }
     }
 
     private func rebuildIndexes() {
         devicePathsByAddress = [:]
         addressByDevicePath = [:]
         attributesByDevice = [:]
+        gattIndex = [:]
+        adapterPaths = []
         for path in objects.keys { index(path) }
     }
 
@@ -189,6 +239,20 @@ public actor BluetoothClient {
             guard let uuid = objects[path]?[interface]?["UUID"]?.string else { return nil }
             return (path, uuid.lowercased())
         }
+    }
+
+    /// The GATT object of one interface under a device with `uuid`
+    /// (lowercase), from the device's index.
+    func gattObject(under device: ObjectPath, interface: String, uuid: String) -> ObjectPath? {
+        if let index = gattIndex[device] { return index[interface]?[uuid] }
+        var index: [String: [String: ObjectPath]] = [:]
+        for path in attributesByDevice[device] ?? [] {
+            for (name, properties) in objects[path] ?? [:] {
+                if let found = properties["UUID"]?.string { index[name, default: [:]][found.lowercased()] = path }
+            }
+        }
+        gattIndex[device] = index
+        return index[interface]?[uuid]
     }
 
     /// Wakes the waiters whose condition now holds (also after a change
@@ -244,8 +308,8 @@ public actor BluetoothClient {
     public func allObjects() -> [ObjectPath: [String: [String: BusValue]]] { objects }
 
     public func adapters() -> [Adapter] {
-        objects.compactMap { path, interfaces in
-            interfaces["org.bluez.Adapter1"].map { Adapter(path: path, properties: $0) }
+        adapterPaths.compactMap { path in
+            objects[path]?["org.bluez.Adapter1"].map { Adapter(path: path, properties: $0) }
         }.sorted { $0.path < $1.path }
     }
 
@@ -275,9 +339,10 @@ public actor BluetoothClient {
 
     /// Every device bluetoothd knows, on every adapter.
     public func devices() -> [Device] {
-        objects.compactMap { path, interfaces in
-            interfaces["org.bluez.Device1"].map { Device(path: path, properties: $0, lastHeard: heardAt[path]) }
-        }.filter { Device.isValidAddress($0.address) }.sorted { $0.path < $1.path }
+        // Only the objects with a valid address are indexed.
+        addressByDevicePath.keys.compactMap { path in
+            objects[path]?["org.bluez.Device1"].map { Device(path: path, properties: $0, lastHeard: heardAt[path]) }
+        }.sorted { $0.path < $1.path }
     }
 
     /// The device with `address`, on `adapter` if given.
@@ -290,10 +355,27 @@ public actor BluetoothClient {
         }.first
     }
 
+    /// What each device advertises under one company identifier, by
+    /// address (uppercase); built without making a `Device` of each.
+    public func advertisedData(company: UInt16) -> [String: [UInt8]] {
+        var result: [String: [UInt8]] = [:]
+        for (path, address) in addressByDevicePath {
+            guard
+                case .dictionary(_, _, let entries)? = objects[path]?["org.bluez.Device1"]?["ManufacturerData"]?
+                    .unwrapped
+            else { continue }
+            for entry in entries {
+                guard case .uint16(company) = entry.key, let bytes = entry.value.bytes else { continue }
+                result[address] = bytes
+            }
+        }
+        return result
+    }
+
     // MARK: Adapters and discovery
 
     @discardableResult
-    private func call(
+    private nonisolated func call(
         _ path: ObjectPath, _ interface: InterfaceName, _ member: MemberName, _ body: [BusValue] = [],
         timeout: Duration? = nil, step: String, device: String? = nil, characteristic: String? = nil
     ) async throws -> BusMessage {
@@ -366,7 +448,9 @@ public actor BluetoothClient {
         return lock
     }
 
-    func invoke(
+    /// A call to bluetoothd, made from the caller's own thread (no hop onto
+    /// this actor: the registry is not needed for it).
+    nonisolated func invoke(
         _ path: ObjectPath, _ interface: InterfaceName, _ member: MemberName, _ body: [BusValue] = [],
         timeout: Duration, step: String, device: String?, characteristic: String? = nil
     ) async throws -> BusMessage {

@@ -193,10 +193,9 @@ public struct DeviceSession: Sendable {
 
     /// The object path of the characteristic with `uuid`.
     public func characteristic(_ uuid: String) async throws -> ObjectPath {
-        let wanted = uuid.lowercased()
         guard
-            let found = await client.gattObjects(under: path, interface: "org.bluez.GattCharacteristic1")
-                .first(where: { $0.uuid == wanted })
+            let found = await client.gattObject(
+                under: path, interface: "org.bluez.GattCharacteristic1", uuid: uuid.lowercased())
         else {
             // Gone with the link (or with bluetoothd) is not missing.
             let linkUp = await client.object(path)?["org.bluez.Device1"]?["ServicesResolved"]?.bool ?? false
@@ -204,7 +203,7 @@ public struct DeviceSession: Sendable {
                 linkUp ? .missingAttribute("characteristic") : .disconnected, device: address, step: "find",
                 characteristic: uuid)
         }
-        return found.path
+        return found
     }
 
     /// Checks that the device shows a service.

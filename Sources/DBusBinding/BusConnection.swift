@@ -208,6 +208,44 @@ public final class BusConnection: Sendable {
         try await core.subscribe(rule, bufferingPolicy: bufferingPolicy)
     }
 
+    /// Subscribes `handler` to the signals matching `rule`, for a subscriber
+    /// that runs on this connection's own thread (an actor whose
+    /// `unownedExecutor` is `executor`): the handler is called there, for
+    /// each signal in the order they came, as soon as it is read — no task
+    /// hop, no buffering. It must be quick and must not block. The rule is
+    /// on the bus when this returns.
+    ///
+    /// ```swift
+    /// actor Registry {
+    ///     nonisolated var unownedExecutor: UnownedSerialExecutor { bus.executor }
+    ///     …
+    ///     subscription = try await bus.subscribe(rule) { [weak self] signal in
+    ///         self?.assumeIsolated { $0.apply(signal) }
+    ///     }
+    /// }
+    /// ```
+    public func subscribe(
+        _ rule: MatchRule, handler: @escaping @Sendable (BusSignal) -> Void
+    ) async throws -> SignalSubscription {
+        let id = try await core.subscribe(rule, handler: handler)
+        return SignalSubscription(core: core, id: id, rule: rule)
+    }
+
+    /// Lets a wake-up for incoming data wait up to `window` before reading,
+    /// while no call made on this connection is pending: a listener that
+    /// takes thousands of signals a second then reads them in batches, one
+    /// wake-up each, at the cost of up to `window` of delay for a signal.
+    /// Replies are never delayed (a pending call turns it off, and a call
+    /// sent meanwhile ends the wait). Off (zero) unless set; not for a
+    /// connection that serves method calls promptly.
+    public func coalesceIncoming(upTo window: Duration) async {
+        await core.setCoalescing(window)
+    }
+
+    /// The serial executor of this connection's thread, for an actor that
+    /// takes its signals with `subscribe(_:handler:)`.
+    public nonisolated var executor: UnownedSerialExecutor { core.loop.asUnownedSerialExecutor() }
+
     /// Changes of a name's owner: a peer appearing, or vanishing (its
     /// connection closed or it released the name).
     public func nameOwnerChanges(
@@ -331,5 +369,17 @@ extension BusConnection {
     {
         try await call(destination, path, .introspectable, "Introspect", timeout: timeout)
             .body(as: "s")[0].string ?? ""
+    }
+}
+
+/// A subscription made with `BusConnection.subscribe(_:handler:)`; `cancel()`
+/// ends it and drops its match rule.
+public struct SignalSubscription: Sendable {
+    let core: ConnectionCore
+    let id: Int
+    let rule: MatchRule
+
+    public func cancel() async {
+        await core.unsubscribe(id, rule: rule)
     }
 }

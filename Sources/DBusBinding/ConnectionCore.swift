@@ -19,6 +19,9 @@ actor ConnectionCore {
     private let io = IOTable()
     private(set) var uniqueName = ""
     private var nextToken = 0
+    /// How long a wake-up for incoming data may wait before reading, in
+    /// nanoseconds, while no call of ours is pending (0: never).
+    var coalescing: UInt64 = 0
 
     /// Calls we made, sent by the calling tasks themselves.
     nonisolated let calls: PendingCalls
@@ -26,7 +29,25 @@ actor ConnectionCore {
     // Signals we receive.
     private struct Subscription {
         var rule: MatchRule
-        var continuation: AsyncStream<BusSignal>.Continuation
+        var sink: Sink
+    }
+    /// Where a subscription's signals go: a stream (its consumer resumes
+    /// on its own executor), or a handler called right here on the
+    /// connection's thread, in order, with no task hop per signal.
+    private enum Sink {
+        case stream(AsyncStream<BusSignal>.Continuation)
+        case handler(@Sendable (BusSignal) -> Void)
+
+        func deliver(_ signal: BusSignal) {
+            switch self {
+            case .stream(let continuation): continuation.yield(signal)
+            case .handler(let handler): handler(signal)
+            }
+        }
+
+        func finish() {
+            if case .stream(let continuation) = self { continuation.finish() }
+        }
     }
     private var subscriptions: [Int: Subscription] = [:]
     private var matchRuleUsers: [String: Int] = [:]
@@ -87,9 +108,9 @@ actor ConnectionCore {
         connection = nil
         closeReason = reason
         for call in calls.detach(reason: reason) { call.continuation.resume(throwing: reason) }
-        let streams = subscriptions.values.map(\.continuation)
+        let sinks = subscriptions.values.map(\.sink)
         subscriptions.removeAll()
-        for stream in streams { stream.finish() }
+        for sink in sinks { sink.finish() }
         for task in handlerTasks.values { task.cancel() }
         handlerTasks.removeAll()
         for message in incomingCalls.values { dbus_message_unref(message) }
@@ -125,6 +146,9 @@ actor ConnectionCore {
             timeout = Int32(min(milliseconds, UInt64(Int32.max)))
         }
         let ready = poll(&fds, nfds_t(fds.count), timeout)
+        if blocking, ready > 0, coalescing > 0, fds[0].revents == 0, calls.prepareToLinger() {
+            linger()
+        }
         if blocking { calls.markAwake() }
         if ready > 0 {
             if fds[0].revents != 0 { loop.drainWakePipe() }
@@ -144,6 +168,18 @@ actor ConnectionCore {
         routeIncoming()
         expireCalls(now: now)
     }
+
+    /// Waits up to `coalescing` on the wake pipe alone, so that the data
+    /// that woke the loop is read together with what follows it: a stream
+    /// of signals (thousands of adverts a second) then costs one wake-up
+    /// per batch instead of one per signal. A job or a call ends the wait.
+    private func linger() {
+        var wake = pollfd(fd: loop.wakeReadFD, events: Int16(POLLIN), revents: 0)
+        let milliseconds = Int32(min(coalescing / 1_000_000, 1000))
+        if poll(&wake, 1, milliseconds) > 0 { loop.drainWakePipe() }
+    }
+
+    func setCoalescing(_ window: Duration) { coalescing = window.nanoseconds }
 
     private func routeIncoming() {
         while let opened = connection, let message = dbus_connection_pop_message(opened) {
@@ -193,7 +229,7 @@ actor ConnectionCore {
         guard !subscriptions.isEmpty, let signal = BusSignal(message) else { return }
         for subscription in subscriptions.values
         where subscription.rule.matches(message, ownerOf: { self.nameOwners[$0] }) {
-            subscription.continuation.yield(signal)
+            subscription.sink.deliver(signal)
         }
     }
 
@@ -308,9 +344,24 @@ actor ConnectionCore {
     {
         guard connection != nil else { throw closeReason ?? .closed }
         let (stream, continuation) = AsyncStream.makeStream(of: BusSignal.self, bufferingPolicy: bufferingPolicy)
+        let id = try await addSubscription(rule, .stream(continuation))
+        continuation.onTermination = { [weak self] _ in
+            Task { await self?.unsubscribe(id, rule: rule) }
+        }
+        return stream
+    }
+
+    /// Subscribes `handler`, called on this connection's thread for each
+    /// matching signal, in order; returns the token `unsubscribe` takes.
+    func subscribe(_ rule: MatchRule, handler: @escaping @Sendable (BusSignal) -> Void) async throws -> Int {
+        guard connection != nil else { throw closeReason ?? .closed }
+        return try await addSubscription(rule, .handler(handler))
+    }
+
+    private func addSubscription(_ rule: MatchRule, _ sink: Sink) async throws -> Int {
         nextToken += 1
         let id = nextToken
-        subscriptions[id] = Subscription(rule: rule, continuation: continuation)
+        subscriptions[id] = Subscription(rule: rule, sink: sink)
         do {
             if let sender = rule.sender, !sender.isUnique, sender != .bus {
                 try await watchOwner(of: sender.rawValue)
@@ -318,17 +369,14 @@ actor ConnectionCore {
             try await addMatch(rule)
         } catch {
             subscriptions[id] = nil
-            continuation.finish()
+            sink.finish()
             throw error
         }
-        continuation.onTermination = { [weak self] _ in
-            Task { await self?.unsubscribe(id, rule: rule) }
-        }
-        return stream
+        return id
     }
 
-    private func unsubscribe(_ id: Int, rule: MatchRule) {
-        subscriptions[id] = nil
+    func unsubscribe(_ id: Int, rule: MatchRule) {
+        guard subscriptions.removeValue(forKey: id) != nil else { return }
         removeMatch(rule)
         if let sender = rule.sender, !sender.isUnique, sender != .bus {
             unwatchOwner(of: sender.rawValue)

@@ -38,6 +38,21 @@ public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertibl
         rawValue.split(separator: "/", omittingEmptySubsequences: true)
     }
 
+    /// The ancestor made of the first `depth` elements (`/a/b` of
+    /// `/a/b/c` for 2), or nil unless the path has more than `depth`.
+    /// Found by counting slashes, with nothing split: cheap enough for
+    /// every signal.
+    public func ancestor(depth: Int) -> ObjectPath? {
+        guard depth > 0 else { return nil }
+        let utf8 = rawValue.utf8
+        var slashes = 0
+        for index in utf8.indices where utf8[index] == UInt8(ascii: "/") {
+            slashes += 1
+            if slashes == depth + 1 { return ObjectPath(unchecked: String(rawValue[..<index])) }
+        }
+        return nil
+    }
+
     /// The path one level up, or nil for `/`.
     public var parent: ObjectPath? {
         guard self != .root else { return nil }

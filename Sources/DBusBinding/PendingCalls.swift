@@ -135,6 +135,17 @@ final class PendingCalls: Sendable {
         }
     }
 
+    /// Called by the connection's thread before it lingers (see
+    /// `ConnectionCore.coalescing`): a call sent meanwhile wakes it, and
+    /// returns whether no call is pending (only then may it linger).
+    func prepareToLinger() -> Bool {
+        state.withLock { state in
+            guard state.entries.isEmpty else { return false }
+            state.loopSleepsUntil = .max
+            return true
+        }
+    }
+
     func markAwake() {
         state.withLock { $0.loopSleepsUntil = 0 }
     }

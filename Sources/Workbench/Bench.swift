@@ -134,9 +134,25 @@ public actor Bench {
         try await beginDiscovery(rssiFloor: rssiFloor)
         var reported = Set<String>()
         let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
+        // The list is read again only when a device came, went or changed
+        // its adverts: an RSSI moving (thousands a second in a depot) is
+        // not news to a scan. Below the RSSI floor, a beacon is looked at
+        // on every round until it comes close enough.
+        var listed = -1
+        var below = false
         while ContinuousClock.now < deadline, !Task.isCancelled {
-            for beacon in await seen() where reported.insert(beacon.address).inserted {
-                if rssiFloor.map({ (beacon.rssi ?? -128) >= $0 }) ?? true { onFound(beacon) }
+            let version = await client.deviceListVersion
+            if version != listed || below {
+                listed = version
+                below = false
+                for beacon in await seen() where !reported.contains(beacon.address) {
+                    guard rssiFloor.map({ (beacon.rssi ?? -128) >= $0 }) ?? true else {
+                        below = true
+                        continue
+                    }
+                    reported.insert(beacon.address)
+                    onFound(beacon)
+                }
             }
             try? await Task.sleep(for: min(.milliseconds(200), deadline - ContinuousClock.now))
         }
@@ -167,6 +183,13 @@ public actor Bench {
         if discoveryUsers == 0 {
             for adapter in try await adapters() { try await client.stopDiscovery(on: adapter) }
         }
+    }
+
+    /// Changes when the devices bluetoothd knows, or what their adverts
+    /// say, change (not their RSSI): a poller with the same number has
+    /// nothing new to list.
+    public var deviceListVersion: Int {
+        get async { await client.deviceListVersion }
     }
 
     /// The SBeacons bluetoothd knows on this bench's adapter, by address.

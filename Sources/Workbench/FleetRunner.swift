@@ -974,11 +974,9 @@ public actor FleetRunner {
     /// The identities the SBeacons in range advertise, by address.
     private nonisolated func advertisedIdentities() async -> [String: BeaconIdentity] {
         var result: [String: BeaconIdentity] = [:]
-        for device in await client.devices() {
-            guard let bytes = device.manufacturerData[SBeaconUUID.appleCompanyID],
-                let advert = try? IBeaconAdvert(bytes: bytes)
-            else { continue }
-            result[device.address.uppercased()] = advert.identity
+        for (address, bytes) in await client.advertisedData(company: SBeaconUUID.appleCompanyID) {
+            guard let advert = try? IBeaconAdvert(bytes: bytes) else { continue }
+            result[address] = advert.identity
         }
         return result
     }

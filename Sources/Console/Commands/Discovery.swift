@@ -141,7 +141,19 @@ extension Session {
         let terminal = self.terminal
         var known = Set(seenCache.map(\.address))
         backgroundWatcher = Task {
+            var listed = -1
+            var lookedAt = ContinuousClock.now
             while !Task.isCancelled {
+                // Looked at again when a device came, went or changed its
+                // adverts, and every second (a beacon falls silent without
+                // a signal).
+                let version = await bench.deviceListVersion
+                guard version != listed || ContinuousClock.now - lookedAt >= .seconds(1) else {
+                    try? await Task.sleep(for: .milliseconds(250))
+                    continue
+                }
+                listed = version
+                lookedAt = ContinuousClock.now
                 // In range: heard lately, and still known to bluetoothd.
                 let seen = await bench.inRange()
                 let now = Set(seen.map(\.address))
