@@ -240,7 +240,7 @@ func peerListening(
                 try sibling("beaconbench"),
                 [
                     "--bus", simulator.bus.address, "--inventory", directory + "/inventory.sqlite", "--json", "scan",
-                    "\(Int(seconds))s",
+                    "\(max(1, Int(seconds.rounded())))s",
                 ], in: directory)
             guard child.status == 0 else {
                 throw LocalBusError("beaconbench scan exited with status \(child.status >> 8): \(child.output)")
