@@ -82,9 +82,23 @@ struct PeerStartup: Codable {
     var promptRatio: Double
 }
 
+/// The bleak script as first written: the scan stopped before the fleet
+/// is worked on, BlueZ' TemporaryTimeout left at 30 s, a realistic radio.
+struct PeerVanishing: Codable {
+    var beacons: Int
+    var found: Int
+    var provisioned: Int
+    var skipped: Int
+    var failed: Int
+    /// Failed with "device … not found": removed by bluetoothd before their turn.
+    var lost: Int
+    var wallSeconds: Double
+}
+
 struct PeersResult: Codable {
     var python: String
     var provisioning: PeerProvisioning?
+    var vanishing: PeerVanishing?
     var listening: PeerListening?
     var startup: PeerStartup?
 }
@@ -95,8 +109,11 @@ struct PeerOptions {
     var listenSeconds = 60.0
     var runs = 3
     var startupRuns = 15
+    /// Beacons of the TemporaryTimeout check (0: none).
+    var vanishCount = 100
 
-    static let quick = PeerOptions(count: 100, listenCount: 2000, listenSeconds: 15, runs: 3, startupRuns: 9)
+    static let quick = PeerOptions(
+        count: 100, listenCount: 2000, listenSeconds: 15, runs: 3, startupRuns: 9, vanishCount: 0)
 }
 
 /// The Python that has bleak: `BENCH_PYTHON`, else the first `python3` on
@@ -216,6 +233,28 @@ func peerProvisioning(count: Int, runs: Int, python: String) async throws -> Pee
         sameDevices: results.allSatisfy { outcome($0) == reference })
 }
 
+/// The bleak script on a realistic radio with BlueZ' default
+/// TemporaryTimeout: how many devices it loses when its scan stops.
+func peerVanishing(count: Int, python: String) async throws -> PeerVanishing {
+    let directory = try scratchDirectory()
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let simulator = try SimulatorProcess.start(
+        executable: try sibling("beaconbench-sim"),
+        arguments: ["--count", String(count), "--fresh", "--latency", "realistic"])
+    defer { simulator.stop() }
+    let child = try runPeerScript(
+        python, "bleak_provision.py", ["--scan", "3"], bus: simulator.bus.address, in: directory)
+    let summary = jsonLines(child.output).last ?? [:]
+    guard child.status == 0, summary["found"] != nil else {
+        throw LocalBusError("bleak_provision.py exited with status \(child.status >> 8): \(child.output)")
+    }
+    let errors = summary["errors"] as? [String: Int] ?? [:]
+    return PeerVanishing(
+        beacons: count, found: summary["found"] as? Int ?? 0, provisioned: summary["provisioned"] as? Int ?? 0,
+        skipped: summary["skipped"] as? Int ?? 0, failed: summary["failed"] as? Int ?? 0,
+        lost: errors.filter { $0.key.contains("not found") }.values.reduce(0, +), wallSeconds: child.wallSeconds)
+}
+
 /// `beaconbench scan S` against the bleak listener, each on a fresh
 /// simulator of `count` beacons advertising every `advertMilliseconds`.
 func peerListening(
@@ -316,6 +355,10 @@ func peersBenchmark(_ options: PeerOptions) async throws -> PeersResult {
         "peers: provisioning \(options.count) new beacons, no radio latency, beaconbench and bleak, \(options.runs) runs"
     )
     result.provisioning = try await peerProvisioning(count: options.count, runs: options.runs, python: python)
+    if options.vanishCount > 0 {
+        log("peers: the bleak script on a realistic radio, TemporaryTimeout 30 s, \(options.vanishCount) beacons")
+        result.vanishing = try await peerVanishing(count: options.vanishCount, python: python)
+    }
     log("peers: listening to \(options.listenCount) beacons at 1 Hz for \(format(options.listenSeconds, 0)) s")
     result.listening = try await peerListening(
         count: options.listenCount, seconds: options.listenSeconds, python: python)
@@ -345,6 +388,13 @@ func peerRows(_ result: PeersResult) -> [Row] {
                 scenario: "peers: same devices (found, provisioned/skipped/failed)",
                 value: "beaconbench \(describe("beaconbench")), bleak \(describe("bleak"))", goal: "the same",
                 met: p.sameDevices))
+    }
+    if let v = result.vanishing {
+        rows.append(
+            Row(
+                scenario: "peers: bleak script, realistic radio, TemporaryTimeout 30 s (\(v.beacons) beacons)",
+                value: "\(v.lost) lost when its scan stopped; \(v.provisioned)/\(v.skipped)/\(v.failed)",
+                goal: "-"))
     }
     if let l = result.listening {
         rows.append(

@@ -3,7 +3,7 @@
 // dbus-daemon; nothing touches the machine's buses.
 //
 //   beaconbench-bench all|dbus|inventory|sync|peers [--quick] [--seconds S] [--json FILE]
-//       peers: [--count N] [--listen-count N] [--listen-seconds S] [--runs N]
+//       peers: [--count N] [--listen-count N] [--listen-seconds S] [--runs N] [--vanish-count N]
 //       (beaconbench beside bleak 3.1 and bluetoothctl; Peers.swift)
 //   beaconbench-bench inventory-writer PATH   (the crash-safety test's writer)
 import DBusBinding
@@ -289,7 +289,7 @@ var quick = false
 var peerOptions: PeerOptions?
 let usage =
     "usage: beaconbench-bench all|dbus|inventory|sync|peers [--quick] [--seconds S] [--json FILE]\n"
-    + "       [--count N] [--listen-count N] [--listen-seconds S] [--runs N]   (peers)\n"
+    + "       [--count N] [--listen-count N] [--listen-seconds S] [--runs N] [--vanish-count N]   (peers)\n"
 func fail(_ message: String) -> Never {
     FileHandle.standardError.write(Data((message + "\n" + usage).utf8))
     exit(1)
@@ -311,6 +311,13 @@ while !arguments.isEmpty {
     case "--listen-count": peerOptions = (peerOptions ?? PeerOptions()).with { $0.listenCount = Int(number()) }
     case "--listen-seconds": peerOptions = (peerOptions ?? PeerOptions()).with { $0.listenSeconds = number() }
     case "--runs": peerOptions = (peerOptions ?? PeerOptions()).with { $0.runs = Int(number()) }
+    case "--vanish-count":
+        // 0 leaves the check out.
+        guard let text = arguments.first, let value = Int(text), value >= 0 else {
+            fail("--vanish-count wants a number")
+        }
+        arguments.removeFirst()
+        peerOptions = (peerOptions ?? PeerOptions()).with { $0.vanishCount = value }
     default: fail("unknown option '\(option)'")
     }
 }

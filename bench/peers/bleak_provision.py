@@ -33,6 +33,9 @@ TemporaryTimeout (30 s): the benchmark runs the simulator with
 `--temporary-timeout 600` for both tools, so that no device vanishes before
 its turn (with 30 s and a realistic radio, most of a 100-beacon fleet would).
 
+(`beaconbench-bench peers` also runs it once without that, on a realistic
+radio, and counts the devices lost: errors "device 'dev_…' not found".)
+
 Prints one line of JSON:
 `{"found": N, "selected": N, "provisioned": N, "skipped": N, "failed": N,
   "errors": {...}}` — provisioned counts the devices whose every step
@@ -41,6 +44,7 @@ succeeded (beaconbench's "changed").
 import argparse
 import asyncio
 import json
+import re
 import struct
 import time
 
@@ -188,7 +192,7 @@ async def main():
                 counts["skipped"] += 1
             except Exception as error:  # a bench full of radios: record and go on
                 counts["failed"] += 1
-                key = type(error).__name__ + ": " + str(error)[:60]
+                key = type(error).__name__ + ": " + re.sub(r"dev_[0-9A-Fa-f_]+", "dev_…", str(error))[:60]
                 errors[key] = errors.get(key, 0) + 1
             finally:
                 if client is not None:
