@@ -60,6 +60,9 @@ struct PeerListenRun: Codable {
     var seen: Int
     /// bleak: detection callbacks.
     var callbacks: Int?
+    /// CPU per signal with start-up and the first round of devices left
+    /// out: (CPU − CPU of a 2 s run) / (signals − its signals).
+    var steadyMicrosecondsPerSignal: Double?
 }
 
 struct PeerListening: Codable {
@@ -255,8 +258,55 @@ func peerVanishing(count: Int, python: String) async throws -> PeerVanishing {
         lost: errors.filter { $0.key.contains("not found") }.values.reduce(0, +), wallSeconds: child.wallSeconds)
 }
 
+/// One listening run of `tool` on a fresh simulator.
+func listenOnce(
+    tool: String, count: Int, seconds: Double, python: String, advertMilliseconds: Int
+) async throws
+    -> PeerListenRun
+{
+    let directory = try scratchDirectory()
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let simulator = try SimulatorProcess.start(
+        executable: try sibling("beaconbench-sim"),
+        arguments: ["--count", String(count), "--latency", "none", "--advert-ms", String(advertMilliseconds)])
+    defer { simulator.stop() }
+    let before = try await simulatorActivity(simulator).discoverySignals
+    let child: ChildRun
+    var seen = 0
+    var callbacks: Int?
+    if tool == "beaconbench" {
+        child = try runMeasured(
+            try sibling("beaconbench"),
+            [
+                "--bus", simulator.bus.address, "--inventory", directory + "/inventory.sqlite", "--json", "scan",
+                "\(max(1, Int(seconds.rounded())))s",
+            ], in: directory)
+        guard child.status == 0 else {
+            throw LocalBusError("beaconbench scan exited with status \(child.status >> 8): \(child.output)")
+        }
+        seen = jsonLines(child.output).first { $0["kind"] as? String == "scan" }?["seen"] as? Int ?? 0
+    } else {
+        child = try runPeerScript(
+            python, "bleak_listen.py", ["--seconds", String(seconds)], bus: simulator.bus.address, in: directory)
+        let summary = jsonLines(child.output).last ?? [:]
+        guard child.status == 0, summary["beacons"] != nil else {
+            throw LocalBusError("bleak_listen.py exited with status \(child.status >> 8): \(child.output)")
+        }
+        seen = summary["beacons"] as? Int ?? 0
+        callbacks = summary["callbacks"] as? Int
+    }
+    let signals = try await simulatorActivity(simulator).discoverySignals - before
+    return PeerListenRun(
+        tool: tool, wallSeconds: child.wallSeconds, cpuSeconds: child.cpuSeconds,
+        percentOfCore: child.cpuSeconds / child.wallSeconds * 100, signals: signals,
+        microsecondsPerSignal: child.cpuSeconds * 1e6 / Double(max(1, signals)), seen: seen, callbacks: callbacks)
+}
+
 /// `beaconbench scan S` against the bleak listener, each on a fresh
-/// simulator of `count` beacons advertising every `advertMilliseconds`.
+/// simulator of `count` beacons advertising every `advertMilliseconds`;
+/// then each for 2 s, for the steady-state cost of a signal (the long
+/// run's CPU and signals less the short one's: start-up and the first
+/// round of InterfacesAdded left out).
 func peerListening(
     count: Int, seconds: Double, python: String, advertMilliseconds: Int = 1000
 ) async throws
@@ -264,46 +314,22 @@ func peerListening(
 {
     var runs: [PeerListenRun] = []
     for tool in ["beaconbench", "bleak"] {
-        let directory = try scratchDirectory()
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        let simulator = try SimulatorProcess.start(
-            executable: try sibling("beaconbench-sim"),
-            arguments: ["--count", String(count), "--latency", "none", "--advert-ms", String(advertMilliseconds)])
-        defer { simulator.stop() }
-        let before = try await simulatorActivity(simulator).discoverySignals
-        let child: ChildRun
-        var seen = 0
-        var callbacks: Int?
-        if tool == "beaconbench" {
-            child = try runMeasured(
-                try sibling("beaconbench"),
-                [
-                    "--bus", simulator.bus.address, "--inventory", directory + "/inventory.sqlite", "--json", "scan",
-                    "\(max(1, Int(seconds.rounded())))s",
-                ], in: directory)
-            guard child.status == 0 else {
-                throw LocalBusError("beaconbench scan exited with status \(child.status >> 8): \(child.output)")
+        var run = try await listenOnce(
+            tool: tool, count: count, seconds: seconds, python: python, advertMilliseconds: advertMilliseconds)
+        if seconds > 4 {
+            let short = try await listenOnce(
+                tool: tool, count: count, seconds: 2, python: python, advertMilliseconds: advertMilliseconds)
+            if run.signals > short.signals {
+                run.steadyMicrosecondsPerSignal =
+                    (run.cpuSeconds - short.cpuSeconds) * 1e6 / Double(run.signals - short.signals)
             }
-            seen = jsonLines(child.output).first { $0["kind"] as? String == "scan" }?["seen"] as? Int ?? 0
-        } else {
-            child = try runPeerScript(
-                python, "bleak_listen.py", ["--seconds", String(seconds)], bus: simulator.bus.address, in: directory)
-            let summary = jsonLines(child.output).last ?? [:]
-            guard child.status == 0, summary["beacons"] != nil else {
-                throw LocalBusError("bleak_listen.py exited with status \(child.status >> 8): \(child.output)")
-            }
-            seen = summary["beacons"] as? Int ?? 0
-            callbacks = summary["callbacks"] as? Int
         }
-        let signals = try await simulatorActivity(simulator).discoverySignals - before
-        let run = PeerListenRun(
-            tool: tool, wallSeconds: child.wallSeconds, cpuSeconds: child.cpuSeconds,
-            percentOfCore: child.cpuSeconds / child.wallSeconds * 100, signals: signals,
-            microsecondsPerSignal: child.cpuSeconds * 1e6 / Double(max(1, signals)), seen: seen, callbacks: callbacks)
         FileHandle.standardError.write(
             Data(
-                ("…   \(tool): \(format(run.percentOfCore, 2)) % of a core, \(signals) signals, "
-                    + "\(format(run.microsecondsPerSignal)) µs/signal, \(seen) seen\n").utf8))
+                ("…   \(tool): \(format(run.percentOfCore, 2)) % of a core, \(run.signals) signals, "
+                    + "\(format(run.microsecondsPerSignal)) µs/signal"
+                    + (run.steadyMicrosecondsPerSignal.map { " (steady \(format($0)) µs)" } ?? "")
+                    + ", \(run.seen) seen\n").utf8))
         runs.append(run)
     }
     return PeerListening(
@@ -410,7 +436,8 @@ func peerRows(_ result: PeersResult) -> [Row] {
                 value:
                     "beaconbench \(format(l.beaconbench.microsecondsPerSignal)) µs (\(l.beaconbench.signals)), "
                     + "bleak \(format(l.bleak.microsecondsPerSignal)) µs (\(l.bleak.signals)) "
-                    + "= \(format(l.perSignalRatio, 2)) ×",
+                    + "= \(format(l.perSignalRatio, 2)) ×"
+                    + steady(l),
                 goal: "≤ 10 µs", met: l.beaconbench.microsecondsPerSignal <= 10))
     }
     if let s = result.startup {
@@ -461,8 +488,18 @@ func printPeerDetails(_ result: PeersResult) {
                     + "CPU \(format(run.cpuSeconds, 3)) s over \(format(run.wallSeconds, 2)) s "
                     + "= \(format(run.percentOfCore, 2)) % of a core; \(run.signals) signals "
                     + "(\(format(Double(run.signals) / max(1e-9, run.wallSeconds), 0))/s), "
-                    + "\(format(run.microsecondsPerSignal)) µs each; \(run.seen) beacons seen"
+                    + "\(format(run.microsecondsPerSignal)) µs each"
+                    + (run.steadyMicrosecondsPerSignal.map { " (\(format($0)) µs in the steady state)" } ?? "")
+                    + "; \(run.seen) beacons seen"
                     + (run.callbacks.map { ", \($0) callbacks" } ?? ""))
         }
     }
+}
+
+/// The steady-state figures beside the whole-process ones, when measured.
+func steady(_ l: PeerListening) -> String {
+    guard let b = l.beaconbench.steadyMicrosecondsPerSignal, let p = l.bleak.steadyMicrosecondsPerSignal else {
+        return ""
+    }
+    return "; steady state \(format(b)) vs \(format(p)) µs = \(format(b / max(1e-9, p), 2)) ×"
 }
