@@ -29,6 +29,10 @@ public actor SimulatedBluetoothd {
         public var reads = 0
         public var writes = 0
         public var calibrations = 0
+        /// Signals discovery sent: one InterfacesAdded per device that
+        /// appeared, one PropertiesChanged per RSSI update, one
+        /// InterfacesRemoved per device gone after the temporary timeout.
+        public var discoverySignals = 0
     }
 
     struct Adapter {
@@ -348,10 +352,14 @@ public actor SimulatedBluetoothd {
                     // only changes of 8 dBm or more.
                     let filtered = adapters[index].discoveryClients.contains { adapters[index].filters[$0] != nil }
                     guard filtered || abs(Int(rssi) - Int(device.reportedRSSI ?? -127)) >= 8 else { continue }
+                    // An unchanged value sends no signal.
+                    guard rssi != device.reportedRSSI else { continue }
                     adapters[index].devices[address]?.reportedRSSI = rssi
+                    activity.discoverySignals += 1
                     try? await bus.setProperties(
                         ["RSSI": .int16(rssi)], interface: "org.bluez.Device1", at: device.path)
                 } else {
+                    activity.discoverySignals += 1
                     await exportDevice(index, address)
                 }
             }
@@ -374,6 +382,7 @@ public actor SimulatedBluetoothd {
             adapters[index].discoveryClients.isEmpty
         else { return }
         adapters[index].devices[address] = nil
+        activity.discoverySignals += 1
         try? await bus.unexport(at: device.path)
     }
 

@@ -196,8 +196,14 @@ func startupRun(runs: Int = 15) throws -> StartupResult {
     return StartupResult(versionMilliseconds: median(versions), promptMilliseconds: median(prompts))
 }
 
-/// Starts the REPL on a fresh pty and reads until `]> `.
-func timeToPrompt(_ executable: String, _ directory: String) throws -> Double {
+/// Starts the REPL on a fresh pty and reads until `]> ` (or `prompt`, in
+/// the output with its colours and readline's markers taken out).
+/// `arguments` default to beaconbench's `--inventory` in `directory`;
+/// `environment` is added to this process's.
+func timeToPrompt(
+    _ executable: String, _ directory: String, arguments: [String]? = nil, prompt: String = "]> ",
+    environment extra: [String: String] = [:]
+) throws -> Double {
     var master: Int32 = 0
     var slave: Int32 = 0
     guard openpty(&master, &slave, nil, nil, nil) == 0 else { throw LocalBusError("openpty failed") }
@@ -211,9 +217,11 @@ func timeToPrompt(_ executable: String, _ directory: String) throws -> Double {
     environment["XDG_STATE_HOME"] = directory + "/state"
     environment["XDG_DATA_HOME"] = directory + "/data"
     environment["TERM"] = "xterm"
+    environment.merge(extra) { $1 }
     let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
     defer { for pointer in envp { free(pointer) } }
-    let argv = [strdup(executable), strdup("--inventory"), strdup(directory + "/inventory.sqlite"), nil]
+    let argv =
+        ([executable] + (arguments ?? ["--inventory", directory + "/inventory.sqlite"])).map { strdup($0) } + [nil]
     defer { for pointer in argv { free(pointer) } }
     var pid: pid_t = 0
     let started = ContinuousClock.now
@@ -223,7 +231,7 @@ func timeToPrompt(_ executable: String, _ directory: String) throws -> Double {
     close(slave)
     var seen = ""
     var buffer = [UInt8](repeating: 0, count: 4096)
-    while !seen.contains("]> ") {
+    while !plainText(seen).contains(prompt) {
         var descriptor = pollfd(fd: master, events: Int16(POLLIN), revents: 0)
         guard poll(&descriptor, 1, 10_000) > 0 else { break }
         let count = read(master, &buffer, buffer.count)
@@ -234,6 +242,34 @@ func timeToPrompt(_ executable: String, _ directory: String) throws -> Double {
     kill(pid, SIGKILL)
     var status: Int32 = 0
     waitpid(pid, &status, 0)
-    guard seen.contains("]> ") else { throw LocalBusError("no prompt from the REPL: \(seen)") }
+    guard plainText(seen).contains(prompt) else { throw LocalBusError("no prompt from \(executable): \(seen)") }
     return elapsed
+}
+
+/// Terminal output without its escape sequences (CSI) and readline's
+/// \u{1} \u{2} markers.
+func plainText(_ text: String) -> String {
+    var result = ""
+    var inEscape = false
+    var afterEscape = false
+    for scalar in text.unicodeScalars {
+        if inEscape {
+            // A CSI sequence ends with a byte in @…~.
+            if afterEscape, scalar != "[" {
+                inEscape = false
+            } else if !afterEscape, (0x40...0x7E).contains(scalar.value) {
+                inEscape = false
+            }
+            afterEscape = false
+            continue
+        }
+        switch scalar {
+        case "\u{1B}":
+            inEscape = true
+            afterEscape = true
+        case "\u{1}", "\u{2}": continue
+        default: result.unicodeScalars.append(scalar)
+        }
+    }
+    return result
 }

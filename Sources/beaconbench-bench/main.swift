@@ -2,7 +2,9 @@
 // `scripts/bench` (release build). Each scenario starts its own private
 // dbus-daemon; nothing touches the machine's buses.
 //
-//   beaconbench-bench all|dbus|inventory|sync [--quick] [--seconds S] [--json FILE]
+//   beaconbench-bench all|dbus|inventory|sync|peers [--quick] [--seconds S] [--json FILE]
+//       peers: [--count N] [--listen-count N] [--listen-seconds S] [--runs N] [--vanish-count N]
+//       (beaconbench beside bleak 3.1 and bluetoothctl; Peers.swift)
 //   beaconbench-bench inventory-writer PATH   (the crash-safety test's writer)
 import DBusBinding
 import Foundation
@@ -145,6 +147,7 @@ struct Report: Codable {
     var dbus: [Measurement] = []
     var inventory: [Measurement] = []
     var sync: SyncResult?
+    var peers: PeersResult?
 }
 
 func machineDescription() -> String {
@@ -160,7 +163,7 @@ func format(_ value: Double, _ digits: Int = 1) -> String { String(format: "%.\(
 
 /// Everything, one table. `quick` leaves out the 500-beacon realistic runs
 /// and the 100-beacon run at concurrency 1 (about 20 minutes between them).
-func allBenchmarks(quick: Bool, seconds: Double) async throws -> Report {
+func allBenchmarks(quick: Bool, seconds: Double, peers: PeerOptions) async throws -> Report {
     var report = Report(machine: machineDescription(), date: ISO8601DateFormatter().string(from: Date()))
     func log(_ text: String) { FileHandle.standardError.write(Data("… \(text)\n".utf8)) }
 
@@ -262,6 +265,16 @@ func allBenchmarks(quick: Bool, seconds: Double) async throws -> Report {
         Row(
             scenario: "time to the REPL prompt", value: "\(format(startup.promptMilliseconds)) ms", goal: "≤ 50 ms",
             met: startup.promptMilliseconds <= 50))
+
+    // 8. The peers: bleak 3.1 scripts and bluetoothctl, ratios.
+    do {
+        let peerResult = try await peersBenchmark(peers)
+        report.peers = peerResult
+        report.rows += peerRows(peerResult)
+    } catch {
+        log("peers skipped: \(error)")
+        report.rows.append(Row(scenario: "peers (bleak, bluetoothctl)", value: "skipped: \(error)", goal: "-"))
+    }
     return report
 }
 
@@ -273,23 +286,47 @@ if scenario == "inventory-writer", let path = arguments.first {
 var durationSeconds = 3.0
 var jsonPath: String?
 var quick = false
+var peerOptions: PeerOptions?
+let usage =
+    "usage: beaconbench-bench all|dbus|inventory|sync|peers [--quick] [--seconds S] [--json FILE]\n"
+    + "       [--count N] [--listen-count N] [--listen-seconds S] [--runs N] [--vanish-count N]   (peers)\n"
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data((message + "\n" + usage).utf8))
+    exit(1)
+}
 while !arguments.isEmpty {
     let option = arguments.removeFirst()
+    func number() -> Double {
+        guard let text = arguments.first, let value = Double(text), value > 0 else { fail("\(option) wants a number") }
+        arguments.removeFirst()
+        return value
+    }
     switch option {
-    case "--seconds": durationSeconds = Double(arguments.removeFirst()) ?? durationSeconds
-    case "--json": jsonPath = arguments.removeFirst()
+    case "--seconds": durationSeconds = number()
+    case "--json":
+        guard !arguments.isEmpty else { fail("--json wants a file") }
+        jsonPath = arguments.removeFirst()
     case "--quick": quick = true
-    default:
-        FileHandle.standardError.write(
-            Data("usage: beaconbench-bench all|dbus|inventory|sync [--quick] [--seconds S] [--json FILE]\n".utf8))
-        exit(1)
+    case "--count": peerOptions = (peerOptions ?? PeerOptions()).with { $0.count = Int(number()) }
+    case "--listen-count": peerOptions = (peerOptions ?? PeerOptions()).with { $0.listenCount = Int(number()) }
+    case "--listen-seconds": peerOptions = (peerOptions ?? PeerOptions()).with { $0.listenSeconds = number() }
+    case "--runs": peerOptions = (peerOptions ?? PeerOptions()).with { $0.runs = Int(number()) }
+    case "--vanish-count":
+        // 0 leaves the check out.
+        guard let text = arguments.first, let value = Int(text), value >= 0 else {
+            fail("--vanish-count wants a number")
+        }
+        arguments.removeFirst()
+        peerOptions = (peerOptions ?? PeerOptions()).with { $0.vanishCount = value }
+    default: fail("unknown option '\(option)'")
     }
 }
 let encoder = JSONEncoder()
 encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
 switch scenario {
 case "all":
-    let report = try await allBenchmarks(quick: quick, seconds: durationSeconds)
+    let report = try await allBenchmarks(
+        quick: quick, seconds: durationSeconds, peers: peerOptions ?? (quick ? .quick : PeerOptions()))
     print("machine: \(report.machine)")
     printRows(report.rows)
     print()
@@ -302,7 +339,13 @@ case "all":
                 + "\(run.changed) changed, \(run.skipped) skipped, \(run.failed) failed; "
                 + "\(run.connects) connects, \(run.requests) ATT requests, \(run.calibrations) calibrations")
     }
+    if let peers = report.peers { printPeerDetails(peers) }
     if let jsonPath { try encoder.encode(report).write(to: URL(fileURLWithPath: jsonPath)) }
+case "peers":
+    let result = try await peersBenchmark(peerOptions ?? (quick ? .quick : PeerOptions()))
+    printRows(peerRows(result))
+    printPeerDetails(result)
+    if let jsonPath { try encoder.encode(result).write(to: URL(fileURLWithPath: jsonPath)) }
 case "sync":
     let result = try await syncBenchmark()
     printRows(syncRows(result))
@@ -314,6 +357,6 @@ case "dbus", "inventory":
     if let jsonPath { try encoder.encode(results).write(to: URL(fileURLWithPath: jsonPath)) }
 default:
     FileHandle.standardError.write(
-        Data("error: unknown scenario '\(scenario)' (known: all, dbus, inventory, sync)\n".utf8))
+        Data("error: unknown scenario '\(scenario)' (known: all, dbus, inventory, sync, peers)\n".utf8))
     exit(1)
 }
