@@ -40,10 +40,13 @@ public actor BluetoothClient {
     /// Device → interface → lowercased UUID → object, built on the first
     /// lookup after the device's GATT objects changed.
     private var gattIndex: [ObjectPath: [String: [String: ObjectPath]]] = [:]
+    private var advertisedCache: [UInt16: (version: Int, data: [String: [UInt8]])] = [:]
     /// Bumped when the set of devices, or what a scan shows of them
     /// (address, connection, advertised data), changes: a poller that
     /// sees the same number has nothing new to look at.
     public private(set) var deviceListVersion = 0
+    /// Bumped when a device comes, goes or changes its advertised data.
+    private var advertVersion = 0
     private static let listedProperties: Set<String> = ["Address", "Connected", "ManufacturerData", "ServicesResolved"]
     /// When each device object last showed a sign of the device in range:
     /// it appeared, or its RSSI, advertising data or TX power changed (an
@@ -109,6 +112,7 @@ public actor BluetoothClient {
             objects = try await bus.managedObjects(of: Self.bluez, timeout: timeouts.call)
             rebuildIndexes()
             deviceListVersion += 1
+            advertVersion += 1
             let now = ContinuousClock.now
             heardAt = [:]
             for (path, interfaces) in objects where interfaces["org.bluez.Device1"] != nil { heardAt[path] = now }
@@ -121,6 +125,10 @@ public actor BluetoothClient {
     // MARK: Keeping the registry current
 
     private func apply(_ signal: BusSignal) {
+        // Waiters wait on adapters and devices (present, connected,
+        // resolved): they are looked at again only when one of those
+        // changed, not for each GATT object or advert.
+        var waitersConcerned = false
         switch (signal.interface, signal.member.rawValue) {
         case (.objectManager, "InterfacesAdded"):
             guard let added = try? InterfacesAdded(signal) else { return }
@@ -128,7 +136,9 @@ public actor BluetoothClient {
             if added.interfaces["org.bluez.Device1"] != nil {
                 heardAt[added.path] = .now
                 deviceListVersion += 1
+                advertVersion += 1
             }
+            waitersConcerned = !Self.waitedInterfaces.isDisjoint(with: added.interfaces.keys)
             index(added.path)
         case (.objectManager, "InterfacesRemoved"):
             guard let removed = try? InterfacesRemoved(signal) else { return }
@@ -138,7 +148,9 @@ public actor BluetoothClient {
             }
             if objects[removed.path]?["org.bluez.Device1"] == nil, heardAt.removeValue(forKey: removed.path) != nil {
                 deviceListVersion += 1
+                advertVersion += 1
             }
+            waitersConcerned = !Self.waitedInterfaces.isDisjoint(with: removed.interfaces)
             unindex(removed.path)
             index(removed.path)
         case (.properties, "PropertiesChanged"):
@@ -148,26 +160,38 @@ public actor BluetoothClient {
             objects[change.path]?[change.interface]?.merge(change.changed) { $1 }
             for name in change.invalidated { objects[change.path]?[change.interface]?[name] = nil }
             if change.interface == "org.bluez.Device1" {
+                let onlyAdvert =
+                    change.invalidated.isEmpty && change.changed.keys.allSatisfy(Self.advertProperties.contains)
                 if !Self.advertProperties.isDisjoint(with: change.changed.keys) { heardAt[change.path] = .now }
                 if !Self.listedProperties.isDisjoint(with: change.changed.keys)
                     || !Self.listedProperties.isDisjoint(with: change.invalidated)
                 {
                     deviceListVersion += 1
                 }
+                if change.changed["ManufacturerData"] != nil || change.invalidated.contains("ManufacturerData") {
+                    advertVersion += 1
+                }
                 if change.changed["Address"] != nil {
                     unindex(change.path)
                     index(change.path)
                 }
+                waitersConcerned = !onlyAdvert
+            } else {
+                waitersConcerned = Self.waitedInterfaces.contains(change.interface)
             }
         default:
             return
         }
-        checkWaiters()
+        if waitersConcerned { checkWaiters() }
     }
+
+    /// The interfaces waiters' conditions read.
+    private static let waitedInterfaces: Set<String> = ["org.bluez.Adapter1", "org.bluez.Device1"]
 
     private func ownerChanged(_ change: NameOwnerChanged) {
         bluetoothdGeneration += 1
         deviceListVersion += 1
+        advertVersion += 1
         objects = [:]
         heardAt = [:]
         rebuildIndexes()
@@ -358,6 +382,9 @@ public actor BluetoothClient {
     /// What each device advertises under one company identifier, by
     /// address (uppercase); built without making a `Device` of each.
     public func advertisedData(company: UInt16) -> [String: [UInt8]] {
+        // Kept while the device list is the same (an advert changing its
+        // data bumps the version): a fleet run asks once per device.
+        if let cached = advertisedCache[company], cached.version == advertVersion { return cached.data }
         var result: [String: [UInt8]] = [:]
         for (path, address) in addressByDevicePath {
             guard
@@ -369,6 +396,7 @@ public actor BluetoothClient {
                 result[address] = bytes
             }
         }
+        advertisedCache[company] = (advertVersion, result)
         return result
     }
 

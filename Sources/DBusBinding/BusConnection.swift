@@ -242,6 +242,13 @@ public final class BusConnection: Sendable {
         await core.setCoalescing(window)
     }
 
+    /// This connection's thread as a task executor: a task that prefers it
+    /// (`withTaskExecutorPreference`) runs its nonisolated code and default
+    /// actors here, so that replies and signals resume it with no thread
+    /// woken in between. For work that mostly waits on this connection;
+    /// nothing run there may block for long.
+    public nonisolated var taskExecutor: any TaskExecutor { core.loop }
+
     /// The serial executor of this connection's thread, for an actor that
     /// takes its signals with `subscribe(_:handler:)`.
     public nonisolated var executor: UnownedSerialExecutor { core.loop.asUnownedSerialExecutor() }

@@ -40,8 +40,8 @@ public struct BusMessage: Sendable {
         destination = dbus_message_get_destination(message).map { String(cString: $0) }
         // libdbus validated these header fields on receipt.
         path = dbus_message_get_path(message).map { ObjectPath(unchecked: String(cString: $0)) }
-        interface = try dbus_message_get_interface(message).map { try InterfaceName(String(cString: $0)) }
-        member = try dbus_message_get_member(message).map { try MemberName(String(cString: $0)) }
+        interface = dbus_message_get_interface(message).map { InterfaceName(unchecked: String(cString: $0)) }
+        member = dbus_message_get_member(message).map { MemberName(unchecked: String(cString: $0)) }
         errorName = dbus_message_get_error_name(message).map { BusErrorName(String(cString: $0)) }
         signature = dbus_message_get_signature(message).map { String(cString: $0) } ?? ""
         noReplyExpected = dbus_message_get_no_reply(message) != 0

@@ -75,13 +75,24 @@ public indirect enum BusType: Hashable, Sendable, CustomStringConvertible {
     /// enforces the length and nesting limits.
     /// - Throws: `BusError` named `InvalidSignature`.
     public static func parse(_ signature: String) throws -> [BusType] {
+        if let known = parsed.withLock({ $0[signature] }) { return known }
         var parser = Parser(bytes: Array(signature.utf8))
         var types: [BusType] = []
         while !parser.atEnd {
             types.append(try parser.completeType(arrays: 0, structures: 0))
         }
+        // A bus carries few distinct signatures; each message's body, and
+        // each variant in it, would otherwise be parsed again.
+        if signature.utf8.count <= 64 {
+            parsed.withLock { cache in
+                if cache.count < 1024 { cache[signature] = types }
+            }
+        }
         return types
     }
+
+    /// Signatures parsed already (valid ones only; bounded).
+    private static let parsed = Locked<[String: [BusType]]>([:])
 
     private struct Parser {
         let bytes: [UInt8]

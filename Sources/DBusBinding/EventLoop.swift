@@ -7,7 +7,12 @@ import Glibc
 /// It is the `SerialExecutor` of `ConnectionCore`, so the compiler checks
 /// that every use of the connection is isolated to this thread: a task that
 /// calls the connection hops here, the reply resumes it on its own executor.
-final class EventLoop: SerialExecutor, Sendable {
+///
+/// It is also a `TaskExecutor`: work that talks mostly to this connection
+/// (a fleet run: calls, signals, registry lookups) can prefer this thread
+/// (`withTaskExecutorPreference(connection.taskExecutor)`), and then a
+/// reply resumes its caller here without waking another thread.
+final class EventLoop: SerialExecutor, TaskExecutor, Sendable {
     private struct Queue {
         var jobs: [UnownedJob] = []
         /// True while the loop is (about to be) blocked in `poll`; the first
@@ -64,6 +69,10 @@ final class EventLoop: SerialExecutor, Sendable {
 
     func asUnownedSerialExecutor() -> UnownedSerialExecutor {
         UnownedSerialExecutor(ordinary: self)
+    }
+
+    func asUnownedTaskExecutor() -> UnownedTaskExecutor {
+        UnownedTaskExecutor(ordinary: self)
     }
 
     /// Lets `assumeIsolated` succeed on the loop's own thread, where the

@@ -80,6 +80,9 @@ public struct InterfaceName: Hashable, Sendable, Comparable, CustomStringConvert
 {
     public let rawValue: String
 
+    /// A name libdbus validated already (a received message's header).
+    init(unchecked rawValue: String) { self.rawValue = rawValue }
+
     /// Validates `rawValue` with `dbus_validate_interface`.
     public init(_ rawValue: String) throws {
         guard LibDBus.validate(rawValue, with: dbus_validate_interface) else {
@@ -108,6 +111,9 @@ public struct MemberName: Hashable, Sendable, Comparable, CustomStringConvertibl
     ExpressibleByStringLiteral
 {
     public let rawValue: String
+
+    /// A name libdbus validated already (a received message's header).
+    init(unchecked rawValue: String) { self.rawValue = rawValue }
 
     /// Validates `rawValue` with `dbus_validate_member`.
     public init(_ rawValue: String) throws {

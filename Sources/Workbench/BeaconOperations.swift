@@ -72,6 +72,9 @@ public struct SBeacon: Sendable {
     /// Told every value read from the beacon, as it is read — also on a
     /// path that then fails — so that what was learnt is never lost.
     let observer: (@Sendable (Observation) -> Void)?
+    /// The bench-summary advert bluetoothd held when the link came up, and
+    /// when the device was last heard (see `recentSummary(within:)`).
+    let advertised: (summary: BenchSummary, heard: ContinuousClock.Instant)?
 
     /// A fact read from a beacon.
     public enum Observation: Sendable, Equatable {
@@ -103,6 +106,55 @@ public struct SBeacon: Sendable {
             throw OperationError.notAnSBeacon(address: session.address, reason: error.reason)
         }
         for uuid in Self.requiredServices { try await session.requireService(uuid) }
+        // Trusted only when it names this beacon (its MAC ending) and holds
+        // a battery level that can be one.
+        if let bytes = device.manufacturerData[SBeaconUUID.nordicCompanyID],
+            let summary = try? BenchSummary(bytes: bytes), summary.battery <= 100,
+            let ending = try? MACEnding(address: session.address), summary.macEnding == ending,
+            let heard = device.lastHeard
+        {
+            advertised = (summary, heard)
+        } else {
+            advertised = nil
+        }
+    }
+
+    /// How recent a bench-summary advert must be for its battery level and
+    /// firmware version to stand for two reads (`batteryLevel(within:)`).
+    public static let summaryFreshness: Duration = .seconds(10)
+
+    /// The bench-summary advert, when bluetoothd heard the beacon within
+    /// `maxAge` before the link came up and the summary names this beacon.
+    public func recentSummary(within maxAge: Duration = summaryFreshness) -> BenchSummary? {
+        guard let advertised, ContinuousClock.now - advertised.heard <= maxAge else { return nil }
+        return advertised.summary
+    }
+
+    /// The battery level: from a recent bench-summary advert when there is
+    /// one (no ATT request), else read. Recorded either way.
+    /// - Returns: the level, and whether it came from the advert.
+    public func batteryLevel(within maxAge: Duration = summaryFreshness) async throws -> (UInt8, fromAdvert: Bool) {
+        if let summary = recentSummary(within: maxAge) {
+            observer?(.battery(summary.battery))
+            return (summary.battery, true)
+        }
+        return (try await readBattery(), false)
+    }
+
+    /// The firmware version: from a recent bench-summary advert when there
+    /// is one, else the Firmware Revision string read (which may not be a
+    /// version at all).
+    public func firmware(
+        within maxAge: Duration = summaryFreshness
+    ) async throws -> (
+        text: String, version: FirmwareVersion?, fromAdvert: Bool
+    ) {
+        if let summary = recentSummary(within: maxAge) {
+            observer?(.firmware(summary.firmware))
+            return (summary.firmware.description, summary.firmware, true)
+        }
+        let text = try await readFirmwareRevision()
+        return (text, try? FirmwareVersion(text), false)
     }
 
     // MARK: Reading

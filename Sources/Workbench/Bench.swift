@@ -334,7 +334,13 @@ public actor Bench {
             client: client, inventory: inventory, run: run, concurrency: concurrency, dryRun: dryRun,
             profiles: profiles, adapters: try await adapters().map(\.path), sharedIdentities: sharedIdentities,
             seenTimeout: seenTimeout, progress: progress)
-        let result = await runner.runFleet(steps, on: addresses)
+        // On the bus connection's thread: each device's steps are calls and
+        // signals on it, and every reply then resumes its step there, with
+        // no other thread woken (the inventory's SQLite work runs there too;
+        // a commit takes well under a millisecond).
+        let result = await withTaskExecutorPreference(client.bus.taskExecutor) {
+            await runner.runFleet(steps, on: addresses)
+        }
         if discovering { try? await Task { try await self.endDiscovery() }.value }
         return result
     }

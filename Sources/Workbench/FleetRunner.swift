@@ -782,19 +782,24 @@ public actor FleetRunner {
             return (.ok, Self.describe(info))
         case .requireBattery(let minimum):
             // What was read is recorded (audits use it), met or not.
-            let battery = try await beacon.readBattery()
+            // A bench-summary advert heard a moment ago says it without a read.
+            let (battery, fromAdvert) = try await beacon.batteryLevel()
+            let source = fromAdvert ? " (advert)" : ""
             return battery >= minimum
-                ? (.ok, "battery \(battery) %") : (.skipped, "battery \(battery) % is below \(minimum) %")
+                ? (.ok, "battery \(battery) %\(source)")
+                : (.skipped, "battery \(battery) %\(source) is below \(minimum) %")
         case .requireFirmware(let minimum):
-            let text = try await beacon.readFirmwareRevision()
-            guard let version = try? FirmwareVersion(text) else {
+            let (text, version, fromAdvert) = try await beacon.firmware()
+            let source = fromAdvert ? " (advert)" : ""
+            guard let version else {
                 return (
                     .skipped,
                     "firmware revision '\(DeviceInformationText.excerpt(text))' is not a version (MAJOR.MINOR.PATCH)"
                 )
             }
             return version >= minimum
-                ? (.ok, "firmware \(version)") : (.skipped, "firmware \(version) is older than \(minimum)")
+                ? (.ok, "firmware \(version)\(source)")
+                : (.skipped, "firmware \(version)\(source) is older than \(minimum)")
         case .syncTime:
             if dryRun {
                 let stored = try await beacon.readTimeOffset()

@@ -70,8 +70,9 @@ struct HostileDeviceTests {
         let provision = try await onScreen(bench, ["run", bench.batch("provision-new.batch")])
         expectNoForeignEffect(provision, "provision-new.batch")
         #expect(provision["exit_status"] as? Int == 0)
-        let shown = (provision["display"] as? [String] ?? []).joined(separator: "\n")
-        #expect(shown.contains("firmware revision '1.0.8\\x1b]0;pwned\\x07\\x1b[2J' is not a version"), "\(shown)")
+        // `require firmware` takes the version from the bench-summary advert
+        // (1.0.8, well formed); the hostile Firmware Revision string is
+        // read by `info` below.
 
         for (name, extra) in [
             ("audit.batch", [String]()), ("apply-profile.batch", ["--set", "profile=van", "--set", "select=all"]),
@@ -95,6 +96,12 @@ struct HostileDeviceTests {
         expectNoForeignEffect(listed, "listings")
         let info = try await onScreen(bench, ["info"] + Self.addresses)
         expectNoForeignEffect(info, "info")
+        // What `info` read of the first beacon, escaped, in its outcome.
+        let log = try await onScreen(bench, ["log", "C0:FE:15:00:00:01", "--limit", "3"])
+        expectNoForeignEffect(log, "log")
+        // Joined as written: the detail wraps at the screen's 200 columns.
+        let shown = ((log["scrollback"] as? [String] ?? []) + (log["display"] as? [String] ?? [])).joined()
+        #expect(shown.contains("firmware '1.0.8\\x1b]0;pwned\\x07\\x1b[2J' (not a version)"), "\(shown)")
         let json = try await onScreen(bench, ["--json", "inventory", "list"])
         expectNoForeignEffect(json, "--json inventory list")
 

@@ -49,6 +49,32 @@ struct OperationTests {
         }
     }
 
+    @Test func batteryAndFirmwareFromAFreshBenchSummaryCostNoRead() async throws {
+        try await withBench(fleet: knownFleet()) { bench throws in
+            let state = bench.fleet[0]
+            let truth = try await bench.truth(state)
+            let (advert, read) = try await bench.withBeacon(state) { beacon in
+                let before = await bench.daemon.activity.reads
+                let battery = try await beacon.batteryLevel()
+                let firmware = try await beacon.firmware()
+                let fromAdvert = (battery, firmware, await bench.daemon.activity.reads - before)
+                // Too old for the advert to count: both are read.
+                let readBattery = try await beacon.batteryLevel(within: .zero)
+                let readFirmware = try await beacon.firmware(within: .zero)
+                return (fromAdvert, (readBattery, readFirmware, await bench.daemon.activity.reads - before))
+            }
+            #expect(advert.0.fromAdvert && advert.1.fromAdvert)
+            #expect(advert.2 == 0, "no ATT read for what the advert said")
+            #expect(read.0.fromAdvert == false && read.1.fromAdvert == false)
+            #expect(read.2 == 2)
+            // The advert says what the characteristics say.
+            #expect(abs(Int(advert.0.0) - Int(read.0.0)) <= 1)
+            #expect(advert.1.version == FirmwareVersion(major: 1, minor: 0, patch: 7))
+            #expect(read.1.version == advert.1.version)
+            #expect(truth.firmware == FirmwareVersion(major: 1, minor: 0, patch: 7))
+        }
+    }
+
     @Test func timeSyncWritesOnceAndThenLeavesItAlone() async throws {
         try await withBench(fleet: knownFleet()) { bench throws in
             let state = bench.fleet[0]
