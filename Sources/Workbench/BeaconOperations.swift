@@ -1,5 +1,6 @@
 import BlueZClient
 import SBeaconProtocol
+import Synchronization
 
 /// Why an operation on a beacon failed, beyond the radio's own errors
 /// (`BlueZError`).
@@ -75,6 +76,13 @@ public struct SBeacon: Sendable {
     /// The bench-summary advert bluetoothd held when the link came up, and
     /// when the device was last heard (see `recentSummary(within:)`).
     let advertised: (summary: BenchSummary, heard: ContinuousClock.Instant)?
+    /// The config last read from the beacon on this connection, while
+    /// nothing has been written to it since (see `confirmedConfig`).
+    private let lastConfig = LinkMemory()
+
+    final class LinkMemory: Sendable {
+        let config = Mutex<DrivingBehaviourConfig?>(nil)
+    }
 
     /// A fact read from a beacon.
     public enum Observation: Sendable, Equatable {
@@ -184,8 +192,15 @@ public struct SBeacon: Sendable {
         let bytes = try await read(SBeaconUUID.drivingBehaviourConfig)
         let config = try decode("read the driving-behaviour config") { try DrivingBehaviourConfig(bytes: bytes) }
         observer?(.config(config))
+        lastConfig.config.withLock { $0 = config }
         return config
     }
+
+    /// The config read from the beacon on this connection (by `readConfig`
+    /// or the read-back of `writeConfig`) with nothing written to it
+    /// since: what the beacon holds, without another request. Nil when
+    /// none was read, or after a write to the config or Device Control.
+    public var confirmedConfig: DrivingBehaviourConfig? { lastConfig.config.withLock { $0 } }
 
     public func readIdentity() async throws -> BeaconIdentity {
         let bytes = try await read(SBeaconUUID.identity)
@@ -289,6 +304,7 @@ public struct SBeacon: Sendable {
     ) async throws -> Change<Value> {
         let before = try await read()
         guard before != value else { return Change(before: before, after: before, written: false) }
+        if uuid == SBeaconUUID.drivingBehaviourConfig { lastConfig.config.withLock { $0 = nil } }
         try await session.write(uuid.rawValue, bytes)
         let after = try await read()
         guard after == value else {
@@ -480,12 +496,14 @@ public struct SBeacon: Sendable {
 
     /// Reboots: the beacon drops the connection.
     public func reboot() async throws {
+        lastConfig.config.withLock { $0 = nil }
         try await session.write(SBeaconUUID.deviceControl.rawValue, DeviceCommand.reboot.bytes)
     }
 
     /// Factory reset: only with `confirmed`; everything goes back to defaults.
     public func factoryReset(confirmed: Bool) async throws {
         guard confirmed else { throw OperationError.confirmationRequired("factory reset of \(address)") }
+        lastConfig.config.withLock { $0 = nil }
         try await session.write(SBeaconUUID.deviceControl.rawValue, DeviceCommand.factoryReset.bytes)
     }
 }

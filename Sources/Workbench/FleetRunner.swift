@@ -852,7 +852,11 @@ public actor FleetRunner {
             try await remember(address) { $0.profile = profile.name }
             return change.written ? (.changed, "config \(change.before) → \(change.after)") : (.unchanged, nil)
         case .verify(let profile):
-            let config = try await beacon.readConfig()
+            // Read on this link already (an apply's read-back) with nothing
+            // written since: that is what the beacon holds; else read.
+            let confirmed = beacon.confirmedConfig
+            let config: DrivingBehaviourConfig
+            if let confirmed { config = confirmed } else { config = try await beacon.readConfig() }
             if dryRun, config != profile.config {
                 // Nothing was written: an apply before it would have made it hold.
                 return (.unchanged, "holds \(config) now; \(profile.name) only once applied")
@@ -862,7 +866,7 @@ public actor FleetRunner {
                     address: address, what: "profile \(profile.name)", wrote: "\(profile.config)", readBack: "\(config)"
                 )
             }
-            return (.ok, "holds \(profile.name)")
+            return (.ok, "holds \(profile.name)" + (confirmed != nil ? " (read back on this connection)" : ""))
         case .pullTrips(let clear):
             let offset = try await beacon.readTimeOffset()
             let trips = try await beacon.pullTrips()

@@ -111,6 +111,26 @@ struct OperationTests {
         }
     }
 
+    @Test func aConfigReadBackOnTheLinkIsKnownUntilTheNextWrite() async throws {
+        try await withBench(fleet: knownFleet()) { bench throws in
+            let van = DrivingBehaviourConfig(
+                cornering: 420, braking: 480, acceleration: 380, duration: 350, enable: .all)
+            let seen = try await bench.withBeacon(bench.fleet[1]) { beacon in
+                let fresh = beacon.confirmedConfig
+                _ = try await beacon.writeConfig(van)
+                let afterWrite = beacon.confirmedConfig
+                try await beacon.reboot()
+                return (fresh, afterWrite, beacon.confirmedConfig)
+            }
+            #expect(seen.0 == nil, "nothing read on a new link")
+            #expect(seen.1 == van, "the read-back")
+            #expect(seen.2 == nil, "forgotten once Device Control was written")
+            // Another connection knows nothing of the last one.
+            let next = try await bench.withBeacon(bench.fleet[1]) { $0.confirmedConfig }
+            #expect(next == nil)
+        }
+    }
+
     @Test func calibrationAtRestAndMoving() async throws {
         try await withBench(fleet: knownFleet(moving: true)) { bench throws in
             let resting = try await bench.withBeacon(bench.fleet[1]) { try await $0.calibrate() }
