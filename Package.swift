@@ -10,7 +10,8 @@
 //     → SBeaconProtocol      pure: bytes in, typed values out, no I/O
 //     → Workbench            provisioning operations and the fleet runner
 //     → Console              REPL, batch language, output
-//   Inventory (SQLite) and Profiles sit beside Workbench.
+//   Inventory (SQLite) and Profiles sit beside Workbench; FleetReport
+//   (the HTML report) reads Inventory and Profiles.
 //   BeaconSimulator stands in for bluetoothd and a fleet of beacons.
 import PackageDescription
 
@@ -56,6 +57,8 @@ let package = Package(
         .target(name: "Profiles", dependencies: ["SBeaconProtocol", "SafeText"]),
         // Pushing a bench's inventory to a shared PostgreSQL server.
         .target(name: "InventorySync", dependencies: ["Inventory", "CPostgres"]),
+        // The fleet report: an inventory's numbers as one self-contained HTML page.
+        .target(name: "FleetReport", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "SafeText"]),
         .target(
             name: "Workbench",
             dependencies: ["BlueZClient", "SBeaconProtocol", "Inventory", "Profiles"]
@@ -64,7 +67,7 @@ let package = Package(
             name: "Console",
             dependencies: [
                 "Workbench", "Inventory", "InventorySync", "Profiles", "SBeaconProtocol", "SafeText", "LocalBus",
-                "CReadline",
+                "FleetReport", "CReadline",
             ]),
         .target(name: "BeaconSimulator", dependencies: ["DBusBinding", "SBeaconProtocol"]),
         // A private dbus-daemon and the simulator as child processes, for
@@ -93,6 +96,9 @@ let package = Package(
         .testTarget(name: "InventoryTests", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "TestSupport"]),
         .testTarget(name: "SafeTextTests", dependencies: ["SafeText"]),
         .testTarget(name: "ProfilesTests", dependencies: ["Profiles", "SBeaconProtocol"]),
+        .testTarget(
+            name: "FleetReportTests",
+            dependencies: ["FleetReport", "Inventory", "Profiles", "SBeaconProtocol", "SafeText", "TestSupport"]),
         .testTarget(
             name: "ConsoleTests",
             dependencies: [
