@@ -4,7 +4,7 @@
 // beacons over BlueZ. Each layer is one target and talks only to its
 // neighbours:
 //
-//   C shims (CDBus, CSQLite, CReadline)
+//   C shims (CDBus, CSQLite, CReadline, CPostgres, CZlib)
 //     → DBusBinding          D-Bus over libdbus-1: values, calls, signals, serving objects
 //     → BlueZClient          adapters, devices, GATT over org.bluez
 //     → SBeaconProtocol      pure: bytes in, typed values out, no I/O
@@ -40,6 +40,13 @@ let package = Package(
             pkgConfig: "libpq",
             providers: [.apt(["libpq-dev"])]
         ),
+        // Deflate, for the fleet report's device table (browsers inflate it
+        // with DecompressionStream).
+        .systemLibrary(
+            name: "CZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
         .systemLibrary(
             name: "CReadline",
             pkgConfig: "readline",
@@ -58,7 +65,7 @@ let package = Package(
         // Pushing a bench's inventory to a shared PostgreSQL server.
         .target(name: "InventorySync", dependencies: ["Inventory", "CPostgres"]),
         // The fleet report: an inventory's numbers as one self-contained HTML page.
-        .target(name: "FleetReport", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "SafeText"]),
+        .target(name: "FleetReport", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "SafeText", "CZlib"]),
         .target(
             name: "Workbench",
             dependencies: ["BlueZClient", "SBeaconProtocol", "Inventory", "Profiles"]

@@ -212,9 +212,11 @@ enum Chart {
             svg +=
                 "<line class=\"level\" x1=\"\(f(left))\" x2=\"\(f(width - right))\" y1=\"\(f(py(level)))\" y2=\"\(f(py(level)))\"/><text class=\"tick\" x=\"\(f(width - right - 4))\" y=\"\(f(py(level) - 4))\" text-anchor=\"end\">\(HTML.escape(label))</text>"
         }
-        for (x, label) in marks {
+        for (number, (x, label)) in marks.enumerated() {
+            // A label near the right edge goes to the left of its line.
+            let nearEdge = px(x) > width - right - 90
             svg +=
-                "<line class=\"mark\" x1=\"\(f(px(x)))\" x2=\"\(f(px(x)))\" y1=\"\(f(top))\" y2=\"\(f(top + plotHeight))\"/><text class=\"tick\" x=\"\(f(px(x) + 3))\" y=\"\(f(top + 10))\">\(HTML.escape(label))</text>"
+                "<line class=\"mark\" x1=\"\(f(px(x)))\" x2=\"\(f(px(x)))\" y1=\"\(f(top))\" y2=\"\(f(top + plotHeight))\"/><text class=\"tick\" x=\"\(f(px(x) + (nearEdge ? -3 : 3)))\" y=\"\(f(top + 10 + Double(number) * 12))\" text-anchor=\"\(nearEdge ? "end" : "start")\">\(HTML.escape(label))</text>"
         }
         for line in lines where !line.points.isEmpty {
             let path = line.points.map { "\(f(px($0.x))),\(f(py($0.y)))" }.joined(separator: " ")

@@ -359,17 +359,20 @@ public struct FleetReport: Sendable {
             var minimum = Int.max
             var maximum = Int.min
             var devices: Set<String> = []
+
+            mutating func add(_ reading: BatteryReading) {
+                sum += reading.battery
+                count += 1
+                minimum = min(minimum, reading.battery)
+                maximum = max(maximum, reading.battery)
+                devices.insert(reading.device)
+            }
         }
         var buckets: [String: Bucket] = [:]
+        // Mutated in place (a copy of a bucket would copy its set of devices).
         for reading in readings {
             let (key, start) = UTC.period(of: reading.at, unit: trendUnit)
-            var bucket = buckets[key] ?? Bucket(start: start)
-            bucket.sum += reading.battery
-            bucket.count += 1
-            bucket.minimum = min(bucket.minimum, reading.battery)
-            bucket.maximum = max(bucket.maximum, reading.battery)
-            bucket.devices.insert(reading.device)
-            buckets[key] = bucket
+            buckets[key, default: Bucket(start: start)].add(reading)
         }
         trend = buckets.map { key, bucket in
             TrendPoint(
@@ -541,18 +544,17 @@ public struct FleetReport: Sendable {
                 activityUnit == "day"
                 ? count.day
                 : UTC.date(ofDay: count.day).map { UTC.period(of: $0, unit: "week").0 } ?? count.day
-            var cell = cells[period, default: [:]][count.bench] ?? Cell()
-            if let device = count.device { cell.devices.insert(device) }
-            cell.steps += count.steps
-            cell.failed += count.failed
-            cells[period, default: [:]][count.bench] = cell
-            var bench = perBench[count.bench] ?? Bench()
-            bench.days.insert(count.day)
-            if let device = count.device { bench.devices.insert(device) }
-            bench.steps += count.steps
-            bench.failed += count.failed
-            bench.milliseconds += count.milliseconds
-            perBench[count.bench] = bench
+            // Mutated in place (a copy would copy the sets of devices).
+            if let device = count.device {
+                cells[period, default: [:]][count.bench, default: Cell()].devices.insert(device)
+            }
+            cells[period, default: [:]][count.bench, default: Cell()].steps += count.steps
+            cells[period, default: [:]][count.bench, default: Cell()].failed += count.failed
+            perBench[count.bench, default: Bench()].days.insert(count.day)
+            if let device = count.device { perBench[count.bench, default: Bench()].devices.insert(device) }
+            perBench[count.bench, default: Bench()].steps += count.steps
+            perBench[count.bench, default: Bench()].failed += count.failed
+            perBench[count.bench, default: Bench()].milliseconds += count.milliseconds
         }
         activity = cells.sorted { $0.key < $1.key }.flatMap { period, benches in
             benches.sorted { $0.key < $1.key }.map { bench, cell in

@@ -49,12 +49,27 @@ public enum ReportPage {
             \(sections.joined(separator: "\n"))
             </main>
             <footer><p>Made by beaconbench from the inventory; how each chart is computed: docs/report.md. Text from devices is shown as text, with control and invisible characters as \\xNN or \\uNNNN.</p></footer>
-            <script type="application/json" id="report-data">\(tableJSON(report))</script>
+            \(dataBlock(tableJSON(report)))
             <script nonce="\(nonce)">\(script)</script>
             </body>
             </html>
 
             """
+    }
+
+    /// Above this size the device table's JSON travels deflated (base64).
+    public static let deflateAbove = 256 * 1024
+
+    /// The device table's data block: the JSON as it is (escaped for a
+    /// script block), or, when large, deflated and in base64 — which holds
+    /// no markup character at all.
+    static func dataBlock(_ json: String) -> String {
+        let bytes = Array(json.utf8)
+        if bytes.count > deflateAbove, let deflated = Deflate.zlib(bytes) {
+            return "<script type=\"application/octet-stream\" id=\"report-data\" data-encoding=\"deflate\">"
+                + Data(deflated).base64EncodedString() + "</script>"
+        }
+        return "<script type=\"application/json\" id=\"report-data\">" + json + "</script>"
     }
 
     /// 128 random bits, hex: the nonce of this page's style and script.
@@ -90,7 +105,7 @@ public enum ReportPage {
         let distribution = Chart.figure(
             id: "battery", title: "Battery distribution",
             description:
-                "Devices by their last battery level, in 10 % bins; \(report.batteryUnknown) devices have no battery reading.",
+                "Devices by their last battery level, in 10 % bins (red: below 20 %, amber: below 30 %); \(HTML.number(report.batteryUnknown)) devices have no battery reading.",
             svg: Chart.columns(
                 id: "svg-battery", title: "Battery distribution",
                 description: "Column chart: devices per battery bin. "
@@ -117,7 +132,7 @@ public enum ReportPage {
         let trend = Chart.figure(
             id: "trend", title: trendTitle,
             description:
-                "The mean and the lowest of every battery reading per \(report.trendUnit), from the readings table (\(report.readingCount) readings).",
+                "The mean and the lowest of every battery reading per \(report.trendUnit), from the readings table (\(HTML.number(report.readingCount)) readings).",
             svg: Chart.lines(
                 id: "svg-trend", title: trendTitle,
                 description:
@@ -160,7 +175,7 @@ public enum ReportPage {
         let projectionsChart = Chart.figure(
             id: "projection", title: "Projected battery crossings",
             description:
-                "A least-squares line through each device's readings (at least two, a day apart) gives when it falls below its profile's minimum. Drawn: the \(report.lines.count) devices that cross soonest; \(report.projections.count) devices have a projection, \(report.unprojected) have too few readings.",
+                "A least-squares line through each device's readings (at least two, a day apart) gives when it falls below its profile's minimum. Drawn: the \(report.lines.count) devices that cross soonest; \(HTML.number(report.projections.count)) devices have a projection, \(HTML.number(report.unprojected)) have too few readings.",
             svg: Chart.lines(
                 id: "svg-projection", title: projectionTitle,
                 description:
@@ -526,7 +541,16 @@ public enum ReportPage {
     static let script = """
         (function () {
           "use strict";
-          var data = JSON.parse(document.getElementById("report-data").textContent);
+          var block = document.getElementById("report-data");
+          function load() {
+            if (block.dataset.encoding !== "deflate") return Promise.resolve(block.textContent);
+            var binary = atob(block.textContent), bytes = new Uint8Array(binary.length);
+            for (var i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+            var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream("deflate"));
+            return new Response(stream).text();
+          }
+          load().then(function (json) { start(JSON.parse(json)); });
+          function start(data) {
           var rows = data.rows, size = data.pageSize;
           // Columns as shown: address, profile, identity, firmware, battery, crossing,
           // calibration age, |g|, findings, model, serial, last seen, benches.
@@ -640,6 +664,7 @@ public enum ReportPage {
           });
           compute(); render();
           document.documentElement.dataset.rendered = String(Math.round(performance.now()));
+          }
         })();
         """
 }
