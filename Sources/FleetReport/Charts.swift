@@ -25,9 +25,9 @@ enum Chart {
         return """
             <figure class="chart" id="chart-\(id)" data-chart="\(id)" data-total="\(total)"\(attributes)>
             <figcaption><h3>\(HTML.escape(title))</h3><p>\(HTML.escape(description))</p></figcaption>
-            \(svg)
-            \(note.map { "<p class=\"note\">\(HTML.escape($0))</p>" } ?? "")
-            \(table)
+            <div class="chart-body"><div class="chart-plot">\(svg)
+            \(note.map { "<p class=\"note\">\(HTML.escape($0))</p>" } ?? "")</div>
+            \(table)</div>
             </figure>
             """
     }
@@ -68,11 +68,15 @@ enum Chart {
         let totals = categories.indices.map { index in
             series.reduce(0) { $0 + (index < $1.values.count ? $1.values[index] : 0) }
         }
-        let maximum = niceCeiling(Double(totals.max() ?? 0))
+        // Whole-number ticks, a round step apart (1, 2 or 5 times a power of ten).
+        let highest = Double(max(1, totals.max() ?? 0))
+        let step = max(1, niceCeiling(highest / 4))
+        let ticks = Int((highest / step).rounded(.up))
+        let maximum = step * Double(ticks)
         // Axis and grid.
-        for tick in 0...4 {
-            let value = maximum * Double(tick) / 4
-            let y = top + plotHeight - plotHeight * Double(tick) / 4
+        for tick in 0...ticks {
+            let value = step * Double(tick)
+            let y = top + plotHeight - plotHeight * Double(tick) / Double(ticks)
             svg += "<line class=\"grid\" x1=\"\(f(left))\" x2=\"\(f(width - right))\" y1=\"\(f(y))\" y2=\"\(f(y))\"/>"
             svg +=
                 "<text class=\"tick\" x=\"\(f(left - 6))\" y=\"\(f(y + 4))\" text-anchor=\"end\">\(HTML.number(Int(value.rounded())))</text>"
@@ -201,10 +205,14 @@ enum Chart {
             return svg + "</svg>"
         }
         let span = high - low
+        var previous = ""
         for tick in 0...4 {
             let x = low + span * Double(tick) / 4
             let date = Date(timeIntervalSince1970: x)
             let label = span < 3 * 86_400 ? UTC.period(of: date, unit: "hour").0 : UTC.day(date)
+            // A short span repeats labels: each is written once.
+            if label == previous { continue }
+            previous = label
             svg +=
                 "<text class=\"tick\" x=\"\(f(px(x)))\" y=\"\(f(height - bottom + 18))\" text-anchor=\"\(tick == 0 ? "start" : tick == 4 ? "end" : "middle")\">\(HTML.escape(label))</text>"
         }
@@ -250,7 +258,7 @@ enum Chart {
         id: String, caption: String, header: [String], rows: [[String]], numeric: Set<Int> = [], more: Int = 0
     ) -> String {
         var html =
-            "<div class=\"numbers\"><table data-table=\"\(id)\"><caption>\(HTML.escape(caption))</caption><thead><tr>"
+            "<div class=\"numbers\" tabindex=\"0\" role=\"region\" aria-label=\"\(HTML.escape(caption))\"><table data-table=\"\(id)\"><caption>\(HTML.escape(caption))</caption><thead><tr>"
         for cell in header { html += "<th scope=\"col\">\(HTML.escape(cell))</th>" }
         html += "</tr></thead><tbody>"
         if rows.isEmpty {

@@ -487,7 +487,7 @@ public enum ReportPage {
         --s0:#4493f8;--s1:#3fb950;--s2:#a371f7;--s3:#db61a2;--s4:#d29922;--s5:#79c0ff;--s6:#8d96a0;--s7:#f85149;\
         --bad:#f85149;--warn:#d29922;--ok:#3fb950}}
         *{box-sizing:border-box}
-        body{margin:0 auto;max-width:1100px;padding:1rem 1.25rem 3rem;background:var(--bg);color:var(--fg);\
+        body{margin:0 auto;max-width:1320px;padding:1rem 1.25rem 3rem;background:var(--bg);color:var(--fg);\
         font:15px/1.45 system-ui,-apple-system,"Segoe UI","DejaVu Sans",sans-serif}
         h1{margin:.2rem 0}h2{margin-top:2.2rem;border-bottom:1px solid var(--line);padding-bottom:.3rem}
         h3{margin:0 0 .2rem;font-size:1.05rem}
@@ -517,7 +517,10 @@ public enum ReportPage {
         caption{text-align:left;color:var(--muted);padding:.2rem 0}
         th,td{border-bottom:1px solid var(--line);padding:.2rem .6rem;text-align:left;vertical-align:top}
         td.num{text-align:right;font-variant-numeric:tabular-nums}td.empty{color:var(--muted)}
-        .numbers{overflow-x:auto}
+        .numbers{overflow-x:auto;max-height:30rem;overflow-y:auto}
+        @media (min-width:1000px){.chart-body{display:grid;grid-template-columns:minmax(0,3fr) minmax(0,2fr);gap:1.2rem;\
+        align-items:start}}
+        td.low{color:var(--bad);font-weight:600}
         .scroll{overflow-x:auto}
         #device-table td{white-space:nowrap;max-width:22rem;overflow:hidden;text-overflow:ellipsis}
         #device-table th button{all:unset;cursor:pointer;font-weight:600}
@@ -531,6 +534,7 @@ public enum ReportPage {
         footer{margin-top:3rem;color:var(--muted);font-size:13px}
         @media print{:root{--bg:#fff;--fg:#000;--muted:#444;--line:#bbb;--panel:#fff}\
         body{max-width:none;padding:0;font-size:11pt}nav,.controls,.pager{display:none}\
+        .numbers{max-height:none;overflow:visible}.chart-body{display:block}\
         figure.chart,table{break-inside:avoid}h2{break-after:avoid}a{color:inherit}\
         #device-table td{white-space:normal}}
         """
@@ -647,7 +651,11 @@ public enum ReportPage {
             document.getElementById("next").disabled = page >= pages - 1;
           }
           var timer = null;
-          function refilter() { compute(); page = 0; render(); }
+          function refilter() {
+            var started = performance.now();
+            compute(); page = 0; render();
+            status.dataset.ms = String(Math.round(performance.now() - started));
+          }
           filter.addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(refilter, 120); });
           finding.addEventListener("change", refilter);
           document.getElementById("prev").addEventListener("click", function () { page--; render(); });

@@ -201,6 +201,7 @@ def type_filter(browser, session, text):
                 value: document.getElementById('filter').value,
                 status: document.getElementById('table-status').textContent,
                 matching: Number(document.getElementById('table-status').dataset.matching),
+                ms: Number(document.getElementById('table-status').dataset.ms || -1),
                 shown: rows.length,
                 cells: rows.map(r => [...r.children].map(td => td.textContent)),
               };
@@ -251,7 +252,7 @@ def main():
             needle = arguments.filter.lower()
             report["filter"] = {
                 "text": arguments.filter, "value": state["value"], "matching": state["matching"],
-                "shown": state["shown"],
+                "shown": state["shown"], "filter_ms": state["ms"],
                 "every_row_holds_it": all(needle in " ".join(cells).lower() for cells in state["cells"]),
             }
         if arguments.hostile is not None:
