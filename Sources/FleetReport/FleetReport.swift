@@ -315,7 +315,9 @@ public struct FleetReport: Sendable {
         var crossing: [String: Int] = [:]
         for projection in projections {
             if let at = projection.crossing {
-                crossing[projection.device] = Int((at.timeIntervalSince(now) / 86_400).rounded(.down))
+                // Already below (at or before now) is negative, never 0.
+                let days = Int((at.timeIntervalSince(now) / 86_400).rounded(.down))
+                crossing[projection.device] = at <= now ? min(-1, days) : days
             }
         }
         rows = devices.map { device in
