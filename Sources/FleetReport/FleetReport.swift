@@ -96,7 +96,11 @@ public struct ReportDevice: Sendable, Equatable {
             }
             device.profile = value(row, "profile").text
             device.lastSeen = value(row, "last_seen").text.flatMap(Inventory.parseTimestamp)
-            device.benches = value(row, "benches").text
+            // The benches that know it (a server): their ids' first 8 characters, as elsewhere.
+            device.benches = value(row, "benches").text.map { text in
+                text.split { $0 == "{" || $0 == "}" || $0 == "," || $0 == " " }.map { String($0.prefix(8)) }
+                    .joined(separator: " ")
+            }
             return device
         }
     }
