@@ -308,8 +308,12 @@ struct ReportTests {
         // Devices 1–20 are on both benches: 40 devices, 13 of them cars (every third).
         #expect(Self.int(line["fleet"]) == 40)
         #expect(Self.int(line["devices"]) == 13)
-        let seen = try await Self.browse(page)
+        // The second bench knows devices 1–20: cars 3, 6, … 18, shown with its id's first 8 characters.
+        let secondBench = String(try await Inventory(path: second, readOnly: true).benchID().prefix(8))
+        let seen = try await Self.browse(page, filter: secondBench)
         #expect(Self.counts(seen, "battery") == (13, 13))
+        let filter = try #require(seen["filter"] as? [String: Any])
+        #expect(Self.int(filter["matching"]) == 6, "\(filter)")
         #expect(Self.int(Self.chart(seen, "activity")["data"].flatMap { ($0 as? [String: Any])?["benches"] }) == 2)
         let table = try #require(seen["table"] as? [String: Any])
         #expect(Self.int(table["columns"]) == 13, "a benches column")
