@@ -308,6 +308,7 @@ public struct FleetReport: Sendable {
         computeBattery(devices)
         let readings = everyone ? history.readings : history.readings.filter { chosen.contains($0.device) }
         computeTrend(readings, devices: devices, profiles: profiles, now: now)
+        addBelowNow(devices, profiles: profiles, now: now)
         computeFirmware(devices)
         computeCalibration(devices, now: now)
         computeFindings(findingsOf, profiles: profiles, devices: devices)
@@ -317,7 +318,7 @@ public struct FleetReport: Sendable {
         computeProblems(problems)
 
         var crossing: [String: Int] = [:]
-        for projection in projections {
+        for projection in projections + crossingThisQuarter.filter({ $0.readings == 0 }) {
             if let at = projection.crossing {
                 // Already below (at or before now) is negative, never 0.
                 let days = Int((at.timeIntervalSince(now) / 86_400).rounded(.down))
@@ -406,6 +407,26 @@ public struct FleetReport: Sendable {
         lines = projections.prefix(8).filter { $0.crossing != nil }.map { projection in
             DeviceLine(device: projection.device, points: byDevice[projection.device] ?? [], projection: projection)
         }
+    }
+
+    /// Devices whose last battery is already below their profile's
+    /// minimum but that have no projection (too few readings): below by
+    /// the quarter's end too, listed with no slope.
+    mutating func addBelowNow(_ devices: [ReportDevice], profiles: [String: Profile], now: Date) {
+        let projected = Set(projections.map(\.device))
+        var below: [BatteryProjection] = []
+        for device in devices where !projected.contains(device.address) {
+            guard let battery = device.battery, let name = device.profile, let profile = profiles[name] else {
+                continue
+            }
+            let minimum = Int(profile.requirements.minimumBatteryPercent)
+            guard battery < minimum else { continue }
+            below.append(
+                BatteryProjection(
+                    device: device.address, profile: name, minimum: minimum, slopePerDay: .nan,
+                    batteryNow: Double(battery), crossing: now, readings: 0, first: now, last: now))
+        }
+        crossingThisQuarter += below.sorted { $0.device < $1.device }
     }
 
     // MARK: Firmware and calibration

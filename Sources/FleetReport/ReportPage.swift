@@ -188,12 +188,12 @@ public enum ReportPage {
                 id: "quarter",
                 caption:
                     "Devices below their minimum by the end of the quarter (\(UTC.day(report.quarterEnd.addingTimeInterval(-1))))",
-                header: ["device", "profile", "minimum %", "now (fit) %", "% per day", "readings", "crosses"],
+                header: ["device", "profile", "minimum %", "now (fit) %", "% per day", "readings fitted", "crosses"],
                 rows: report.crossingThisQuarter.prefix(tableRows).map { projection in
                     [
                         projection.device, projection.profile, "\(projection.minimum)",
                         HTML.decimal(projection.batteryNow), HTML.decimal(projection.slopePerDay, 2),
-                        "\(projection.readings)",
+                        projection.readings == 0 ? "last reading" : "\(projection.readings)",
                         projection.crossing.map { $0.timeIntervalSince1970 <= now ? "already below" : UTC.day($0) }
                             ?? "",
                     ]

@@ -155,6 +155,17 @@ struct FleetReportTests {
         #expect(filtered.fleetSize == 7)
     }
 
+    @Test func aDeviceBelowItsMinimumWithoutReadingsIsBelowThisQuarter() {
+        let device = Self.device(1, battery: 12)
+        let report = FleetReport(
+            source: "test", server: false, devices: [device], subjects: [Self.subject(device)],
+            history: FleetHistory(), profiles: ["car": Self.car], now: Self.now)
+        #expect(report.projections.isEmpty)
+        #expect(report.crossingThisQuarter.map(\.device) == [device.address])
+        #expect(report.rows.first?.crossingDays == -1)
+        #expect(ReportPage.html(report).contains(">last reading</td>"))
+    }
+
     @Test func hostileTextNeverReachesThePageAsMarkup() {
         var device = Self.device(1)
         device.model = "<img src=x onerror=alert(1)></script><script>alert(2)</script>\u{1B}[2J\u{202E}"
