@@ -539,8 +539,11 @@ public struct FleetReport: Sendable {
         drift = pairs.values.sorted {
             ($1.devices, $0.field, $0.profile, $0.holds) < ($0.devices, $1.field, $1.profile, $1.holds)
         }
+        // Most holders first, then by major and minor as numbers.
+        func order(_ identity: String) -> [Int] { identity.split(separator: ".").map { Int($0) ?? 0 } }
         duplicates = shared.map { Duplicate(identity: $0.key, holders: $0.value.sorted()) }.sorted {
-            ($1.holders.count, $0.identity) < ($0.holders.count, $1.identity)
+            $0.holders.count != $1.holders.count
+                ? $0.holders.count > $1.holders.count : order($0.identity).lexicographicallyPrecedes(order($1.identity))
         }
     }
 

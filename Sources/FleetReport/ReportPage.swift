@@ -251,7 +251,7 @@ public enum ReportPage {
         let magnitude = Chart.figure(
             id: "calibration-vector", title: "Calibration vector magnitude",
             description:
-                "|g| of each calibrated device's gravity vector in mG; plausible is 1000 ± 150 mG (850–1150, red bins are outside): \(report.plausible) plausible, \(report.implausible) not.",
+                "|g| of each calibrated device's gravity vector in mG; plausible is 1000 ± 150 mG (850–1150, red bins are outside): \(HTML.number(report.plausible)) plausible, \(HTML.number(report.implausible)) not.",
             svg: Chart.columns(
                 id: "svg-calibration-vector", title: "Calibration vector magnitude",
                 description: "Column chart of |g| in 50 mG bins. "
@@ -277,7 +277,7 @@ public enum ReportPage {
         let figure = Chart.figure(
             id: "drift", title: "Config drift",
             description:
-                "Devices whose read-back thresholds differ from their profile, field by field (\(report.driftDevices) devices drift in at least one field).",
+                "Devices whose read-back thresholds differ from their profile, field by field (\(HTML.number(report.driftDevices)) devices drift in at least one field).",
             svg: Chart.bars(
                 id: "svg-drift", title: "Config drift per field",
                 description: "Bar chart: "
@@ -300,7 +300,7 @@ public enum ReportPage {
         let findings = Chart.figure(
             id: "findings", title: "Audit findings by kind",
             description:
-                "Devices with each finding of the offline audit (docs/profiles.md); \(report.devicesWithFindings) devices have at least one.",
+                "Devices with each finding of the offline audit (docs/profiles.md); \(HTML.number(report.devicesWithFindings)) devices have at least one.",
             svg: Chart.bars(
                 id: "svg-findings", title: "Audit findings by kind",
                 description: "Bar chart: " + report.findings.map { "\($0.label): \($0.value)" }.joined(separator: ", "),
@@ -319,7 +319,7 @@ public enum ReportPage {
         let duplicates = Chart.figure(
             id: "duplicates", title: "Duplicate identities",
             description:
-                "iBeacon identities (major.minor) held by more than one beacon in service: \(report.duplicates.count) identities.",
+                "iBeacon identities (major.minor) held by more than one beacon in service: \(HTML.number(report.duplicates.count)) identities.",
             svg: Chart.bars(
                 id: "svg-duplicates", title: "Duplicate identities",
                 description: "Bar chart: beacons holding each shared identity (the 20 most shared).",
@@ -636,7 +636,7 @@ public enum ReportPage {
               for (var c = 0; c < data.columns.length; c++) {
                 var td = document.createElement("td");
                 td.textContent = cell(r, c);
-                if (c === 4 && r[5] !== null && r[5] < 30) td.className = "low";
+                if (c === 4 && r[9] !== null && (" " + data.findings[r[9]] + " ").indexOf(" battery-low ") >= 0) td.className = "low";
                 tr.appendChild(td);
               }
               fragment.appendChild(tr);
