@@ -130,8 +130,10 @@ struct ReportTests {
     }
 
     /// What the browser shows of `page` (see report_browser.py).
-    static func browse(_ page: String, filter: String? = nil, hostile: String? = nil) async throws -> [String: Any] {
-        var arguments = [peer, page]
+    static func browse(
+        _ page: String, filter: String? = nil, hostile: String? = nil, sort: Bool = false
+    ) async throws -> [String: Any] {
+        var arguments = [peer, page] + (sort ? ["--sort"] : [])
         if let filter { arguments += ["--filter", filter] }
         if let hostile { arguments += ["--hostile", hostile] }
         let run = try await runTool("python3", arguments, timeout: 180)
@@ -212,7 +214,9 @@ struct ReportTests {
             let page = bench.directory + "/demo.html"
             let line = try await Self.report(bench, page: page)
             #expect(Self.int(line["devices"]) == 8)
-            let seen = try await Self.browse(page, filter: "car")
+            let seen = try await Self.browse(page, filter: "car", sort: true)
+            let sort = try #require(seen["sort"] as? [String: Any])
+            #expect(sort["ascending"] as? Bool == true && sort["descending"] as? Bool == true, "\(sort)")
             #expect(Self.counts(seen, "battery") == (8, 8))
             #expect(Self.counts(seen, "firmware") == (8, 8))
             // The two skipped beacons: one reason each (battery, firmware).
@@ -260,7 +264,9 @@ struct ReportTests {
         let writtenIn = written.duration(to: clock.now)
         let bytes = try #require(Self.int(line["bytes"]))
         #expect(bytes < 8 << 20, "the page is \(bytes) bytes")
-        let seen = try await Self.browse(page, filter: "1.0.6")
+        let seen = try await Self.browse(page, filter: "1.0.6", sort: true)
+        let sort = try #require(seen["sort"] as? [String: Any])
+        #expect(sort["ascending"] as? Bool == true && sort["descending"] as? Bool == true, "\(sort)")
         let timing = try #require(seen["timing"] as? [String: Any])
         let rendered = try #require(
             timing["script_done_ms"] as? Double ?? (timing["script_done_ms"] as? Int).map(Double.init))

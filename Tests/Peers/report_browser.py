@@ -13,6 +13,8 @@ nothing beyond the standard library is needed. Prints one JSON object:
   (<rect>/<polyline> with data-value), the sum of the rects' data-value,
   and its table's rows;
 - cards: the summary cards' numbers; table: the device table's rows;
+- sort (with --sort): the battery column's button clicked twice, and
+  whether the rows shown were then ascending, then descending (empty last);
 - filter (with --filter TEXT): the text typed (Input.insertText) into the
   filter box, the matching count the page shows, the rows shown and whether
   each shown row holds the text;
@@ -23,7 +25,7 @@ nothing beyond the standard library is needed. Prints one JSON object:
   end of the page's script (the device table's first render), and the
   wall-clock time from navigate to the load event.
 
-Usage: report_browser.py PAGE.html [--filter TEXT] [--hostile TEXT] [--screenshot PNG]
+Usage: report_browser.py PAGE.html [--sort] [--filter TEXT] [--hostile TEXT] [--screenshot PNG]
 """
 
 import argparse
@@ -227,6 +229,7 @@ def main():
     parser.add_argument("--filter")
     parser.add_argument("--hostile")
     parser.add_argument("--screenshot")
+    parser.add_argument("--sort", action="store_true", help="sort by battery, both ways")
     arguments = parser.parse_args()
     url = "file://" + os.path.abspath(arguments.page)
 
@@ -247,6 +250,27 @@ def main():
             time.sleep(0.05)
         report = evaluate(browser, session, COLLECT)
         report["timing"] = {"load_ms": report.pop("load"), "script_done_ms": report.pop("rendered"), "wall_ms": wall}
+        if arguments.sort:
+            # Click the battery column's button twice: ascending, then descending.
+            orders = []
+            for _ in range(2):
+                orders.append(evaluate(
+                    browser, session,
+                    r"""(() => {
+                      document.querySelector('#device-table th button[data-column="4"]').click();
+                      const cells = [...document.querySelectorAll('#device-table tbody tr')].map(r => r.children[4].textContent);
+                      return {sort: document.querySelectorAll('#device-table th')[4].getAttribute('aria-sort'), cells: cells};
+                    })()""",
+                ))
+            def ordered(cells, descending):
+                values = [int(cell) for cell in cells if cell != ""]
+                empty_last = all(cell == "" for cell in cells[len(values):])
+                return empty_last and values == sorted(values, reverse=descending)
+            report["sort"] = {
+                "ascending": orders[0]["sort"] == "ascending" and ordered(orders[0]["cells"], False),
+                "descending": orders[1]["sort"] == "descending" and ordered(orders[1]["cells"], True),
+                "first": [orders[0]["cells"][:1], orders[1]["cells"][:1]],
+            }
         if arguments.filter is not None:
             state = type_filter(browser, session, arguments.filter)
             needle = arguments.filter.lower()
