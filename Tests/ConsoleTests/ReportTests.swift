@@ -201,6 +201,11 @@ struct ReportTests {
         let filter = try #require(seen["filter"] as? [String: Any])
         #expect(Self.int(filter["matching"]) == 1 && Self.int(filter["shown"]) == 1)
         #expect(filter["every_row_holds_it"] as? Bool == true)
+        // --since keeps the readings of the last 45 days: those of 30 days and 1 day ago.
+        let recent = fixture.directory + "/recent.html"
+        _ = try await Self.report(fixture, ["--since", "45d"], page: recent)
+        let html = try String(contentsOfFile: recent, encoding: .utf8)
+        #expect(html.contains("data-chart=\"trend\" data-total=\"2\" data-readings=\"2\""))
     }
 
     /// The demo's bench: 8 new beacons provisioned as cars by the shipped
@@ -228,6 +233,13 @@ struct ReportTests {
             let filter = try #require(seen["filter"] as? [String: Any])
             #expect(Self.int(filter["matching"]) == 6, "six beacons provisioned as cars")
             #expect(filter["every_row_holds_it"] as? Bool == true)
+            // In a session, `report` alone reports the selection.
+            let selected = bench.directory + "/selected.html"
+            let session = try await bench.beaconbench(
+                ["--json"], stdin: "scan 1s\nselect profile=car\nreport --out \(selected)\n")
+            #expect(session.status == 0, "\(session.stderr)")
+            let chosen = try #require(ConsoleFixture.jsonLines(session.stdout, kind: "report").first)
+            #expect(Self.int(chosen["devices"]) == 6 && Self.int(chosen["fleet"]) == 8)
         }
     }
 
