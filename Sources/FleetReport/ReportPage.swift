@@ -533,7 +533,7 @@ public enum ReportPage {
         .pager{margin:.5rem 0}
         footer{margin-top:3rem;color:var(--muted);font-size:13px}
         @media print{:root{--bg:#fff;--fg:#000;--muted:#444;--line:#bbb;--panel:#fff}\
-        body{max-width:none;padding:0;font-size:11pt}nav,.controls,.pager{display:none}\
+        body{max-width:none;padding:0;font-size:11pt}svg.plot{max-width:17cm}nav,.controls,.pager{display:none}\
         .numbers{max-height:none;overflow:visible}.chart-body{display:block}\
         figure.chart,table{break-inside:avoid}h2{break-after:avoid}a{color:inherit}\
         #device-table td{white-space:normal}}

@@ -147,7 +147,7 @@ enum ReportFile {
         }
         let url = URL(fileURLWithPath: path)
         let directory = url.deletingLastPathComponent().path
-        let temporary = directory + "/.\(url.lastPathComponent).\(getpid()).tmp"
+        let temporary = directory + "/.\(url.lastPathComponent).\(UUID().uuidString.prefix(8)).tmp"
         let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard descriptor >= 0 else {
             throw Failure(description: "cannot write in \(directory): \(String(cString: strerror(errno)))")
