@@ -220,7 +220,7 @@ public struct FleetReport: Sendable {
         public var steps: Int
         public var failed: Int
         public var milliseconds: Int
-        public var meanStepSeconds: Double { steps == 0 ? 0 : Double(milliseconds) / Double(steps) / 1000 }
+        public var meanStepMilliseconds: Double { steps == 0 ? 0 : Double(milliseconds) / Double(steps) }
         public var devicesPerDay: Double { days == 0 ? 0 : Double(devices) / Double(days) }
     }
 
@@ -612,25 +612,28 @@ public struct FleetReport: Sendable {
     }
 
     /// A reason as grouped: the first line, without the addresses and
-    /// numbers that make each device's message unique.
+    /// numbers that make each device's message unique; firmware versions
+    /// (`1.0.6`) are kept, they are the reason.
     static func reason(_ text: String) -> String {
         let line = text.split(whereSeparator: \.isNewline).first.map(String.init) ?? ""
-        var output = ""
-        var previousWasDigit = false
-        var cut = line.prefix(200)
-        // Addresses first (`C0:FE:00:00:00:04`), then runs of digits.
+        var cut = String(line.prefix(200))
         while let range = cut.range(of: #"([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}"#, options: .regularExpression) {
             cut.replaceSubrange(range, with: "ADDRESS")
         }
-        for character in cut {
-            if character.isASCII, character.isNumber {
-                if !previousWasDigit { output.append("N") }
-                previousWasDigit = true
+        var output = ""
+        var rest = cut[...]
+        while let digit = rest.firstIndex(where: { $0.isASCII && $0.isNumber }) {
+            output += rest[..<digit]
+            rest = rest[digit...]
+            if let version = rest.prefixMatch(of: /\d+\.\d+\.\d+/) {
+                output += version.output
+                rest = rest[version.range.upperBound...]
             } else {
-                output.append(character)
-                previousWasDigit = false
+                output += "N"
+                rest = rest.drop { $0.isASCII && $0.isNumber }
             }
         }
+        output += rest
         return output.isEmpty ? "(no reason given)" : output
     }
 }

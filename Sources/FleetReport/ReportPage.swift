@@ -363,24 +363,32 @@ public enum ReportPage {
                 + Chart.table(
                     id: "benches", caption: "How fast each bench works",
                     header: [
-                        "bench", "days at work", "devices", "steps", "failed", "mean step (s)", "devices per day",
+                        "bench", "days at work", "devices", "steps", "failed", "mean step (ms)", "devices per day",
                     ],
                     rows: report.benches.map {
                         [
                             $0.bench, HTML.number($0.days), HTML.number($0.devices), HTML.number($0.steps),
-                            HTML.number($0.failed), HTML.decimal($0.meanStepSeconds, 2), HTML.decimal($0.devicesPerDay),
+                            HTML.number($0.failed), HTML.decimal($0.meanStepMilliseconds, 0),
+                            HTML.decimal($0.devicesPerDay),
                         ]
                     }, numeric: [1, 2, 3, 4, 5, 6]),
             total: report.activity.reduce(0) { $0 + $1.devices }, extra: [("benches", "\(report.benches.count)")])
-        let shown = Array(report.problems.prefix(15))
+        // The chart: one bar per reason (a skipped device skips each step
+        // for one reason); the table: each step with its reason.
+        var byReason: [String: (status: String, reason: String, count: Int)] = [:]
+        for problem in report.problems {
+            byReason[problem.status + "\u{1F}" + problem.reason, default: (problem.status, problem.reason, 0)].count +=
+                problem.count
+        }
+        let shown = byReason.values.sorted { ($1.count, $0.reason) < ($0.count, $1.reason) }.prefix(15)
         let failures = Chart.figure(
             id: "failures", title: "Step failures and skips by reason",
             description:
-                "Steps that failed or were skipped, grouped by step and reason (addresses shown as ADDRESS, numbers as N).",
+                "Steps that failed or were skipped, by reason (addresses shown as ADDRESS, numbers as N, firmware versions kept); the table gives the steps.",
             svg: Chart.bars(
                 id: "svg-failures", title: "Step failures by reason",
                 description: "Bar chart: the 15 commonest reasons; red: failed, amber: skipped.",
-                rows: shown.map { "\($0.step): \($0.reason)" },
+                rows: shown.map { "\($0.reason) (\($0.status))" },
                 series: [
                     .init(
                         name: "steps", values: shown.map(\.count),
@@ -589,7 +597,7 @@ public enum ReportPage {
             }
             return haystacks[i];
           }
-          var order = null, sortColumn = -1, descending = false, page = 0, view = null;
+          var sortColumn = -1, descending = false, page = 0, view = null;
           var tbody = document.querySelector("#device-table tbody");
           var status = document.getElementById("table-status");
           var pageLabel = document.getElementById("page");

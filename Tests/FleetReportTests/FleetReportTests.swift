@@ -203,6 +203,13 @@ struct FleetReportTests {
         }
     }
 
+    @Test func reasonsAreGroupedWithoutAddressesAndNumbersButWithVersions() {
+        #expect(FleetReport.reason("C0:FE:00:00:00:01: no answer in 10 s\nmore") == "ADDRESS: no answer in N s")
+        #expect(FleetReport.reason("firmware 1.0.6 is older than 1.0.8") == "firmware 1.0.6 is older than 1.0.8")
+        #expect(FleetReport.reason("battery 20 % is below 30 %") == "battery N % is below N %")
+        #expect(FleetReport.reason("") == "(no reason given)")
+    }
+
     @Test func quartersEndOnTheirFirstDayAfter() {
         #expect(UTC.day(UTC.quarterEnd(after: Self.now)) == "2027-01-01")
         #expect(UTC.day(UTC.quarterEnd(after: Inventory.parseTimestamp("2026-02-03T00:00:00.000Z")!)) == "2026-04-01")
