@@ -655,6 +655,12 @@ enum UTC {
         return "\(p.year)-\(two(p.month))-\(two(p.day))"
     }
 
+    /// `2026-11-30 09:41`.
+    static func minute(_ date: Date) -> String {
+        let minutes = Int((date.timeIntervalSince1970 / 60).rounded(.down))
+        return "\(day(date)) \(two(parts(date).hour)):\(two((minutes % 60 + 60) % 60))"
+    }
+
     static func date(ofDay text: String) -> Date? { Inventory.parseTimestamp(text + "T00:00:00.000Z") }
 
     static func date(year: Int, month: Int, day: Int) -> Date {

@@ -21,7 +21,7 @@ public enum ReportPage {
         sections.append(findingsSection(report))
         sections.append(activitySection(report))
         sections.append(deviceSection(report))
-        let generated = UTC.day(report.generatedAt) + " " + UTC.period(of: report.generatedAt, unit: "hour").0.suffix(5)
+        let generated = UTC.minute(report.generatedAt)
         let scope =
             (report.selectors.isEmpty ? "" : " · devices: \(report.selectors)")
             + (report.since.map { " · history since \(UTC.day($0))" } ?? "")

@@ -214,5 +214,6 @@ struct FleetReportTests {
         #expect(UTC.day(UTC.quarterEnd(after: Self.now)) == "2027-01-01")
         #expect(UTC.day(UTC.quarterEnd(after: Inventory.parseTimestamp("2026-02-03T00:00:00.000Z")!)) == "2026-04-01")
         #expect(UTC.period(of: Self.now, unit: "week").0 == "week of 2026-11-09")
+        #expect(UTC.minute(Self.now.addingTimeInterval(41 * 60 + 7)) == "2026-11-15 12:41")
     }
 }
