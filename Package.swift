@@ -4,13 +4,14 @@
 // beacons over BlueZ. Each layer is one target and talks only to its
 // neighbours:
 //
-//   C shims (CDBus, CSQLite, CReadline)
+//   C shims (CDBus, CSQLite, CReadline, CPostgres, CZlib)
 //     → DBusBinding          D-Bus over libdbus-1: values, calls, signals, serving objects
 //     → BlueZClient          adapters, devices, GATT over org.bluez
 //     → SBeaconProtocol      pure: bytes in, typed values out, no I/O
 //     → Workbench            provisioning operations and the fleet runner
 //     → Console              REPL, batch language, output
-//   Inventory (SQLite) and Profiles sit beside Workbench.
+//   Inventory (SQLite) and Profiles sit beside Workbench; FleetReport
+//   (the HTML report) reads Inventory and Profiles.
 //   BeaconSimulator stands in for bluetoothd and a fleet of beacons.
 import PackageDescription
 
@@ -39,6 +40,13 @@ let package = Package(
             pkgConfig: "libpq",
             providers: [.apt(["libpq-dev"])]
         ),
+        // Deflate, for the fleet report's device table (browsers inflate it
+        // with DecompressionStream).
+        .systemLibrary(
+            name: "CZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
         .systemLibrary(
             name: "CReadline",
             pkgConfig: "readline",
@@ -56,6 +64,8 @@ let package = Package(
         .target(name: "Profiles", dependencies: ["SBeaconProtocol", "SafeText"]),
         // Pushing a bench's inventory to a shared PostgreSQL server.
         .target(name: "InventorySync", dependencies: ["Inventory", "CPostgres"]),
+        // The fleet report: an inventory's numbers as one self-contained HTML page.
+        .target(name: "FleetReport", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "SafeText", "CZlib"]),
         .target(
             name: "Workbench",
             dependencies: ["BlueZClient", "SBeaconProtocol", "Inventory", "Profiles"]
@@ -64,7 +74,7 @@ let package = Package(
             name: "Console",
             dependencies: [
                 "Workbench", "Inventory", "InventorySync", "Profiles", "SBeaconProtocol", "SafeText", "LocalBus",
-                "CReadline",
+                "FleetReport", "CReadline",
             ]),
         .target(name: "BeaconSimulator", dependencies: ["DBusBinding", "SBeaconProtocol"]),
         // A private dbus-daemon and the simulator as child processes, for
@@ -93,6 +103,9 @@ let package = Package(
         .testTarget(name: "InventoryTests", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "TestSupport"]),
         .testTarget(name: "SafeTextTests", dependencies: ["SafeText"]),
         .testTarget(name: "ProfilesTests", dependencies: ["Profiles", "SBeaconProtocol"]),
+        .testTarget(
+            name: "FleetReportTests",
+            dependencies: ["FleetReport", "Inventory", "Profiles", "SBeaconProtocol", "SafeText", "TestSupport"]),
         .testTarget(
             name: "ConsoleTests",
             dependencies: [

@@ -114,7 +114,7 @@ public actor Session {
     static func serverIsReadOnly(_ command: (any ConsoleCommand)?) -> String {
         (command.map { "'\($0.stepName)' needs" } ?? "this needs")
             + " a bench's own inventory: --inventory names a PostgreSQL server, which beaconbench only reads"
-            + " (inventory, log, audit); benches write their SQLite inventory and 'sync --to' the server"
+            + " (inventory, log, audit, report); benches write their SQLite inventory and 'sync --to' the server"
     }
 
     /// The bench, opened on first use (and the simulator started first when

@@ -28,6 +28,9 @@ public protocol InventoryReader: Sendable {
     func auditSubjects() async throws -> [AuditSubject]
     /// Every column of every device, for `inventory export`.
     func deviceTable() async throws -> DeviceTable
+    /// Battery readings, step outcomes counted per day, bench and device,
+    /// and failed or skipped steps, from `since` on: what `report` draws.
+    func history(since: Date?) async throws -> FleetHistory
 }
 
 extension InventoryReader {

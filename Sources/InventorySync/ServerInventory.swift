@@ -236,4 +236,36 @@ public actor ServerInventory: InventoryReader {
             return DeviceTable(columns: columns, rows: rows)
         }
     }
+
+    public func history(since: Date?) throws -> FleetHistory {
+        let since = since.map(Self.timestamp)
+        return try reading { server throws(SyncError) in
+            let readings = try server.query(
+                """
+                SELECT device, at, battery FROM readings
+                WHERE battery IS NOT NULL AND ($1::text IS NULL OR at >= $1) ORDER BY device, at
+                """, [since]
+            ).rows.compactMap(Inventory.reading)
+            let activity = try server.query(
+                """
+                SELECT substr(started_at, 1, 10), left(bench_id, 8), device, count(*)::bigint,
+                    (count(*) FILTER (WHERE status = 'failed'))::bigint, coalesce(sum(duration_ms), 0)::bigint
+                FROM outcomes WHERE status <> 'running' AND ($1::text IS NULL OR started_at >= $1)
+                GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
+                """, [since]
+            ).rows.map { row in
+                ActivityCount(
+                    day: row[0].text ?? "", bench: row[1].text ?? "", device: row[2].text,
+                    steps: Int(row[3].integer ?? 0), failed: Int(row[4].integer ?? 0),
+                    milliseconds: Int(row[5].integer ?? 0))
+            }
+            let problems = try server.query(
+                """
+                SELECT device, step, status, coalesce(error, detail, '') FROM outcomes
+                WHERE status IN ('failed', 'skipped') AND ($1::text IS NULL OR started_at >= $1)
+                """, [since]
+            ).rows.map(Inventory.problem)
+            return FleetHistory(readings: readings, activity: activity, problems: problems)
+        }
+    }
 }

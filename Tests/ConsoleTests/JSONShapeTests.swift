@@ -140,6 +140,7 @@ struct JSONShapeTests {
                 audit --passive
                 inventory list
                 inventory export --json
+                report --out \(bench.directory)/report.html
                 log --limit 5
                 records list
                 records export --json --kind event

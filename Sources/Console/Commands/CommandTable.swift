@@ -16,6 +16,8 @@ public enum CommandTable {
         // The inventory (InventoryCommands.swift)
         InventoryListCommand.self, InventoryShowCommand.self, InventoryExportCommand.self,
         InventoryForgetCommand.self, LogCommand.self, SyncCommand.self,
+        // The fleet report (ReportCommand.swift)
+        ReportCommand.self,
         // Pulled records (RecordsCommands.swift)
         RecordsListCommand.self, RecordsExportCommand.self,
         // Profiles (ProfilesCommands.swift)

@@ -50,7 +50,7 @@ public enum ResultKind: String, Sendable, CaseIterable {
     case watchEvent = "watch_event", watchSummary = "watch_summary"
     case audit, device, deviceRow = "device_row", outcome
     case profile, profileCheck = "profile_check", sync, command
-    case trip, event, incident, forgotten, check
+    case trip, event, incident, forgotten, check, report
 }
 
 /// The version of the JSON output: raised when a field changes meaning or

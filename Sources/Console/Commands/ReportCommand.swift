@@ -1,0 +1,175 @@
+import FleetReport
+import Foundation
+import Inventory
+import InventorySync
+import Workbench
+
+/// `report [SELECTOR…] [--out FILE] [--since TIME]`: the fleet as one
+/// self-contained HTML page of charts and tables (FleetReport).
+public struct ReportCommand: ConsoleCommand {
+    public var selectors: [DeviceSelector]
+    public var output: String
+    public var since: Date?
+
+    public init(selectors: [DeviceSelector] = [], output: String = "report.html", since: Date? = nil) {
+        self.selectors = selectors
+        self.output = output
+        self.since = since
+    }
+
+    public static let spec = CommandSpec(
+        name: "report",
+        summary: "write the fleet report: one HTML page of charts and a device table, opens offline",
+        example: "report profile=van --since 90d --out vans.html",
+        operands: [.some("SELECTOR", .selector, atLeastOne: false)],
+        options: [
+            .value("--out", "FILE", .text, "the page to write (default report.html; made mode 0600)"),
+            .value("--since", "TIME", .time, "only readings and step outcomes since TIME (2026-11-30, or 90d)"),
+        ], onlyReadsTheInventory: true,
+        detail:
+            "Selectors are those of select that need no radio: all, unprovisioned, profile=NAME, battery<N, firmware<X, minor=A-B, addresses and MAC endings; none: every device (or the selection). Reads a bench's inventory or, with --inventory postgresql://…, the whole fleet. docs/report.md describes each chart."
+    )
+
+    public init(_ arguments: inout ParsedArguments) throws(BatchError) {
+        let parser = arguments.parser
+        let failure = arguments
+        selectors = try arguments.each { token throws(BatchError) in
+            let selector = try parser.selector(token)
+            switch selector {
+            case .new, .inRange:
+                throw failure.fail(
+                    token, "report reads the inventory: '\(token.text)' needs the radio (select it first)")
+            default: return selector
+            }
+        }
+        output = arguments.text("--out") ?? "report.html"
+        since = arguments.time("--since")
+        if output.isEmpty { throw arguments.fail(at: 0, "--out wants a file name") }
+    }
+
+    public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
+        try await session.report(self)
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(Session.selectorsText(selectors))
+        hasher.combine(output)
+        hasher.combine(since)
+    }
+
+    public static func == (a: Self, b: Self) -> Bool {
+        Session.selectorsText(a.selectors) == Session.selectorsText(b.selectors) && a.output == b.output
+            && a.since == b.since
+    }
+
+    /// The selector as the report filters devices (those needing the radio
+    /// are refused when the command is built).
+    static func filter(_ selector: DeviceSelector) -> DeviceFilter {
+        switch selector {
+        case .all, .new, .inRange: .all
+        case .unprovisioned: .unprovisioned
+        case .profile(let name): .profile(name)
+        case .batteryBelow(let limit): .batteryBelow(Int(limit))
+        case .firmwareBelow(let version): .firmwareBelow(version)
+        case .minorRange(let low, let high): .minorRange(low, high)
+        case .address(let address): .address(address)
+        case .macEnding(let ending): .macEnding(ending)
+        }
+    }
+}
+
+extension Session {
+    // MARK: The fleet report
+
+    func report(_ command: ReportCommand) async throws(ConsoleFailure) {
+        let started = ContinuousClock.now
+        let reader = try reader()
+        var filters = command.selectors.map(ReportCommand.filter)
+        var selectors = Session.selectorsText(command.selectors)
+        if filters.isEmpty, let selection {
+            filters = selection.map { .address($0) }
+            selectors = selectionText.isEmpty ? "the selection" : selectionText
+        }
+        let page: String
+        let report: FleetReport
+        do {
+            let table = try await reader.deviceTable()
+            let subjects = try await reader.auditSubjects()
+            let history = try await reader.history(since: command.since)
+            report = FleetReport(
+                source: reader.location, server: reader is ServerInventory, devices: ReportDevice.rows(of: table),
+                subjects: subjects, history: history, profiles: profiles, filters: filters, selectors: selectors,
+                since: command.since)
+            page = ReportPage.html(report)
+        } catch let error as ConsoleFailure {
+            throw error
+        } catch {
+            throw ConsoleFailure(.infrastructure, "report: the inventory: \(error)")
+        }
+        let bytes = Array(page.utf8)
+        do {
+            try ReportFile.write(bytes, to: command.output)
+        } catch {
+            throw ConsoleFailure(.badInput, "report: \(error)")
+        }
+        let elapsed = started.duration(to: .now)
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        if json {
+            terminal.emit(
+                .report,
+                [
+                    "path": .string(command.output), "devices": .int(report.rows.count),
+                    "fleet": .int(report.fleetSize), "bytes": .int(bytes.count),
+                    "crossing_this_quarter": .int(report.crossingThisQuarter.count),
+                    "with_findings": .int(report.devicesWithFindings), "seconds": .number(seconds),
+                ])
+        } else {
+            terminal.result(
+                "report: \(report.rows.count) of \(report.fleetSize) devices, \(report.devicesWithFindings) with findings,"
+                    + " \(report.crossingThisQuarter.count) below their battery minimum by the quarter's end"
+                    + " → \(command.output) (\(bytes.count / 1024) KiB, \(String(format: "%.1f", seconds)) s)")
+        }
+    }
+}
+
+/// Writing the page: atomically (a temporary file beside it, then renamed
+/// over it), mode 0600 whatever the umask — it holds the inventory's
+/// history. A symbolic link at the path is replaced, never followed.
+enum ReportFile {
+    struct Failure: Error, CustomStringConvertible {
+        var description: String
+    }
+
+    static func write(_ bytes: [UInt8], to path: String) throws(Failure) {
+        var info = stat()
+        if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR {
+            throw Failure(description: "\(path) is a directory")
+        }
+        let url = URL(fileURLWithPath: path)
+        let directory = url.deletingLastPathComponent().path
+        let temporary = directory + "/.\(url.lastPathComponent).\(UUID().uuidString.prefix(8)).tmp"
+        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else {
+            throw Failure(description: "cannot write in \(directory): \(String(cString: strerror(errno)))")
+        }
+        var failed: String?
+        if fchmod(descriptor, 0o600) != 0 { failed = String(cString: strerror(errno)) }
+        var offset = 0
+        while failed == nil, offset < bytes.count {
+            let written = bytes[offset...].withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
+            if written < 0 {
+                if errno == EINTR { continue }
+                failed = String(cString: strerror(errno))
+            } else {
+                offset += written
+            }
+        }
+        if failed == nil, fsync(descriptor) != 0 { failed = String(cString: strerror(errno)) }
+        close(descriptor)
+        if failed == nil, rename(temporary, path) != 0 { failed = String(cString: strerror(errno)) }
+        if let failed {
+            unlink(temporary)
+            throw Failure(description: "cannot write \(path): \(failed)")
+        }
+    }
+}
