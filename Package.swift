@@ -35,10 +35,12 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
-        .systemLibrary(
+        // libpq's declarations (libpq-dev), its functions loaded on first
+        // use (libpq.c): linking it would cost every start about 5 ms.
+        .target(
             name: "CPostgres",
-            pkgConfig: "libpq",
-            providers: [.apt(["libpq-dev"])]
+            cSettings: [.unsafeFlags(["-I/usr/include/postgresql"])],
+            linkerSettings: [.linkedLibrary("dl")]
         ),
         // Deflate, for the fleet report's device table (browsers inflate it
         // with DecompressionStream).
@@ -63,7 +65,9 @@ let package = Package(
         .target(name: "Inventory", dependencies: ["CSQLite", "SBeaconProtocol", "Profiles", "SafeText"]),
         .target(name: "Profiles", dependencies: ["SBeaconProtocol", "SafeText"]),
         // Pushing a bench's inventory to a shared PostgreSQL server.
-        .target(name: "InventorySync", dependencies: ["Inventory", "CPostgres"]),
+        .target(
+            name: "InventorySync", dependencies: ["Inventory", "CPostgres"],
+            swiftSettings: [.unsafeFlags(["-Xcc", "-I/usr/include/postgresql"])]),
         // The fleet report: an inventory's numbers as one self-contained HTML page.
         .target(name: "FleetReport", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "SafeText", "CZlib"]),
         .target(

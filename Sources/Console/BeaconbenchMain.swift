@@ -7,7 +7,10 @@ import SafeText
 public enum BeaconbenchMain {
     public static let version = "0.2.0"
 
-    public static func run(_ arguments: [String]) async -> Int32 {
+    /// The answers that need nothing but the command line — `--version`,
+    /// `--help`, a command line that does not parse — given synchronously,
+    /// before the concurrency runtime starts a thread; nil for the rest.
+    public static func immediate(_ arguments: [String]) -> Int32? {
         Secrets.scrubArguments()
         let invocation: Invocation
         do {
@@ -23,7 +26,18 @@ public enum BeaconbenchMain {
         case .version:
             Terminal.emit(1, "beaconbench \(version)\n")
             return 0
-        default: break
+        default:
+            return nil
+        }
+    }
+
+    public static func run(_ arguments: [String]) async -> Int32 {
+        if let status = immediate(arguments) { return status }
+        let invocation: Invocation
+        do {
+            invocation = try Invocation.parse(arguments)
+        } catch {
+            return ExitStatus.badInput.rawValue
         }
         let terminal = Terminal(color: invocation.color, json: invocation.json, verbose: invocation.verbose)
         let profiles: [String: Profile]

@@ -30,6 +30,10 @@ final class PostgresConnection {
     /// noticed within about 30 s (TCP keepalives and user timeout), so no
     /// call waits for ever.
     init(_ conninfo: String, connectTimeout: Int = 10) throws(SyncError) {
+        guard beaconbench_libpq_load() == 1 else {
+            let reason = beaconbench_libpq_error().map { String(cString: $0) } ?? "not found"
+            throw SyncError("libpq could not be loaded (\(reason)): install it with apt-get install libpq5")
+        }
         let environment = ProcessInfo.processInfo.environment
         var defaults: [(keyword: String, value: String)] = [
             ("keepalives", "1"), ("keepalives_idle", "10"), ("keepalives_interval", "5"), ("keepalives_count", "3"),

@@ -3,4 +3,7 @@
 import Console
 import Foundation
 
-exit(await BeaconbenchMain.run(Array(CommandLine.arguments.dropFirst())))
+let arguments = Array(CommandLine.arguments.dropFirst())
+// `--version` and `--help` are answered before any thread is started.
+if let status = BeaconbenchMain.immediate(arguments) { exit(status) }
+exit(await BeaconbenchMain.run(arguments))

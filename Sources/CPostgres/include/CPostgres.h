@@ -1,0 +1,13 @@
+#ifndef BEACONBENCH_CPOSTGRES_H
+#define BEACONBENCH_CPOSTGRES_H
+// libpq's declarations; its functions are loaded on first use (libpq.c).
+#include <libpq-fe.h>
+
+/// Loads libpq (libpq.so.5) if it is not loaded yet: 1 when it is there,
+/// 0 when it could not be loaded (then every PQ function below fails safely:
+/// NULL, CONNECTION_BAD, PGRES_FATAL_ERROR, 0).
+int beaconbench_libpq_load(void);
+
+/// dlerror()'s text of the failed load, or NULL.
+const char *beaconbench_libpq_error(void);
+#endif
