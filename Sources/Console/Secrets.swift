@@ -18,7 +18,12 @@ enum Secrets {
     /// the kernel shows as `/proc/PID/cmdline`) with `*`, byte for byte,
     /// and warns once when there was one. `CommandLine.arguments` was
     /// copied before, so the arguments parsed still hold the password.
-    static func scrubArguments() {
+    /// Done once per process, however often it is called.
+    static func scrubArguments() { _ = scrubbedOnce }
+
+    private static let scrubbedOnce: Void = scrubNow()
+
+    private static func scrubNow() {
         var scrubbed = false
         for index in 1..<max(1, Int(CommandLine.argc)) {
             guard let argument = CommandLine.unsafeArgv[index] else { continue }
