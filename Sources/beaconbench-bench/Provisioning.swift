@@ -112,9 +112,12 @@ func provisioningRun(
     guard run.status == 0 || run.status >> 8 == 2 else {
         throw LocalBusError("beaconbench exited with status \(run.status >> 8): \(run.output)")
     }
+    // The run's result line: `{"kind":"summary", "changed":…}` (docs/json.md).
     let summary =
         run.output.split(separator: "\n").compactMap {
-            (try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any])?["summary"] as? [String: Any]
+            (try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]).flatMap {
+                $0["kind"] as? String == "summary" ? $0 : nil
+            }
         }.first ?? [:]
 
     let connection = try await BusConnection.connect(.address(simulator.bus.address))

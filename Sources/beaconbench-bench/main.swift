@@ -202,7 +202,8 @@ func allBenchmarks(quick: Bool, seconds: Double, peers: PeerOptions) async throw
                 met: scenario.count >= 100 && scenario.concurrency == nil ? ratio <= 1.02 : nil))
     }
 
-    // 2 and 7. CPU per device and memory, 500 beacons, no radio latency.
+    // 2 and 7. CPU per device and memory, 500 beacons, no radio latency
+    // (the goal: the peers' comparison below, ≤ 0.5 × a bleak script's).
     log("provisioning 500 beacons, no radio latency")
     var fast = try await provisioningRun(count: 500, adapters: 1, concurrency: nil, latency: "none")
     fast.scenario = "provision 500, no latency"
@@ -227,6 +228,18 @@ func allBenchmarks(quick: Bool, seconds: Double, peers: PeerOptions) async throw
             scenario: "passive audit of 500 in one 10 s scan",
             value: "\(passive.audited) audited, all seen after \(format(passive.allSeenAfterSeconds)) s",
             goal: "500 in 10 s", met: passive.audited == 500 && passive.allSeenAfterSeconds <= 10))
+
+    // 8. The peers: bleak 3.1 scripts and bluetoothctl, ratios. Before the
+    // inventory and sync scenarios: a child spawned once this process has
+    // grown reports this process's size as its own peak RSS (vfork).
+    do {
+        let peerResult = try await peersBenchmark(peers)
+        report.peers = peerResult
+        report.rows += peerRows(peerResult)
+    } catch {
+        log("peers skipped: \(error)")
+        report.rows.append(Row(scenario: "peers (bleak, bluetoothctl)", value: "skipped: \(error)", goal: "-"))
+    }
 
     // 4. Inventory.
     log("inventory")
@@ -271,22 +284,13 @@ func allBenchmarks(quick: Bool, seconds: Double, peers: PeerOptions) async throw
     report.startup = startup
     report.rows.append(
         Row(
-            scenario: "beaconbench --version", value: "\(format(startup.versionMilliseconds)) ms", goal: "≤ 50 ms",
-            met: startup.versionMilliseconds <= 50))
+            scenario: "beaconbench --version", value: "\(format(startup.versionMilliseconds)) ms", goal: "≤ 5 ms",
+            met: startup.versionMilliseconds <= 5))
     report.rows.append(
         Row(
-            scenario: "time to the REPL prompt", value: "\(format(startup.promptMilliseconds)) ms", goal: "≤ 50 ms",
-            met: startup.promptMilliseconds <= 50))
+            scenario: "time to the REPL prompt", value: "\(format(startup.promptMilliseconds)) ms", goal: "≤ 8 ms",
+            met: startup.promptMilliseconds <= 8))
 
-    // 8. The peers: bleak 3.1 scripts and bluetoothctl, ratios.
-    do {
-        let peerResult = try await peersBenchmark(peers)
-        report.peers = peerResult
-        report.rows += peerRows(peerResult)
-    } catch {
-        log("peers skipped: \(error)")
-        report.rows.append(Row(scenario: "peers (bleak, bluetoothctl)", value: "skipped: \(error)", goal: "-"))
-    }
     return report
 }
 
