@@ -16,6 +16,8 @@ public enum CommandTable {
         // The inventory (InventoryCommands.swift)
         InventoryListCommand.self, InventoryShowCommand.self, InventoryExportCommand.self,
         InventoryForgetCommand.self, LogCommand.self, SyncCommand.self,
+        // Desired state and the install bench (DesiredStateCommands.swift, StationCommands.swift)
+        AssignCommand.self, DriftCommand.self, StationCommand.self,
         // Pulled records (RecordsCommands.swift)
         RecordsListCommand.self, RecordsExportCommand.self,
         // Profiles (ProfilesCommands.swift)
