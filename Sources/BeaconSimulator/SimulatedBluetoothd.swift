@@ -122,6 +122,14 @@ public actor SimulatedBluetoothd {
         }
     }
 
+    /// The beacon was taken out of range (`Update` with `inRange` false):
+    /// its connections drop, as a link lost does.
+    func leftRange(_ address: String) async {
+        for index in adapters.indices where adapters[index].devices[address]?.connected == true {
+            await disconnect(index, address, reason: "out of range")
+        }
+    }
+
     private func returnToRange(_ address: String) { beacons[address]?.state.inRange = true }
 
     /// The adapter powers off for the outage time, then on again.

@@ -1,0 +1,218 @@
+import BeaconSimulator
+import DBusBinding
+import Foundation
+import Inventory
+import TestSupport
+import Testing
+
+/// The install-bench station and the desired state (`assign`, `drift`),
+/// end to end: the built binary against the simulator, beacons moved in
+/// and out of range through its control interface.
+@Suite("station, assign and drift", .serialized)
+struct StationTests {
+    static func address(_ number: Int) -> String { String(format: "C0:FE:00:00:%02X:%02X", number / 256, number % 256) }
+
+    /// `Update(address, json)` on the simulator's control interface.
+    static func update(_ bench: ConsoleFixture, _ address: String, _ json: String) async throws {
+        let connection = try await BusConnection.connect(.address(bench.busAddress))
+        _ = try await connection.call(
+            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Update",
+            [.string(address), .string(json)])
+        await connection.close()
+    }
+
+    static func control(_ bench: ConsoleFixture, _ method: MemberName) async throws {
+        let connection = try await BusConnection.connect(.address(bench.busAddress))
+        _ = try await connection.call(
+            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, method, [])
+        await connection.close()
+    }
+
+    /// Every beacon of the fleet out of range, before the station starts.
+    static func clearTheBench(_ bench: ConsoleFixture) async throws {
+        for address in try await bench.truth().keys { try await update(bench, address, #"{"inRange": false}"#) }
+    }
+
+    /// Puts a beacon on the bench (in range, strong).
+    static func bringIn(_ bench: ConsoleFixture, _ number: Int, rssi: Int = -45) async throws {
+        try await update(bench, address(number), #"{"inRange": true, "rssi": \#(rssi)}"#)
+    }
+
+    /// Waits (at most `seconds`) until `condition` holds of the simulator's truth.
+    static func waitFor(
+        _ bench: ConsoleFixture, seconds: Double = 60, _ condition: ([String: SimulatorControl.Report]) -> Bool
+    ) async throws -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if condition(try await bench.truth()) { return true }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        return false
+    }
+
+    @Test func beaconsBroughtOneByOneAreProvisionedAndThePalletBehindIsLeftAlone() async throws {
+        // 1–4 good, 5 battery 20 %, 6 firmware 1.0.6.
+        try await withNewFleet(count: 6, simulatorOptions: CrashTests.brisk) { bench in
+            try await Self.clearTheBench(bench)
+            // Beacon 4 stands on the pallet behind: heard, but weak.
+            try await Self.bringIn(bench, 4, rssi: -88)
+            async let station = bench.beaconbench(
+                ["--json", "station", "--profile", "car", "--rssi-min", "-60", "--count", "5"], timeout: 240)
+            for number in [1, 2, 5, 3, 6] {
+                try await Task.sleep(for: .milliseconds(1500))
+                try await Self.bringIn(bench, number)
+            }
+            let output = try await station
+            #expect(output.status == 0, "\(output.stderr)")
+            let lines = ConsoleFixture.jsonLines(output.stdout, kind: "station")
+            let verdicts = Dictionary(
+                lines.map { ($0["device"] as? String ?? "", $0["verdict"] as? String ?? "") }
+            ) { first, _ in first }
+            #expect(lines.count == 5, "\(output.stdout)")
+            for number in [1, 2, 3] { #expect(verdicts[Self.address(number)] == "converged", "\(verdicts)") }
+            for number in [5, 6] { #expect(verdicts[Self.address(number)] == "skipped", "\(verdicts)") }
+            #expect(verdicts[Self.address(4)] == nil, "the pallet's beacon was taken: \(verdicts)")
+            // The tally counts up one by one, and the summary is right.
+            #expect(lines.compactMap { $0["done"] as? Int } == [1, 2, 3, 4, 5])
+            let summary = try #require(ConsoleFixture.jsonLines(output.stdout, kind: "station_summary").first)
+            #expect(summary["done"] as? Int == 5 && summary["converged"] as? Int == 3)
+            #expect(summary["skipped"] as? Int == 2 && summary["failed"] as? Int == 0)
+            // The beacons hold the car profile and distinct identities; the pallet's is untouched.
+            let truth = try await bench.truth()
+            let converged = [1, 2, 3].compactMap { truth[Self.address($0)] }
+            #expect(converged.allSatisfy { $0.major == 100 && $0.config.cornering == 350 && !$0.factoryDefault })
+            #expect(Set(converged.map(\.minor)).count == 3)
+            #expect(truth[Self.address(4)]?.factoryDefault == true)
+            #expect(truth[Self.address(5)]?.factoryDefault == true)
+        }
+    }
+
+    @Test func aBeaconTakenAwayHalfWayIsReportedNotRetriedForEver() async throws {
+        try await withNewFleet(count: 4, simulatorOptions: ["--latency", "realistic"]) { bench in
+            try await Self.clearTheBench(bench)
+            let started = Date()
+            async let station = bench.beaconbench(
+                ["--json", "station", "--profile", "car", "--rssi-min", "-60", "--count", "1"], timeout: 180)
+            try await Self.bringIn(bench, 1)
+            // Taken away once the station is connected to it.
+            let connected = try await Self.waitFor(bench, seconds: 30) { $0[Self.address(1)]?.connected == true }
+            #expect(connected)
+            try await Task.sleep(for: .milliseconds(500))
+            try await Self.update(bench, Self.address(1), #"{"inRange": false}"#)
+            let output = try await station
+            #expect(output.status == 2, "\(output.stderr)")
+            let line = try #require(ConsoleFixture.jsonLines(output.stdout, kind: "station").first, "\(output.stdout)")
+            #expect(line["verdict"] as? String == "taken-away", "\(line)")
+            #expect((line["reason"] as? String ?? "").contains("taken away half-way"), "\(line)")
+            #expect(Date().timeIntervalSince(started) < 90, "the station kept trying for too long")
+        }
+    }
+
+    @Test func theStationRidesOutABluetoothdRestart() async throws {
+        try await withNewFleet(count: 5, simulatorOptions: CrashTests.brisk) { bench in
+            try await Self.clearTheBench(bench)
+            async let station = bench.beaconbench(
+                ["--json", "station", "--profile", "van", "--count", "3"], timeout: 240)
+            try await Self.bringIn(bench, 1)
+            let first = try await Self.waitFor(bench) { $0[Self.address(1)]?.major == 200 }
+            #expect(first)
+            try await Self.control(bench, "Restart")
+            try await Task.sleep(for: .seconds(1))
+            try await Self.bringIn(bench, 2)
+            try await Self.bringIn(bench, 3)
+            let output = try await station
+            #expect(output.status == 0, "\(output.stderr)")
+            let lines = ConsoleFixture.jsonLines(output.stdout, kind: "station")
+            #expect(lines.map { $0["verdict"] as? String } == ["converged", "converged", "converged"], "\(lines)")
+            let truth = try await bench.truth()
+            #expect([1, 2, 3].allSatisfy { truth[Self.address($0)]?.major == 200 })
+        }
+    }
+
+    @Test func assignConvergeAndDriftBehindTheToolsBack() async throws {
+        try await withNewFleet(count: 4, simulatorOptions: CrashTests.brisk) { bench in
+            try await Self.clearTheBench(bench)
+            let one = Self.address(1)
+            let two = Self.address(2)
+            // Bad input: an error naming the field, exit 1, nothing recorded.
+            for (arguments, names) in [
+                (["assign", "nosuch", one], "nosuch"), (["assign", "car", "minor=70000", one], "minor"),
+                (["assign", "car", "cornering=10", one], "cornering"),
+                (["assign", "car", "colour=red", one], "colour"),
+                (["assign", "car"], "devices"),
+            ] {
+                let refused = try await bench.beaconbench(arguments)
+                #expect(refused.status == 1, "\(arguments): \(refused.stderr)")
+                #expect(refused.stderr.contains(names), "\(arguments): \(refused.stderr)")
+            }
+            let none = try await bench.beaconbench(["drift"])
+            #expect(none.status == 0 && none.stderr.contains("0 of 0 assigned"), "\(none.stderr)")
+
+            let assigned = try await bench.beaconbench([
+                "--json", "assign", "van", "major=250", "minor=7", "cornering=400", one,
+            ])
+            #expect(assigned.status == 0, "\(assigned.stderr)")
+            let record = try #require(ConsoleFixture.jsonLines(assigned.stdout, kind: "assignment").first)
+            #expect(record["major"] as? Int == 250 && record["minor"] as? Int == 7)
+            #expect((record["overrides"] as? [String: Any])?["cornering"] as? Int == 400)
+            #expect(record["replaced"] is NSNull)
+            // Assigned twice: the second replaces the first, and says so.
+            _ = try await bench.beaconbench(["assign", "truck", two])
+            let again = try await bench.beaconbench(["--json", "assign", "car", two])
+            #expect(again.stderr.contains("replaces truck"), "\(again.stderr)")
+            #expect(
+                ConsoleFixture.jsonLines(again.stdout, kind: "assignment").first?["replaced"] as? String
+                    == "truck major=profile minor=auto")
+
+            // Before any bench saw them: never read.
+            let before = try await bench.beaconbench(["--json", "drift"])
+            #expect(before.status == 2)
+            let fields = Set(
+                ConsoleFixture.jsonLines(before.stdout, kind: "drift").map { $0["field"] as? String ?? "" })
+            #expect(fields == ["config", "identity"], "\(before.stdout)")
+
+            // The station converges both to their assignments (no --profile:
+            // an unassigned beacon is skipped).
+            async let station = bench.beaconbench(["--json", "station", "--count", "3"], timeout: 240)
+            for number in [1, 2, 3] {
+                try await Self.bringIn(bench, number)
+                try await Task.sleep(for: .milliseconds(700))
+            }
+            let output = try await station
+            #expect(output.status == 0, "\(output.stderr)")
+            let verdicts = Dictionary(
+                ConsoleFixture.jsonLines(output.stdout, kind: "station").map {
+                    ($0["device"] as? String ?? "", $0["verdict"] as? String ?? "")
+                }
+            ) { first, _ in first }
+            #expect(verdicts == [one: "converged", two: "converged", Self.address(3): "skipped"], "\(verdicts)")
+            let truth = try await bench.truth()
+            #expect(truth[one]?.major == 250 && truth[one]?.minor == 7 && truth[one]?.config.cornering == 400)
+            #expect(truth[one]?.config.braking == 330)  // the van profile's
+            #expect(truth[two]?.major == 100 && truth[two]?.config.cornering == 350)
+            let clean = try await bench.beaconbench(["--json", "drift"])
+            #expect(clean.status == 0, "\(clean.stdout)")
+            #expect(ConsoleFixture.jsonLines(clean.stdout, kind: "drift").isEmpty)
+            let inventory = try Inventory(path: bench.inventoryPath, readOnly: true)
+            let converged = try await inventory.assignments().filter { $0.convergedAt != nil }.map(\.address)
+            #expect(converged == [one, two])
+
+            // Changed behind the tool's back, then read by a bench: drift names the field.
+            try await Self.update(bench, one, #"{"config": {"cornering": 999}}"#)
+            let info = try await bench.beaconbench(["info", one])
+            #expect(info.status == 0, "\(info.stderr)")
+            let after = try await bench.beaconbench(["--json", "drift"])
+            #expect(after.status == 2)
+            let drift = ConsoleFixture.jsonLines(after.stdout, kind: "drift")
+            #expect(drift.count == 1, "\(after.stdout)")
+            #expect(drift.first?["device"] as? String == one && drift.first?["field"] as? String == "cornering")
+            #expect(drift.first?["desired"] as? String == "400" && drift.first?["observed"] as? String == "999")
+            #expect(drift.first?["observed_at"] is String)
+            // The audit reports it too.
+            let audit = try await bench.beaconbench(["--json", "audit"])
+            let codes = ConsoleFixture.jsonLines(audit.stdout, kind: "audit").filter { $0["device"] as? String == one }
+                .flatMap { ($0["findings"] as? [[String: Any]] ?? []).compactMap { $0["code"] as? String } }
+            #expect(codes.contains("drift"), "\(audit.stdout)")
+        }
+    }
+}
