@@ -184,6 +184,30 @@ public struct ObservedState: Sendable, Equatable {
     public var meant: BeaconIdentity?
 
     public init() {}
+
+    /// From a row of: profile, config_cornering, config_braking,
+    /// config_acceleration, config_duration, config_enable, config_read_at,
+    /// major, minor, identity_at, and the major and minor meant for it
+    /// (the SQLite inventory and the server select these in this order).
+    public init(row: [SQLiteValue]) {
+        profile = row[0].text
+        if let cornering = row[1].integer, let braking = row[2].integer, let acceleration = row[3].integer,
+            let duration = row[4].integer, let enable = row[5].integer
+        {
+            config = DrivingBehaviourConfig(
+                cornering: UInt16(clamping: cornering), braking: UInt16(clamping: braking),
+                acceleration: UInt16(clamping: acceleration), duration: UInt16(clamping: duration),
+                enable: .init(rawValue: UInt16(clamping: enable)))
+            configReadAt = row[6].text
+        }
+        if let major = row[7].integer, let minor = row[8].integer {
+            identity = BeaconIdentity(major: UInt16(clamping: major), minor: UInt16(clamping: minor))
+            identityAt = row[9].text
+        }
+        if let major = row[10].integer, let minor = row[11].integer {
+            meant = BeaconIdentity(major: UInt16(clamping: major), minor: UInt16(clamping: minor))
+        }
+    }
 }
 
 public enum DesiredState {
@@ -315,6 +339,33 @@ extension Inventory {
         }
     }
 
+    /// Takes assignments pulled from the shared server in one transaction:
+    /// each replaces the device's own (which lost under the conflict rule,
+    /// or is older); none of them is converged here yet.
+    public func takeAssignments(_ assignments: [Assignment]) throws {
+        guard !assignments.isEmpty else { return }
+        try database.inTransaction {
+            for assignment in assignments {
+                try database.run(
+                    """
+                    INSERT INTO assignments(address, profile, major, minor_policy, minor, overrides, assigned_at,
+                                            assigned_by, source, converged_at, converged_run)
+                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'server', NULL, NULL)
+                    ON CONFLICT(address) DO UPDATE SET
+                        profile = excluded.profile, major = excluded.major, minor_policy = excluded.minor_policy,
+                        minor = excluded.minor, overrides = excluded.overrides, assigned_at = excluded.assigned_at,
+                        assigned_by = excluded.assigned_by, source = 'server', converged_at = NULL,
+                        converged_run = NULL
+                    """,
+                    [
+                        .text(assignment.address), .text(assignment.profile), SQLiteValue(assignment.major),
+                        .text(assignment.minorPolicy.rawValue), SQLiteValue(assignment.minor),
+                        .text(assignment.overrides.json), .text(assignment.assignedAt), .text(assignment.assignedBy),
+                    ])
+            }
+        }
+    }
+
     /// Records that `run` brought the device to its assignment.
     public func markConverged(_ address: String, run: Int64) throws {
         guard try hasAssignments() else { return }
@@ -337,33 +388,22 @@ extension Inventory {
         var states: [String: ObservedState] = [:]
         for row in rows {
             guard let address = row[0].text, row[13].text != nil else { continue }
-            var state = ObservedState()
-            state.profile = row[1].text
-            if let cornering = row[2].integer, let braking = row[3].integer, let acceleration = row[4].integer,
-                let duration = row[5].integer, let enable = row[6].integer
-            {
-                state.config = DrivingBehaviourConfig(
-                    cornering: UInt16(clamping: cornering), braking: UInt16(clamping: braking),
-                    acceleration: UInt16(clamping: acceleration), duration: UInt16(clamping: duration),
-                    enable: .init(rawValue: UInt16(clamping: enable)))
-                state.configReadAt = row[7].text
-            }
-            if let major = row[8].integer, let minor = row[9].integer {
-                state.identity = BeaconIdentity(major: UInt16(clamping: major), minor: UInt16(clamping: minor))
-                state.identityAt = row[10].text
-            }
-            if let major = row[11].integer, let minor = row[12].integer {
-                state.meant = BeaconIdentity(major: UInt16(clamping: major), minor: UInt16(clamping: minor))
-            }
-            states[address] = state
+            states[address] = ObservedState(row: Array(row[1...12]))
         }
         return states
     }
 
-    /// Every assigned device's drift, device by device.
-    public func drift(profiles: [String: Profile]) throws -> [DriftFinding] {
+    /// The drift of every assigned device this bench has seen, device by
+    /// device; `unseen`: assigned devices it never saw (pending here, not
+    /// drifting: another bench may have converged them).
+    public func drift(profiles: [String: Profile]) throws -> (findings: [DriftFinding], assigned: Int, unseen: Int) {
         let observed = try observedStates()
-        return try assignments().flatMap { DesiredState.drift($0, observed[$0.address], profiles: profiles) }
+        let assignments = try assignments()
+        let seen = assignments.filter { observed[$0.address] != nil }
+        return (
+            seen.flatMap { DesiredState.drift($0, observed[$0.address], profiles: profiles) }, assignments.count,
+            assignments.count - seen.count
+        )
     }
 
     /// ISO 8601 UTC with milliseconds, as every time in the inventory.

@@ -2,6 +2,7 @@ import BeaconSimulator
 import DBusBinding
 import Foundation
 import Inventory
+import LocalBus
 import TestSupport
 import Testing
 
@@ -164,12 +165,10 @@ struct StationTests {
                 ConsoleFixture.jsonLines(again.stdout, kind: "assignment").first?["replaced"] as? String
                     == "truck major=profile minor=auto")
 
-            // Before any bench saw them: never read.
+            // Before this bench saw them: pending, not drifting.
             let before = try await bench.beaconbench(["--json", "drift"])
-            #expect(before.status == 2)
-            let fields = Set(
-                ConsoleFixture.jsonLines(before.stdout, kind: "drift").map { $0["field"] as? String ?? "" })
-            #expect(fields == ["config", "identity"], "\(before.stdout)")
+            #expect(before.status == 0)
+            #expect(before.stderr.contains("0 of 2 assigned devices drift; 2 never seen"), "\(before.stderr)")
 
             // The station converges both to their assignments (no --profile:
             // an unassigned beacon is skipped).
@@ -213,6 +212,104 @@ struct StationTests {
             let codes = ConsoleFixture.jsonLines(audit.stdout, kind: "audit").filter { $0["device"] as? String == one }
                 .flatMap { ($0["findings"] as? [[String: Any]] ?? []).compactMap { $0["code"] as? String } }
             #expect(codes.contains("drift"), "\(audit.stdout)")
+        }
+    }
+}
+
+/// The office assigns on the shared server; two benches sync, see the
+/// beacons and converge them; the server says which bench did it first.
+@Suite("the office and two benches", .serialized)
+struct OfficeTests {
+    @Test func anOfficeAssignsTwoBenchesConvergeAndDriftIsEmpty() async throws {
+        let server = try LocalPostgres()
+        defer { server.remove() }
+        try server.start()
+        let office = try ConsoleFixture.start(nil)
+        defer { office.stop() }
+        func officeRun(_ arguments: [String]) async throws -> ToolOutput {
+            try await runTool(
+                builtProduct("beaconbench"), ["--inventory", server.url] + arguments, environment: office.environment)
+        }
+        func sync(_ bench: ConsoleFixture) async throws -> [String: Any] {
+            let sync = try await bench.beaconbench(["--json", "sync", "--to", server.url, "--include-simulated"])
+            #expect(sync.status == 0, "\(sync.stderr)")
+            return try #require(ConsoleFixture.jsonLines(sync.stdout, kind: "sync").first)
+        }
+        let address = StationTests.address
+        // Bench A holds beacons 1–6, bench B beacons 3, 4 and 7–9: beacon 3
+        // passes both benches (two simulators: two copies of it).
+        try await withNewFleet(numbers: [1, 2, 3, 4, 5, 6], simulatorOptions: CrashTests.brisk) { first in
+            try await withNewFleet(numbers: [3, 4, 7, 8, 9], simulatorOptions: CrashTests.brisk) { second in
+                _ = try await sync(first)
+                _ = try await sync(second)
+                // Bench A assigns beacon 2 itself, before the office does.
+                let local = try await first.beaconbench(["assign", "truck", address(2)])
+                #expect(local.status == 0, "\(local.stderr)")
+                try await Task.sleep(for: .milliseconds(20))
+                let assigned = try await officeRun([
+                    "--json", "assign", "van", "major=250", address(1), address(2), address(3), address(7),
+                ])
+                #expect(assigned.status == 0, "\(assigned.stderr)")
+                #expect(ConsoleFixture.jsonLines(assigned.stdout, kind: "assignment").count == 4)
+                // Not converged yet: never read.
+                let before = try await officeRun(["--json", "drift"])
+                #expect(before.status == 2, "\(before.stderr)")
+                let pending = ConsoleFixture.jsonLines(before.stdout, kind: "drift")
+                #expect(Set(pending.compactMap { $0["field"] as? String }) == ["config", "identity"], "\(pending)")
+                #expect(pending.allSatisfy { $0["observed"] is NSNull })
+
+                // Bench A syncs: its truck for beacon 2 loses to the office's later van, and says so.
+                let pulledA = try await sync(first)
+                #expect(pulledA["assignments_pulled"] as? Int == 4, "\(pulledA)")
+                let conflicts = pulledA["assignment_conflicts"] as? [String] ?? []
+                #expect(conflicts.count == 1 && conflicts[0].contains("truck"), "\(conflicts)")
+                #expect(try server.count("SELECT count(*) FROM assignment_conflicts") == 1)
+                let pulledB = try await sync(second)
+                #expect(pulledB["assignments_pulled"] as? Int == 4, "\(pulledB)")
+
+                // Bench A sees beacons 1, 2, 3 first.
+                try await StationTests.clearTheBench(first)
+                async let stationA = first.beaconbench(["--json", "station", "--count", "3"], timeout: 240)
+                for number in [1, 2, 3] { try await StationTests.bringIn(first, number) }
+                let outputA = try await stationA
+                #expect(outputA.status == 0, "\(outputA.stderr)")
+                let pushedA = try await sync(first)
+                #expect(pushedA["assignments_converged"] as? Int == 3, "\(pushedA)")
+                // Then bench B sees 3 (later: A keeps the credit) and 7.
+                try await StationTests.clearTheBench(second)
+                async let stationB = second.beaconbench(["--json", "station", "--count", "2"], timeout: 240)
+                for number in [3, 7] { try await StationTests.bringIn(second, number) }
+                let outputB = try await stationB
+                #expect(outputB.status == 0, "\(outputB.stderr)")
+                let pushedB = try await sync(second)
+                #expect(pushedB["assignments_converged"] as? Int == 1, "\(pushedB)")
+
+                let benchA = try await Inventory(path: first.inventoryPath, readOnly: true).benchID()
+                let benchB = try await Inventory(path: second.inventoryPath, readOnly: true).benchID()
+                let credited = try server.rows(
+                    "SELECT address, converged_bench FROM fleet_assignments WHERE converged_at IS NOT NULL ORDER BY address"
+                )
+                #expect(
+                    credited == [
+                        [address(1), benchA], [address(2), benchA], [address(3), benchA], [address(7), benchB],
+                    ],
+                    "\(credited)")
+                // Both benches' beacons hold the van identity and thresholds.
+                for (bench, numbers) in [(first, [1, 2, 3]), (second, [3, 7])] {
+                    let truth = try await bench.truth()
+                    for number in numbers {
+                        #expect(truth[address(number)]?.major == 250, "\(number)")
+                        #expect(truth[address(number)]?.config.cornering == 320, "\(number)")
+                    }
+                }
+                let after = try await officeRun(["--json", "drift"])
+                #expect(after.status == 0, "\(after.stdout)\n\(after.stderr)")
+                #expect(ConsoleFixture.jsonLines(after.stdout, kind: "drift").isEmpty)
+                for bench in [first, second] {
+                    let drift = try await bench.beaconbench(["drift"])
+                    #expect(drift.status == 0, "\(drift.stdout)")
+                }
+            }
         }
     }
 }

@@ -115,7 +115,7 @@ extension Session {
     /// as findings; a bench's own inventory only.
     func withDrift(_ reports: [AuditReport]) async -> [AuditReport] {
         guard !invocation.inventoryIsServer, let inventory = try? inventory(),
-            let findings = try? await inventory.drift(profiles: profiles), !findings.isEmpty
+            let findings = try? await inventory.drift(profiles: profiles).findings, !findings.isEmpty
         else { return reports }
         var reports = reports
         let chosen = selection.map(Set.init)

@@ -1,5 +1,6 @@
 import Foundation
 import Inventory
+import InventorySync
 import Profiles
 import SBeaconProtocol
 import Workbench
@@ -93,6 +94,8 @@ public struct AssignCommand: ConsoleCommand {
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.assign(self, devices: located.devices)
     }
+    /// The office assigns on the shared server.
+    public var runsAgainstAServer: Bool { true }
 
     /// The assignment of one device, made now by `by`.
     func assignment(_ address: String, by: String, at: String) -> Assignment {
@@ -131,7 +134,7 @@ extension Session {
     /// a MAC ending must name one device the inventory knows. All or
     /// nothing: a bad name changes nothing.
     func assign(_ command: AssignCommand, devices: [DeviceSelector]) async throws(ConsoleFailure) {
-        let inventory = try inventory()
+        let inventory = try reader()
         var addresses: [String] = []
         if devices.isEmpty {
             guard let selection, !selection.isEmpty else {
@@ -160,14 +163,29 @@ extension Session {
         }
         let now = Inventory.now()
         let assignments = Array(Set(addresses)).sorted().map { command.assignment($0, by: Self.assigner, at: now) }
-        let replaced: [Assignment]
-        do {
-            replaced = try await inventory.assign(assignments)
-        } catch {
-            throw ConsoleFailure(.infrastructure, "assign: \(error) (nothing was assigned)")
+        var replaced: [Assignment] = []
+        var conflicts: [ServerAssignments.Conflict] = []
+        if invocation.inventoryIsServer, let url = invocation.inventoryPath {
+            // The office: on the shared server, under its conflict rule.
+            do {
+                (replaced, conflicts) = try ServerAssignments.assign(assignments, url: url)
+            } catch {
+                throw ConsoleFailure(.infrastructure, "assign: \(error.message) (nothing was assigned)")
+            }
+        } else {
+            do {
+                replaced = try await self.inventory().assign(assignments)
+            } catch let error as ConsoleFailure {
+                throw error
+            } catch {
+                throw ConsoleFailure(.infrastructure, "assign: \(error) (nothing was assigned)")
+            }
         }
+        let lost = Set(conflicts.map(\.address))
+        for conflict in conflicts { terminal.error("assign: \(conflict)") }
+        if !conflicts.isEmpty { note(.badInput) }
         let earlier = Dictionary(replaced.map { ($0.address, $0) }) { first, _ in first }
-        for assignment in assignments {
+        for assignment in assignments where !lost.contains(assignment.address) {
             let previous = earlier[assignment.address]
             if json {
                 terminal.emit(.assignment, Shapes.assignment(assignment, replaced: previous))
@@ -180,21 +198,31 @@ extension Session {
                 )
             }
         }
+        let made = assignments.count - lost.count
         terminal.message(
-            "\(assignments.count) device\(assignments.count == 1 ? "" : "s") assigned \(command.profile): nothing was written to a beacon; a bench converges each when it sees it"
+            "\(made) device\(made == 1 ? "" : "s") assigned \(command.profile): nothing was written to a beacon; a bench converges each when it sees it"
         )
     }
 
     /// `drift`: each assigned device's differing fields.
     func drift() async throws(ConsoleFailure) {
-        let inventory = try inventory()
         let findings: [DriftFinding]
         let assigned: Int
-        do {
-            findings = try await inventory.drift(profiles: profiles)
-            assigned = try await inventory.assignments().count
-        } catch {
-            throw ConsoleFailure(.infrastructure, "drift: \(error)")
+        var unseen = 0
+        if invocation.inventoryIsServer, let url = invocation.inventoryPath {
+            // The office: every assignment against the merged fleet.
+            do {
+                (findings, assigned) = try ServerAssignments.drift(url: url, profiles: profiles)
+            } catch {
+                throw ConsoleFailure(.infrastructure, "drift: \(error.message)")
+            }
+        } else {
+            let inventory = try inventory()
+            do {
+                (findings, assigned, unseen) = try await inventory.drift(profiles: profiles)
+            } catch {
+                throw ConsoleFailure(.infrastructure, "drift: \(error)")
+            }
         }
         if json {
             for finding in findings { terminal.emit(.drift, Shapes.drift(finding)) }
@@ -208,7 +236,8 @@ extension Session {
         }
         let drifting = Set(findings.map(\.device)).count
         terminal.message(
-            "\(drifting) of \(assigned) assigned device\(assigned == 1 ? "" : "s") drift\(drifting == 1 ? "s" : "")")
+            "\(drifting) of \(assigned) assigned device\(assigned == 1 ? "" : "s") drift\(drifting == 1 ? "s" : "")"
+                + (unseen > 0 ? "; \(unseen) never seen on this bench (the server's drift covers every bench)" : ""))
         if drifting > 0 { note(.devicesFailed) }
     }
 }
