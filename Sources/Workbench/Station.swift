@@ -283,6 +283,9 @@ public actor Station {
             address: address, verdict: .failed, target: plan.target, reason: recap.reason, seconds: seconds(),
             rssi: rssi, changedSteps: recap.changed)
         switch recap.result {
+        case .changed where options.dryRun:
+            result.verdict = .skipped
+            result.reason = "dry run: \(recap.wouldChange) step\(recap.wouldChange == 1 ? "" : "s") would write"
         case .changed: result.verdict = .converged
         case .ok: result.verdict = .unchanged
         case .skipped: result.verdict = .skipped
@@ -297,7 +300,7 @@ public actor Station {
                 result.reason = "taken away half-way: \(recap.reason ?? "the connection was lost")"
             }
         }
-        if plan.assigned, result.succeeded {
+        if plan.assigned, result.succeeded, !options.dryRun {
             try? await bench.inventory.markConverged(address, run: run)
         }
         return result

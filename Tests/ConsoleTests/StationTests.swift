@@ -109,6 +109,52 @@ struct StationTests {
         }
     }
 
+    @Test func ctrlCEndsTheStationWithARecap() async throws {
+        try await withNewFleet(count: 4, simulatorOptions: CrashTests.brisk) { bench in
+            try await Self.clearTheBench(bench)
+            let output = bench.directory + "/station.out"
+            let errors = bench.directory + "/station.err"
+            let child = try ChildProcess(
+                builtProduct("beaconbench"),
+                ["--bus", bench.busAddress, "--inventory", bench.inventoryPath, "station", "--profile", "car"],
+                standardOutput: output, standardError: errors)
+            defer { child.terminate() }
+            try await Self.bringIn(bench, 1)
+            let done = try await Self.waitFor(bench) { $0[Self.address(1)]?.major == 100 }
+            #expect(done)
+            // Its line is out once the beacon holds its state; then Ctrl-C.
+            try await Task.sleep(for: .seconds(1))
+            child.send(SIGINT)
+            let status = child.waitForExit().status
+            #expect(status >> 8 & 0xff == 130, "wait status \(status)")
+            let lines = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
+            let messages = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+            #expect(lines.contains(Self.address(1)) && lines.contains("converged"), "\(lines)")
+            #expect(messages.contains("STATION RECAP") && messages.contains("1 done: 1 converged"), "\(messages)")
+            let inventory = try Inventory(path: bench.inventoryPath, readOnly: true)
+            let runs = try await inventory.query("SELECT status FROM runs").compactMap { $0.first?.text }
+            #expect(runs == ["interrupted"])
+        }
+    }
+
+    @Test func aDryRunStationWritesNothingAndRecordsNoConvergence() async throws {
+        try await withNewFleet(count: 3, simulatorOptions: CrashTests.brisk) { bench in
+            try await Self.clearTheBench(bench)
+            let assign = try await bench.beaconbench(["assign", "van", Self.address(1)])
+            #expect(assign.status == 0, "\(assign.stderr)")
+            async let station = bench.beaconbench(["--json", "station", "--dry-run", "--count", "1"], timeout: 120)
+            try await Self.bringIn(bench, 1)
+            let output = try await station
+            #expect(output.status == 0, "\(output.stderr)")
+            let line = try #require(ConsoleFixture.jsonLines(output.stdout, kind: "station").first)
+            #expect(line["verdict"] as? String == "skipped", "\(line)")
+            #expect((line["reason"] as? String ?? "").hasPrefix("dry run:"), "\(line)")
+            #expect(try await bench.truth()[Self.address(1)]?.factoryDefault == true)
+            let inventory = try Inventory(path: bench.inventoryPath, readOnly: true)
+            #expect(try await inventory.assignments().first?.convergedAt == nil)
+        }
+    }
+
     @Test func theStationRidesOutABluetoothdRestart() async throws {
         try await withNewFleet(count: 5, simulatorOptions: CrashTests.brisk) { bench in
             try await Self.clearTheBench(bench)
