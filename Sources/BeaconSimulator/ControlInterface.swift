@@ -133,6 +133,11 @@ public enum SimulatorControl {
                 .init(name: "Activity", outputs: [.init("json", .string)]) { _ in
                     [.string(try json(await daemon.activity))]
                 },
+                .init(name: "Unplug", inputs: [.init("adapter", .uint32), .init("milliseconds", .uint32)]) { call in
+                    try await daemon.unplug(
+                        Int(call.body[0].uint32 ?? 0), downtime: .milliseconds(Int64(call.body[1].uint32 ?? 0)))
+                    return []
+                },
                 .init(name: "Restart") { _ in
                     try await daemon.restart()
                     return []

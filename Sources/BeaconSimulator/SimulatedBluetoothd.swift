@@ -870,6 +870,34 @@ public actor SimulatedBluetoothd {
         }
     }
 
+    /// The adapter at `index` unplugged for `downtime`, then plugged back:
+    /// its objects go (InterfacesRemoved: its devices, then itself), its
+    /// links and its clients' discovery with them; it comes back powered,
+    /// not discovering, knowing no device — as a USB dongle pulled out and
+    /// put back.
+    public func unplug(_ index: Int, downtime: Duration) async throws {
+        guard adapters.indices.contains(index) else {
+            throw BusError(.invalidArgs, "Unplug: no adapter \(index) (there are \(adapters.count))")
+        }
+        adapters[index].scanTask?.cancel()
+        for (_, device) in adapters[index].devices {
+            device.removal?.cancel()
+            for path in device.gattPaths.reversed() { try? await bus.unexport(at: path) }
+            try? await bus.unexport(at: device.path)
+        }
+        try? await bus.unexport(at: adapters[index].path)
+        // A fresh adapter in place (work in flight may hold its index).
+        adapters[index] = Adapter(index: index, path: adapters[index].path, address: adapters[index].address)
+        Task { [self] in
+            try? await Task.sleep(for: downtime)
+            await self.plugBack(index)
+        }
+    }
+
+    private func plugBack(_ index: Int) async {
+        try? await bus.export(adapterInterface(index), at: adapters[index].path, properties: adapterProperties(index))
+    }
+
     /// Changes a beacon's ground truth (battery, moving, range…).
     public func update(_ address: String, _ change: (inout BeaconState) -> Void) async throws {
         guard var firmware = beacons[address] else {

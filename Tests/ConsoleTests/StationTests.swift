@@ -176,6 +176,33 @@ struct StationTests {
         }
     }
 
+    @Test func theStationRidesOutAnAdapterUnplugged() async throws {
+        try await withNewFleet(count: 5, simulatorOptions: CrashTests.brisk) { bench in
+            try await Self.clearTheBench(bench)
+            async let station = bench.beaconbench(
+                ["--json", "station", "--profile", "car", "--count", "2"], timeout: 240)
+            try await Self.bringIn(bench, 1)
+            let first = try await Self.waitFor(bench) { $0[Self.address(1)]?.major == 100 }
+            #expect(first)
+            try await Task.sleep(for: .milliseconds(500))
+            // hci0 pulled out for 3 s, then put back.
+            let connection = try await BusConnection.connect(.address(bench.busAddress))
+            _ = try await connection.call(
+                SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Unplug",
+                [.uint32(0), .uint32(3000)])
+            await connection.close()
+            try await Task.sleep(for: .seconds(1))
+            try await Self.bringIn(bench, 2)
+            let output = try await station
+            #expect(output.status == 0, "\(output.stderr)")
+            let lines = ConsoleFixture.jsonLines(output.stdout, kind: "station")
+            #expect(lines.map { $0["verdict"] as? String } == ["converged", "converged"], "\(lines)")
+            #expect(try await bench.truth()[Self.address(2)]?.major == 100)
+            // It noticed, and said so once it discovered again.
+            #expect(output.stderr.contains("station: discovering again"), "\(output.stderr)")
+        }
+    }
+
     @Test func assignConvergeAndDriftBehindTheToolsBack() async throws {
         try await withNewFleet(count: 4, simulatorOptions: CrashTests.brisk) { bench in
             try await Self.clearTheBench(bench)
