@@ -144,19 +144,10 @@ public actor Station {
     }
 
     /// What a beacon is brought to: its assignment, else the station's
-    /// profile; nil with the reason when neither can be.
-    func plan(for address: String) async -> (steps: [DeviceStep], target: String, assigned: Bool)? {
-        if let assignment = try? await bench.inventory.assignment(for: address) {
-            guard var profile = profiles[assignment.profile] else { return nil }
-            let identity = assignment.identityPlan(profile)
-            profile.config = assignment.config(profile)
-            return (Self.steps(profile, identity: identity), "assignment \(assignment.summary)", true)
-        }
-        guard let profile = options.profile else { return nil }
-        let identity = profile.identity.map {
-            IdentityPlan(major: $0.major, minor: $0.minor == .keep ? .keep : .next, source: .profile(profile.name))
-        }
-        return (Self.steps(profile, identity: identity), "profile \(profile.name)", false)
+    /// profile; nil when neither can be.
+    func plan(for address: String) async -> DesiredPlan? {
+        let assignment = try? await bench.inventory.assignment(for: address)
+        return DesiredPlan(assignment: assignment, otherwise: options.profile, profiles: profiles)
     }
 
     /// Runs until cancelled (Ctrl-C), `runFor` or `stopAfter`; returns
@@ -257,10 +248,7 @@ public actor Station {
             return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         }
         guard let plan = await plan(for: address) else {
-            let assigned = try? await bench.inventory.assignment(for: address)
-            let reason =
-                assigned.map { "its assignment names profile '\($0.profile)', which this bench does not have" }
-                ?? "no assignment, and the station has no profile (--profile P)"
+            let reason = DesiredPlan.none(try? await bench.inventory.assignment(for: address))
             onEvent(.arrived(address: address, rssi: rssi, target: "nothing"))
             return StationResult(
                 address: address, verdict: .skipped, target: "nothing", reason: reason, seconds: seconds(), rssi: rssi,
@@ -304,5 +292,41 @@ public actor Station {
             try? await bench.inventory.markConverged(address, run: run)
         }
         return result
+    }
+}
+
+/// The steps that bring one beacon to its desired state: its assignment's
+/// (the profile's thresholds with the overrides, the assignment's identity
+/// rule), else a profile's; the steps of provision-new.batch.
+public struct DesiredPlan: Sendable, Equatable {
+    public var steps: [DeviceStep]
+    /// `assignment van major=250 minor=auto`, or `profile car`.
+    public var target: String
+    /// It comes from an assignment (a success is recorded as its convergence).
+    public var assigned: Bool
+
+    /// nil when there is no assignment and no `otherwise` profile, or the
+    /// assignment names a profile that is not here.
+    public init?(assignment: Assignment?, otherwise: Profile?, profiles: [String: Profile]) {
+        if let assignment {
+            guard var profile = profiles[assignment.profile] else { return nil }
+            let identity = assignment.identityPlan(profile)
+            profile.config = assignment.config(profile)
+            (steps, target, assigned) = (
+                Station.steps(profile, identity: identity), "assignment \(assignment.summary)", true
+            )
+            return
+        }
+        guard let profile = otherwise else { return nil }
+        let identity = profile.identity.map {
+            IdentityPlan(major: $0.major, minor: $0.minor == .keep ? .keep : .next, source: .profile(profile.name))
+        }
+        (steps, target, assigned) = (Station.steps(profile, identity: identity), "profile \(profile.name)", false)
+    }
+
+    /// Why there is no plan for a device.
+    public static func none(_ assignment: Assignment?) -> String {
+        assignment.map { "its assignment names profile '\($0.profile)', which this bench does not have" }
+            ?? "no assignment, and no profile given for it (--profile P)"
     }
 }

@@ -203,6 +203,39 @@ struct StationTests {
         }
     }
 
+    @Test func convergeInABatchBringsEachDeviceToItsOwnDesiredState() async throws {
+        // 1 and 2 good, 3 battery 20 %, 4 firmware 1.0.6.
+        try await withNewFleet(count: 4, simulatorOptions: CrashTests.brisk) { bench in
+            let assign = try await bench.beaconbench(["assign", "van", "major=250", "braking=500", Self.address(1)])
+            #expect(assign.status == 0, "\(assign.stderr)")
+            let file = bench.directory + "/converge.batch"
+            try "scan 2s\nselect all\nconverge --profile car\n".write(toFile: file, atomically: true, encoding: .utf8)
+            let run = try await bench.beaconbench(["--json", "run", file])
+            #expect(run.status == 0, "\(run.stderr)")
+            let recaps = Dictionary(
+                ConsoleFixture.jsonLines(run.stdout, kind: "recap").map {
+                    ($0["device"] as? String ?? "", $0["result"] as? String ?? "")
+                }
+            ) { first, _ in first }
+            #expect(
+                recaps == [
+                    Self.address(1): "changed", Self.address(2): "changed", Self.address(3): "skipped",
+                    Self.address(4): "skipped",
+                ], "\(recaps)")
+            let truth = try await bench.truth()
+            #expect(truth[Self.address(1)]?.major == 250 && truth[Self.address(1)]?.config.braking == 500)
+            #expect(truth[Self.address(2)]?.major == 100 && truth[Self.address(2)]?.config.braking == 350)
+            let inventory = try Inventory(path: bench.inventoryPath, readOnly: true)
+            #expect(try await inventory.assignments().first?.convergedAt != nil)
+            let drift = try await bench.beaconbench(["drift"])
+            #expect(drift.status == 0, "\(drift.stdout)")
+            // Again: everything holds, nothing is written.
+            let again = try await bench.beaconbench(["--json", "run", file])
+            let results = ConsoleFixture.jsonLines(again.stdout, kind: "recap").compactMap { $0["result"] as? String }
+            #expect(results.filter { $0 == "changed" }.isEmpty, "\(results)")
+        }
+    }
+
     @Test func assignConvergeAndDriftBehindTheToolsBack() async throws {
         try await withNewFleet(count: 4, simulatorOptions: CrashTests.brisk) { bench in
             try await Self.clearTheBench(bench)

@@ -17,7 +17,7 @@ public enum CommandTable {
         InventoryListCommand.self, InventoryShowCommand.self, InventoryExportCommand.self,
         InventoryForgetCommand.self, LogCommand.self, SyncCommand.self,
         // Desired state and the install bench (DesiredStateCommands.swift, StationCommands.swift)
-        AssignCommand.self, DriftCommand.self, StationCommand.self,
+        AssignCommand.self, DriftCommand.self, ConvergeCommand.self, StationCommand.self,
         // Pulled records (RecordsCommands.swift)
         RecordsListCommand.self, RecordsExportCommand.self,
         // Profiles (ProfilesCommands.swift)

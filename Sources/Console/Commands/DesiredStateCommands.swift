@@ -107,6 +107,27 @@ public struct AssignCommand: ConsoleCommand {
     }
 }
 
+/// `converge [--profile P] [DEVICE…]`: the devices named or selected
+/// brought to their desired state now (as the station would).
+public struct ConvergeCommand: ConsoleCommand {
+    public var profile: String?
+    public init(profile: String? = nil) { self.profile = profile }
+    public static let spec = CommandSpec(
+        name: "converge",
+        summary: "bring devices to their desired state (assign) now: the steps of provision-new.batch, idempotent",
+        example: "converge --profile car",
+        options: [.value("--profile", "P", .profile, "provision devices that have no assignment with this profile")],
+        actsOnDevices: true, mayWriteToBeacons: true,
+        detail:
+            "Each device gets its assignment's profile, thresholds and identity (else --profile's, else it is skipped); what it holds already is left unchanged. A success is recorded as the assignment's convergence, which sync reports to the server."
+    )
+    public init(_ arguments: inout ParsedArguments) { profile = arguments.text("--profile") }
+    public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
+        try await session.converge(
+            profile: profile, devices: located.devices.isEmpty ? nil : located.devices, dryRun: located.dryRun)
+    }
+}
+
 /// `drift`: assigned devices whose last observed state differs from the
 /// desired one, field by field, with when it was observed.
 public struct DriftCommand: ConsoleCommand {
@@ -202,6 +223,70 @@ extension Session {
         terminal.message(
             "\(made) device\(made == 1 ? "" : "s") assigned \(command.profile): nothing was written to a beacon; a bench converges each when it sees it"
         )
+    }
+
+    /// `converge`: each device's plan (its assignment, else `profile`), run
+    /// through the fleet runner, devices with one plan together.
+    func converge(profile: String?, devices: [DeviceSelector]?, dryRun lineDryRun: Bool) async throws(ConsoleFailure) {
+        let dryRun = self.dryRun || lineDryRun
+        let addresses = try await targets(devices)
+        guard !addresses.isEmpty else {
+            terminal.message("no devices selected: nothing to converge")
+            return
+        }
+        let bench = try await openBench()
+        let run = try await currentRun()
+        let inventory = bench.inventory
+        // By what they are brought to (the target names the whole plan).
+        var groups: [String: (plan: DesiredPlan, members: [String])] = [:]
+        var skipped: [DeviceRecap] = []
+        for address in addresses {
+            let assignment = try? await inventory.assignment(for: address)
+            if let plan = DesiredPlan(
+                assignment: assignment, otherwise: profile.flatMap { profiles[$0] }, profiles: profiles)
+            {
+                groups[plan.target, default: (plan, [])].members.append(address)
+            } else {
+                var recap = DeviceRecap(address: address)
+                recap.reason = DesiredPlan.none(assignment)
+                skipped.append(recap)
+            }
+        }
+        merge(skipped)
+        var failed = false
+        for (plan, members) in groups.values.sorted(by: { $0.members[0] < $1.members[0] }) {
+            let board = ProgressBoard(terminal: terminal, total: members.count, dryRun: dryRun, json: json)
+            board.begin(plan.steps.map(\.name))
+            let result: FleetResult
+            do {
+                result = try await bench.run(
+                    plan.steps, on: members, run: run, concurrency: try await concurrency(bench), dryRun: dryRun,
+                    profiles: profiles, sharedIdentities: sharedIdentities()
+                ) { event in board.handle(event) }
+            } catch {
+                board.end()
+                throw ConsoleFailure(.infrastructure, "\(error)")
+            }
+            board.end()
+            merge(result.recaps)
+            if result.interrupted { markInterrupted() }
+            for recap in result.recaps where recap.failed > 0 { failed = true }
+            if plan.assigned, !dryRun {
+                for recap in result.recaps where recap.result == .changed || recap.result == .ok {
+                    try? await inventory.markConverged(recap.address, run: run)
+                }
+            }
+            if let failure = result.inventoryFailure {
+                inventoryFailure = failure
+                printRecap()
+                throw ConsoleFailure(
+                    .infrastructure,
+                    "the inventory failed (\(failure)): the run stopped before writing anything more to a beacon")
+            }
+            if Task.isCancelled { break }
+        }
+        if failed { note(.devicesFailed) }
+        if isInteractive { printRecap() }
     }
 
     /// `drift`: each assigned device's differing fields.
