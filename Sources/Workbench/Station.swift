@@ -66,6 +66,9 @@ public struct StationResult: Sendable, Equatable {
     public var rssi: Int16?
     /// Steps that changed the beacon.
     public var changedSteps: Int
+    /// The identity it holds now (`250.7`), as last read back; nil when
+    /// none was read.
+    public var identity: String?
 
     public var succeeded: Bool { verdict == .converged || verdict == .unchanged }
 }
@@ -287,6 +290,9 @@ public actor Station {
                 result.verdict = .takenAway
                 result.reason = "taken away half-way: \(recap.reason ?? "the connection was lost")"
             }
+        }
+        if result.succeeded, let identity = try? await bench.inventory.device(address)?.identity {
+            result.identity = "\(identity.major).\(identity.minor)"
         }
         if plan.assigned, result.succeeded, !options.dryRun {
             try? await bench.inventory.markConverged(address, run: run)

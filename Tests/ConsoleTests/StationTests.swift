@@ -85,6 +85,12 @@ struct StationTests {
             #expect(Set(converged.map(\.minor)).count == 3)
             #expect(truth[Self.address(4)]?.factoryDefault == true)
             #expect(truth[Self.address(5)]?.factoryDefault == true)
+            // Each line names the identity to label the beacon with.
+            for number in [1, 2, 3] {
+                let report = try #require(truth[Self.address(number)])
+                let line = lines.first { $0["device"] as? String == Self.address(number) }
+                #expect(line?["identity"] as? String == "\(report.major).\(report.minor)")
+            }
         }
     }
 

@@ -132,8 +132,9 @@ extension Session {
         let verdict = result.verdict.rawValue.padding(toLength: 11, withPad: " ", startingAt: 0)
         let styledVerdict = result.succeeded ? terminal.styled(verdict, .green) : terminal.styled(verdict, .red)
         let reason = result.reason.map { "  \($0)" } ?? ""
+        let identity = result.identity.map { " → \($0)" } ?? ""
         return
-            "\(mark) \(result.address)  \(styledVerdict) \(result.target)  \(String(format: "%.1f", result.seconds)) s\(reason)  [\(tally.text)]"
+            "\(mark) \(result.address)  \(styledVerdict) \(result.target)\(identity)  \(String(format: "%.1f", result.seconds)) s\(reason)  [\(tally.text)]"
     }
 }
 
@@ -142,7 +143,7 @@ extension Shapes {
         [
             "device": .string(result.address), "verdict": .string(result.verdict.rawValue),
             "target": .string(result.target), "reason": .optional(result.reason), "seconds": .number(result.seconds),
-            "rssi": .optional(result.rssi), "done": .int(done),
+            "rssi": .optional(result.rssi), "done": .int(done), "identity": .optional(result.identity),
         ]
     }
 }
