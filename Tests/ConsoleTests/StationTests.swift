@@ -424,4 +424,66 @@ struct OfficeTests {
             }
         }
     }
+
+    /// A fleet file of good factory-new beacons numbered `numbers`.
+    static func goodFleet(_ numbers: [Int], in directory: String) throws -> String {
+        let entries = numbers.map { number -> [String: Any] in
+            [
+                "address": StationTests.address(number), "factoryDefault": true, "calibrated": false, "battery": 80,
+                "firmware": "1.0.8", "major": 1, "minor": 1,
+            ]
+        }
+        let path = directory + "/fleet-\(numbers.first ?? 0).json"
+        try JSONSerialization.data(withJSONObject: entries).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    @Test func fiftyAssignedOverTwoBenchesLeaveNoDrift() async throws {
+        let server = try LocalPostgres()
+        defer { server.remove() }
+        try server.start()
+        let office = try ConsoleFixture.start(nil)
+        defer { office.stop() }
+        let scratch = try scratchDirectory("office50")
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let all = Array(1...50)
+        let fleets = [try Self.goodFleet(Array(1...25), in: scratch), try Self.goodFleet(Array(26...50), in: scratch)]
+        let batch = scratch + "/converge.batch"
+        try "scan 3s\nselect all\nconverge\n".write(toFile: batch, atomically: true, encoding: .utf8)
+        try await withResource(
+            { try ConsoleFixture.start(["--fleet", fleets[0]] + CrashTests.brisk) }, stop: { $0.stop() }
+        ) { first in
+            try await withResource(
+                { try ConsoleFixture.start(["--fleet", fleets[1]] + CrashTests.brisk) }, stop: { $0.stop() }
+            ) { second in
+                for bench in [first, second] {
+                    let sync = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
+                    #expect(sync.status == 0, "\(sync.stderr)")
+                }
+                // The office: all 50 as vans under a major of their own, minors given out fleet-wide.
+                let assign = try await runTool(
+                    builtProduct("beaconbench"),
+                    ["--inventory", server.url, "assign", "van", "major=260"] + all.map(StationTests.address),
+                    environment: office.environment)
+                #expect(assign.status == 0, "\(assign.stderr)")
+                for bench in [first, second] {
+                    let pull = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
+                    #expect(pull.status == 0 && pull.stderr.contains("pulled 50"), "\(pull.stderr)")
+                    let run = try await bench.beaconbench(["run", batch], timeout: 300)
+                    #expect(run.status == 0, "\(run.stderr.suffix(2000))")
+                    let push = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
+                    #expect(push.status == 0 && push.stderr.contains("converged here first 25"), "\(push.stderr)")
+                }
+                let drift = try await runTool(
+                    builtProduct("beaconbench"), ["--inventory", server.url, "--json", "drift"],
+                    environment: office.environment)
+                #expect(drift.status == 0, "\(drift.stdout.prefix(2000))")
+                #expect(drift.stderr.contains("0 of 50 assigned devices drift"), "\(drift.stderr)")
+                #expect(try server.count("SELECT count(*) FROM fleet_assignments WHERE converged_at IS NOT NULL") == 50)
+                #expect(try server.count("SELECT count(DISTINCT converged_bench) FROM fleet_assignments") == 2)
+                // 50 distinct identities under 260.
+                #expect(try server.count("SELECT count(DISTINCT minor) FROM fleet_devices WHERE major = 260") == 50)
+            }
+        }
+    }
 }
