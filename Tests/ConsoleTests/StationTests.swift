@@ -369,6 +369,12 @@ struct OfficeTests {
                 let pending = ConsoleFixture.jsonLines(before.stdout, kind: "drift")
                 #expect(Set(pending.compactMap { $0["field"] as? String }) == ["config", "identity"], "\(pending)")
                 #expect(pending.allSatisfy { $0["observed"] is NSNull })
+                // The office's audit shows them too.
+                let audit = try await officeRun(["--json", "audit"])
+                let drifting = ConsoleFixture.jsonLines(audit.stdout, kind: "audit").filter {
+                    ($0["findings"] as? [[String: Any]] ?? []).contains { $0["code"] as? String == "drift" }
+                }
+                #expect(drifting.count == 4, "\(audit.stdout)")
 
                 // Bench A syncs: its truck for beacon 2 loses to the office's later van, and says so.
                 let pulledA = try await sync(first)

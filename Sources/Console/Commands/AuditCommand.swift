@@ -1,5 +1,6 @@
 import Foundation
 import Inventory
+import InventorySync
 import Profiles
 import Workbench
 
@@ -112,11 +113,16 @@ extension Session {
 
 extension Session {
     /// The audit's reports with each assigned device's drift (`drift`)
-    /// as findings; a bench's own inventory only.
+    /// as findings: on a bench, of the devices it saw; on the server, of
+    /// every assignment against the merged fleet.
     func withDrift(_ reports: [AuditReport]) async -> [AuditReport] {
-        guard !invocation.inventoryIsServer, let inventory = try? inventory(),
-            let findings = try? await inventory.drift(profiles: profiles).findings, !findings.isEmpty
-        else { return reports }
+        var findings: [DriftFinding] = []
+        if invocation.inventoryIsServer, let url = invocation.inventoryPath {
+            findings = (try? ServerAssignments.drift(url: url, profiles: profiles).findings) ?? []
+        } else if let inventory = try? inventory() {
+            findings = (try? await inventory.drift(profiles: profiles).findings) ?? []
+        }
+        guard !findings.isEmpty else { return reports }
         var reports = reports
         let chosen = selection.map(Set.init)
         for finding in findings where chosen?.contains(finding.device) ?? true {

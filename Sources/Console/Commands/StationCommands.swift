@@ -68,7 +68,6 @@ extension Session {
                 + "\(assigned) assigned)"
                 + (command.profile.map { ", else provisioned as \($0)" } ?? ", others skipped (no --profile)")
                 + (dryRun ? "; dry run: nothing written" : "") + ". Ctrl-C ends.")
-        let inventory = bench.inventory
         let bell = terminal.errorIsTerminal && !terminal.isDumb && !json
         let began = ContinuousClock.now
         let station = Station(
@@ -94,7 +93,6 @@ extension Session {
                 terminal.status("[station · \(tally.text) · \(tally.active) active]")
             }
         }
-        _ = inventory
         let results = await station.run()
         terminal.status(nil)
         let elapsed = ContinuousClock.now - began
