@@ -454,8 +454,8 @@ struct OfficeTests {
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let all = Array(1...50)
         let fleets = [try Self.goodFleet(Array(1...25), in: scratch), try Self.goodFleet(Array(26...50), in: scratch)]
-        let batch = scratch + "/converge.batch"
-        try "scan 3s\nselect all\nconverge\n".write(toFile: batch, atomically: true, encoding: .utf8)
+        // The shipped batch.
+        let batch = ConsoleFixture.repository + "/batches/converge.batch"
         try await withResource(
             { try ConsoleFixture.start(["--fleet", fleets[0]] + CrashTests.brisk) }, stop: { $0.stop() }
         ) { first in
@@ -475,7 +475,7 @@ struct OfficeTests {
                 for bench in [first, second] {
                     let pull = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
                     #expect(pull.status == 0 && pull.stderr.contains("pulled 50"), "\(pull.stderr)")
-                    let run = try await bench.beaconbench(["run", batch], timeout: 300)
+                    let run = try await bench.beaconbench(["run", batch, "--set", "scan=3s"], timeout: 300)
                     #expect(run.status == 0, "\(run.stderr.suffix(2000))")
                     let push = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
                     #expect(push.status == 0 && push.stderr.contains("converged here first 25"), "\(push.stderr)")
