@@ -31,6 +31,9 @@ public struct StationOptions: Sendable {
     public var deviceDeadline: Duration = .seconds(40)
     /// Connections in a row without progress before a beacon fails.
     public var deviceAttempts: Int = 3
+    /// The first pause before a reconnect (doubled each time): short, the
+    /// beacon lies by the adapter.
+    public var retryBackoff: Duration = .milliseconds(300)
     /// Write nothing: say what would change.
     public var dryRun = false
 
@@ -264,7 +267,8 @@ public actor Station {
             client: client, inventory: bench.inventory, run: run, concurrency: 1, dryRun: options.dryRun,
             findTimeout: options.findTimeout,
             profiles: profiles, deviceAttempts: options.deviceAttempts, deviceDeadline: options.deviceDeadline,
-            claimWait: .seconds(2), adapters: adapters, sharedIdentities: sharedIdentities,
+            retryBackoff: options.retryBackoff, claimWait: .seconds(2), adapters: adapters,
+            sharedIdentities: sharedIdentities,
             seenTimeout: options.findTimeout)
         let outcome = await withTaskExecutorPreference(client.bus.taskExecutor) {
             await runner.runFleet(plan.steps, on: [address])
