@@ -133,6 +133,11 @@ public enum SimulatorControl {
                 .init(name: "Activity", outputs: [.init("json", .string)]) { _ in
                     [.string(try json(await daemon.activity))]
                 },
+                .init(name: "Unplug", inputs: [.init("adapter", .uint32), .init("milliseconds", .uint32)]) { call in
+                    try await daemon.unplug(
+                        Int(call.body[0].uint32 ?? 0), downtime: .milliseconds(Int64(call.body[1].uint32 ?? 0)))
+                    return []
+                },
                 .init(name: "Restart") { _ in
                     try await daemon.restart()
                     return []
@@ -148,12 +153,17 @@ extension SimulatedBluetoothd {
     }
 
     /// Applies a JSON object of changes: `battery` (0–100), `firmware`
-    /// ("1.0.7"), `moving`, `sensorFault`, `inRange`, `rssi`.
+    /// ("1.0.7"), `moving`, `sensorFault`, `inRange` (false: out of radio
+    /// range, its connections drop), `rssi`, `config` (any of `cornering`,
+    /// `braking`, `acceleration`, `duration`, `enable`: changed behind the
+    /// tool's back), `major`, `minor`.
     public func update(_ address: String, json: String) async throws {
         guard let object = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any] else {
             throw BusError(.invalidArgs, "Update wants a JSON object")
         }
-        let known: Set = ["battery", "firmware", "moving", "sensorFault", "inRange", "rssi", "faults"]
+        let known: Set = [
+            "battery", "firmware", "moving", "sensorFault", "inRange", "rssi", "faults", "config", "major", "minor",
+        ]
         if let unknown = object.keys.first(where: { !known.contains($0) }) {
             throw BusError(
                 .invalidArgs, "Update: unknown field '\(unknown)' (known: \(known.sorted().joined(separator: ", ")))")
@@ -182,8 +192,34 @@ extension SimulatedBluetoothd {
             }
             faults = parsed
         }
+        var config: [String: UInt16] = [:]
+        if let value = object["config"] {
+            let fields: Set = ["cornering", "braking", "acceleration", "duration", "enable"]
+            guard let table = value as? [String: Any], table.keys.allSatisfy(fields.contains) else {
+                throw BusError(
+                    .invalidArgs, "Update: config must be an object of \(fields.sorted().joined(separator: ", "))")
+            }
+            for (field, number) in table {
+                guard let number = number as? Int, let value = UInt16(exactly: number) else {
+                    throw BusError(.invalidArgs, "Update: config.\(field) must be 0–65535")
+                }
+                config[field] = value
+            }
+        }
+        for key in ["major", "minor"] where object[key] != nil {
+            guard let number = object[key] as? Int, UInt16(exactly: number) != nil else {
+                throw BusError(.invalidArgs, "Update: \(key) must be 0–65535")
+            }
+        }
         try await update(address) { state in
             if let faults { state.faults = faults }
+            if let value = config["cornering"] { state.config.cornering = value }
+            if let value = config["braking"] { state.config.braking = value }
+            if let value = config["acceleration"] { state.config.acceleration = value }
+            if let value = config["duration"] { state.config.duration = value }
+            if let value = config["enable"] { state.config.enable = .init(rawValue: value) }
+            if let major = (object["major"] as? Int).flatMap(UInt16.init(exactly:)) { state.identity.major = major }
+            if let minor = (object["minor"] as? Int).flatMap(UInt16.init(exactly:)) { state.identity.minor = minor }
             if let battery = object["battery"] as? Double { state.battery = max(0, min(100, battery)) }
             if let firmware {
                 // New firmware says its own revision.
@@ -195,5 +231,6 @@ extension SimulatedBluetoothd {
             if let inRange = object["inRange"] as? Bool { state.inRange = inRange }
             if let rssi = object["rssi"] as? Int { state.rssi = Int16(clamping: rssi) }
         }
+        if object["inRange"] as? Bool == false { await leftRange(address) }
     }
 }

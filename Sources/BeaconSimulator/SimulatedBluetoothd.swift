@@ -122,6 +122,14 @@ public actor SimulatedBluetoothd {
         }
     }
 
+    /// The beacon was taken out of range (`Update` with `inRange` false):
+    /// its connections drop, as a link lost does.
+    func leftRange(_ address: String) async {
+        for index in adapters.indices where adapters[index].devices[address]?.connected == true {
+            await disconnect(index, address, reason: "out of range")
+        }
+    }
+
     private func returnToRange(_ address: String) { beacons[address]?.state.inRange = true }
 
     /// The adapter powers off for the outage time, then on again.
@@ -860,6 +868,34 @@ public actor SimulatedBluetoothd {
         guard try await bus.requestName(Self.busName) == .primaryOwner else {
             throw BusError(.failed, "could not take the name org.bluez back")
         }
+    }
+
+    /// The adapter at `index` unplugged for `downtime`, then plugged back:
+    /// its objects go (InterfacesRemoved: its devices, then itself), its
+    /// links and its clients' discovery with them; it comes back powered,
+    /// not discovering, knowing no device — as a USB dongle pulled out and
+    /// put back.
+    public func unplug(_ index: Int, downtime: Duration) async throws {
+        guard adapters.indices.contains(index) else {
+            throw BusError(.invalidArgs, "Unplug: no adapter \(index) (there are \(adapters.count))")
+        }
+        adapters[index].scanTask?.cancel()
+        for (_, device) in adapters[index].devices {
+            device.removal?.cancel()
+            for path in device.gattPaths.reversed() { try? await bus.unexport(at: path) }
+            try? await bus.unexport(at: device.path)
+        }
+        try? await bus.unexport(at: adapters[index].path)
+        // A fresh adapter in place (work in flight may hold its index).
+        adapters[index] = Adapter(index: index, path: adapters[index].path, address: adapters[index].address)
+        Task { [self] in
+            try? await Task.sleep(for: downtime)
+            await self.plugBack(index)
+        }
+    }
+
+    private func plugBack(_ index: Int) async {
+        try? await bus.export(adapterInterface(index), at: adapters[index].path, properties: adapterProperties(index))
     }
 
     /// Changes a beacon's ground truth (battery, moving, range…).

@@ -175,7 +175,7 @@ enum BatchChecks {
     static func check(_ commands: [LocatedCommand], file: String, serverInventory: Bool = false) throws(BatchError) {
         var selected = false
         for located in commands {
-            if serverInventory, !located.command.onlyReadsTheInventory {
+            if serverInventory, !located.command.runsAgainstAServer {
                 throw BatchError(
                     file: file, line: located.line, column: located.column,
                     message: Session.serverIsReadOnly(located.command))

@@ -286,7 +286,7 @@ public actor Session {
     /// Dispatch: the command's own code runs it (see `CommandTable`).
     private func carryOut(_ located: LocatedCommand) async throws(ConsoleFailure) {
         let command = located.command
-        if invocation.inventoryIsServer, !command.onlyReadsTheInventory {
+        if invocation.inventoryIsServer, !command.runsAgainstAServer {
             throw ConsoleFailure(.badInput, Self.serverIsReadOnly(command))
         }
         try await command.run(in: self, located)

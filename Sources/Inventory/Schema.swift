@@ -178,6 +178,25 @@ enum Schema {
                     WHERE p.device = o.device AND q.simulated = 0);
             """
         ),
+        (
+            "desired state: assignments",
+            """
+            CREATE TABLE assignments (
+                address       TEXT PRIMARY KEY,
+                profile       TEXT NOT NULL,
+                major         INTEGER CHECK (major BETWEEN 0 AND 65535),
+                minor_policy  TEXT NOT NULL CHECK (minor_policy IN ('auto', 'keep', 'fixed')),
+                minor         INTEGER CHECK (minor BETWEEN 0 AND 65535),
+                overrides     TEXT NOT NULL DEFAULT '{}',
+                assigned_at   TEXT NOT NULL,
+                assigned_by   TEXT NOT NULL,
+                source        TEXT NOT NULL CHECK (source IN ('local', 'server')),
+                converged_at  TEXT,
+                converged_run INTEGER REFERENCES runs(id),
+                CHECK ((minor_policy = 'fixed') = (minor IS NOT NULL))
+            );
+            """
+        ),
     ]
 
     /// Applies the migrations the file has not had yet.

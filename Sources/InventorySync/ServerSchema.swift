@@ -14,6 +14,7 @@ enum ServerSchema {
         ("observation times, the merged fleet view, read indexes", mergedFleet),
         ("identities: claimed fleet-wide, meant per bench; step retries", identityClaims),
         ("forgotten devices, simulated runs", forgottenAndSimulated),
+        ("desired state: assignments fleet-wide, their conflicts", ServerAssignments.schema),
     ]
 
     /// Version 4: a device a bench forgot (`devices.forgotten_at`, SQLite

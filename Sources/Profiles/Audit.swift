@@ -64,6 +64,9 @@ public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible 
     case identityDiffers(holds: String, meant: String)
     /// Another beacon in service holds the same major.minor.
     case duplicateIdentity(identity: String, others: [String])
+    /// Its last observed state differs from its desired state (`assign`):
+    /// one finding per field, with when it was observed.
+    case drift(field: String, desired: String, observed: String?, observedAt: String?)
 
     /// A short, stable code for tables, CSV and scripts.
     public var code: String {
@@ -82,6 +85,7 @@ public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible 
         case .notSeen: "not-seen"
         case .identityDiffers: "identity-differs"
         case .duplicateIdentity: "duplicate-identity"
+        case .drift: "drift"
         }
     }
 
@@ -104,6 +108,11 @@ public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible 
         case .identityDiffers(let holds, let meant): "identity is \(holds), it was meant to be \(meant)"
         case .duplicateIdentity(let identity, let others):
             "identity \(identity) is also held by \(others.joined(separator: ", "))"
+        case .drift(let field, let desired, let observed, let observedAt):
+            observed.map {
+                "\(field) is \($0) (read \(observedAt ?? "at an unknown time")), its assignment says \(desired)"
+            }
+                ?? "\(field) was never read back; its assignment says \(desired)"
         }
     }
 }
@@ -114,6 +123,12 @@ public struct AuditReport: Sendable, Equatable, Codable {
     public var profile: String?
     public var findings: [AuditFinding]
     public var isClean: Bool { findings.isEmpty }
+
+    public init(address: String, profile: String?, findings: [AuditFinding]) {
+        self.address = address
+        self.profile = profile
+        self.findings = findings
+    }
 }
 
 public enum Auditor {

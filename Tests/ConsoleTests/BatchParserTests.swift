@@ -23,7 +23,8 @@ struct BatchParserTests {
             .sorted()
         #expect(
             files == [
-                "apply-profile.batch", "audit.batch", "bench-test.batch", "provision-new.batch", "pull-records.batch",
+                "apply-profile.batch", "audit.batch", "bench-test.batch", "converge.batch", "provision-new.batch",
+                "pull-records.batch",
             ])
         for file in files {
             let text = try String(contentsOfFile: directory + "/" + file, encoding: .utf8)

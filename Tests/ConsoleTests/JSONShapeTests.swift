@@ -131,6 +131,9 @@ struct JSONShapeTests {
                 apply car --dry-run
                 apply car
                 verify car
+                assign van major=250 minor=keep cornering=400 C0:FE:00:00:00:01
+                drift
+                station --rssi-min -127 --count 1 --for 20s
                 trips
                 events
                 incidents

@@ -28,7 +28,8 @@ struct InventoryTests {
             .compactMap { $0.first?.text }
         #expect(
             tables == [
-                "claims", "devices", "events", "identities", "incidents", "meta", "outcomes", "readings", "runs",
+                "assignments", "claims", "devices", "events", "identities", "incidents", "meta", "outcomes", "readings",
+                "runs",
                 "trips",
             ])
         #expect(try await second.query("PRAGMA journal_mode").first?.first?.text == "wal")

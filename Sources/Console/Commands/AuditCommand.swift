@@ -1,5 +1,6 @@
 import Foundation
 import Inventory
+import InventorySync
 import Profiles
 import Workbench
 
@@ -103,8 +104,37 @@ extension Session {
     func reportAudit(
         from subjects: [AuditSubject], _ profile: String?, _ source: AuditCommand.Source
     ) async throws(ConsoleFailure) {
-        let reports = Auditor.auditFleet(subjects, profiles: profiles, profile: profile)
+        var reports = Auditor.auditFleet(subjects, profiles: profiles, profile: profile)
+        if source == .inventory { reports = await withDrift(reports) }
         Format.audit(reports, source: source, terminal: terminal, json: json)
         if reports.contains(where: { !$0.isClean }) { note(.devicesFailed) }
+    }
+}
+
+extension Session {
+    /// The audit's reports with each assigned device's drift (`drift`)
+    /// as findings: on a bench, of the devices it saw; on the server, of
+    /// every assignment against the merged fleet.
+    func withDrift(_ reports: [AuditReport]) async -> [AuditReport] {
+        var findings: [DriftFinding] = []
+        if invocation.inventoryIsServer, let url = invocation.inventoryPath {
+            findings = (try? ServerAssignments.drift(url: url, profiles: profiles).findings) ?? []
+        } else if let inventory = try? inventory() {
+            findings = (try? await inventory.drift(profiles: profiles).findings) ?? []
+        }
+        guard !findings.isEmpty else { return reports }
+        var reports = reports
+        let chosen = selection.map(Set.init)
+        for finding in findings where chosen?.contains(finding.device) ?? true {
+            let drift = AuditFinding.drift(
+                field: finding.field, desired: finding.desired, observed: finding.observed,
+                observedAt: finding.observedAt)
+            if let index = reports.firstIndex(where: { $0.address == finding.device }) {
+                reports[index].findings.append(drift)
+            } else {
+                reports.append(AuditReport(address: finding.device, profile: nil, findings: [drift]))
+            }
+        }
+        return reports
     }
 }

@@ -164,6 +164,9 @@ public protocol ConsoleCommand: Sendable, Hashable {
     /// This use is a device step: consecutive ones of a batch form one
     /// pipeline per device.
     var isDeviceStep: Bool { get }
+    /// This use may run with `--inventory postgresql://…`: the read
+    /// commands, and `assign` (the office writes assignments there).
+    var runsAgainstAServer: Bool { get }
 }
 
 extension ConsoleCommand {
@@ -172,6 +175,7 @@ extension ConsoleCommand {
     public var writesToBeacons: Bool { Self.spec.mayWriteToBeacons }
     public var onlyReadsTheInventory: Bool { Self.spec.onlyReadsTheInventory }
     public var isDeviceStep: Bool { false }
+    public var runsAgainstAServer: Bool { onlyReadsTheInventory }
 }
 
 /// A command that the fleet runner carries out on each device: running it

@@ -18,6 +18,8 @@ public enum CommandTable {
         InventoryForgetCommand.self, LogCommand.self, SyncCommand.self,
         // The fleet report (ReportCommand.swift)
         ReportCommand.self,
+        // Desired state and the install bench (DesiredStateCommands.swift, StationCommands.swift)
+        AssignCommand.self, DriftCommand.self, ConvergeCommand.self, StationCommand.self,
         // Pulled records (RecordsCommands.swift)
         RecordsListCommand.self, RecordsExportCommand.self,
         // Profiles (ProfilesCommands.swift)

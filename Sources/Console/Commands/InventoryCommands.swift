@@ -223,6 +223,13 @@ extension Session {
         if let remembered = ServerIdentities.rememberable(url) {
             try? await inventory.setSetting("server", remembered)
         }
+        // Desired state both ways (docs/office.md).
+        let exchange: ServerAssignments.Exchange
+        do {
+            exchange = try await ServerAssignments.exchange(inventory, url: url)
+        } catch {
+            throw ConsoleFailure(.infrastructure, "sync: assignments: \(error.message) (the rows above were sent)")
+        }
         let order = InventorySync.tableNames
         if json {
             terminal.emit(
@@ -231,11 +238,18 @@ extension Session {
                     "bench": .string(report.benchID),
                     "sent": .object(report.sent.mapValues { .int($0) }),
                     "held_back_runs": .int(report.heldBackRuns), "held_back_devices": .int(report.heldBackDevices),
+                    "assignments_pushed": .int(exchange.pushed), "assignments_pulled": .int(exchange.pulled),
+                    "assignments_converged": .int(exchange.converged),
+                    "assignment_conflicts": .array(exchange.conflicts.map { .string($0.description) }),
                 ])
         } else {
             let counts = order.map { "\($0) \(report.sent[$0] ?? 0)" }.joined(separator: ", ")
             terminal.result("synced bench \(report.benchID): sent \(counts)")
+            terminal.message(
+                "assignments: pushed \(exchange.pushed), pulled \(exchange.pulled), converged here first \(exchange.converged)"
+            )
         }
+        for conflict in exchange.conflicts { terminal.warning("sync: assignment conflict: \(conflict)") }
         if report.heldBackRuns > 0 {
             terminal.message(
                 "held back \(report.heldBackRuns) simulated run\(report.heldBackRuns == 1 ? "" : "s")"

@@ -51,6 +51,7 @@ public enum ResultKind: String, Sendable, CaseIterable {
     case audit, device, deviceRow = "device_row", outcome
     case profile, profileCheck = "profile_check", sync, command
     case trip, event, incident, forgotten, check, report
+    case assignment, drift, station, stationSummary = "station_summary"
 }
 
 /// The version of the JSON output: raised when a field changes meaning or

@@ -1,0 +1,270 @@
+import Foundation
+import Inventory
+import Profiles
+import SBeaconProtocol
+
+/// Desired state on the shared server (server schema 5): one assignment per
+/// device fleet-wide (`fleet_assignments`), made by the office
+/// (`--inventory postgresql://… assign`) or pushed by a bench's `sync`, and
+/// pulled by every bench's `sync`; which bench converged it first, and when.
+///
+/// **The conflict rule.** Two assignments of one device: the one with the
+/// later `assigned_at` wins; on the same instant, the greater `assigned_by`.
+/// Whatever loses is never dropped silently: it is kept in
+/// `assignment_conflicts` and the sync that met it says so.
+public enum ServerAssignments {
+    /// Server schema 5.
+    static let schema = """
+        CREATE TABLE IF NOT EXISTS fleet_assignments (
+            address         TEXT PRIMARY KEY,
+            profile         TEXT NOT NULL,
+            major           BIGINT,
+            minor_policy    TEXT NOT NULL,
+            minor           BIGINT,
+            overrides       TEXT NOT NULL DEFAULT '{}',
+            assigned_at     TEXT NOT NULL,
+            assigned_by     TEXT NOT NULL,
+            origin          TEXT NOT NULL,
+            converged_at    TEXT,
+            converged_bench TEXT,
+            converged_run   BIGINT
+        );
+        CREATE TABLE IF NOT EXISTS assignment_conflicts (
+            address          TEXT NOT NULL,
+            kept             TEXT NOT NULL,
+            kept_assigned_at TEXT NOT NULL,
+            kept_assigned_by TEXT NOT NULL,
+            lost             TEXT NOT NULL,
+            lost_assigned_at TEXT NOT NULL,
+            lost_assigned_by TEXT NOT NULL,
+            noticed_by       TEXT NOT NULL,
+            noticed_at       TEXT NOT NULL,
+            PRIMARY KEY (address, lost_assigned_at, lost_assigned_by)
+        );
+        """
+
+    /// An assignment that lost to another under the conflict rule.
+    public struct Conflict: Sendable, Equatable, CustomStringConvertible {
+        public var address: String
+        public var kept: Assignment
+        public var lost: Assignment
+        public var description: String {
+            "\(address): \(lost.summary) (assigned \(lost.assignedAt) by \(lost.assignedBy)) lost to \(kept.summary)"
+                + " (assigned \(kept.assignedAt) by \(kept.assignedBy)): the later assignment wins"
+        }
+    }
+
+    /// What a bench's sync exchanged.
+    public struct Exchange: Sendable, Equatable {
+        /// This bench's assignments the server did not have.
+        public var pushed = 0
+        /// Assignments the bench took from the server (new or replacing its own).
+        public var pulled = 0
+        /// Convergences this bench reported first.
+        public var converged = 0
+        public var conflicts: [Conflict] = []
+    }
+
+    static func later(_ a: Assignment, than b: Assignment) -> Bool {
+        (a.assignedAt, a.assignedBy) > (b.assignedAt, b.assignedBy)
+    }
+
+    static func same(_ a: Assignment, _ b: Assignment) -> Bool {
+        a.assignedAt == b.assignedAt && a.assignedBy == b.assignedBy
+    }
+
+    static let columns = """
+        SELECT address, profile, major, minor_policy, minor, overrides, assigned_at, assigned_by, converged_at,
+               converged_bench
+        FROM fleet_assignments
+        """
+
+    static func assignment(_ row: [SQLiteValue]) -> (Assignment, bench: String?) {
+        var assignment = Assignment(
+            address: row[0].text ?? "", profile: row[1].text ?? "", major: row[2].integer.map { UInt16(clamping: $0) },
+            minorPolicy: Assignment.MinorPolicy(rawValue: row[3].text ?? "") ?? .auto,
+            minor: row[4].integer.map { UInt16(clamping: $0) }, overrides: ConfigOverrides(json: row[5].text ?? "{}"),
+            assignedAt: row[6].text ?? "", assignedBy: row[7].text ?? "", source: .server)
+        assignment.convergedAt = row[8].text
+        return (assignment, row[9].text)
+    }
+
+    static func all(_ server: PostgresConnection) throws(SyncError) -> [String: (Assignment, bench: String?)] {
+        var found: [String: (Assignment, bench: String?)] = [:]
+        for row in try server.query(columns).rows {
+            let entry = assignment(row)
+            found[entry.0.address] = entry
+        }
+        return found
+    }
+
+    /// Writes `assignment` over the server's row (the caller has judged it
+    /// the later one): its convergence is forgotten.
+    static func write(_ assignment: Assignment, origin: String, _ server: PostgresConnection) throws(SyncError) {
+        try server.exec(
+            """
+            INSERT INTO fleet_assignments (address, profile, major, minor_policy, minor, overrides, assigned_at,
+                                           assigned_by, origin)
+            VALUES ($1, $2, $3::bigint, $4, $5::bigint, $6, $7, $8, $9)
+            ON CONFLICT (address) DO UPDATE SET
+                profile = excluded.profile, major = excluded.major, minor_policy = excluded.minor_policy,
+                minor = excluded.minor, overrides = excluded.overrides, assigned_at = excluded.assigned_at,
+                assigned_by = excluded.assigned_by, origin = excluded.origin, converged_at = NULL,
+                converged_bench = NULL, converged_run = NULL
+            """,
+            [
+                assignment.address, assignment.profile, assignment.major.map { String($0) },
+                assignment.minorPolicy.rawValue, assignment.minor.map { String($0) }, assignment.overrides.json,
+                assignment.assignedAt, assignment.assignedBy, origin,
+            ])
+    }
+
+    static func recordConflict(_ conflict: Conflict, by: String, _ server: PostgresConnection) throws(SyncError) {
+        try server.exec(
+            """
+            INSERT INTO assignment_conflicts (address, kept, kept_assigned_at, kept_assigned_by, lost,
+                                              lost_assigned_at, lost_assigned_by, noticed_by, noticed_at)
+            VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+            ON CONFLICT DO NOTHING
+            """,
+            [
+                conflict.address, conflict.kept.summary, conflict.kept.assignedAt, conflict.kept.assignedBy,
+                conflict.lost.summary, conflict.lost.assignedAt, conflict.lost.assignedBy, by, Inventory.now(),
+            ])
+    }
+
+    /// The office: records `assignments` on the server, under the conflict
+    /// rule, in one transaction. Returns the assignments each replaced, and
+    /// those that lost to a later one already there (none, unless clocks
+    /// disagree).
+    public static func assign(
+        _ assignments: [Assignment], url: String
+    ) throws(SyncError) -> (replaced: [Assignment], conflicts: [Conflict]) {
+        let server = try PostgresConnection(url)
+        try InventorySync.prepareSchema(server, creating: false)
+        return try server.transaction { () throws(SyncError) in
+            try server.exec("SELECT pg_advisory_xact_lock(7205190019)")
+            let existing = try all(server)
+            var replaced: [Assignment] = []
+            var conflicts: [Conflict] = []
+            for assignment in assignments {
+                if let (there, _) = existing[assignment.address] {
+                    guard later(assignment, than: there) else {
+                        let conflict = Conflict(address: assignment.address, kept: there, lost: assignment)
+                        try recordConflict(conflict, by: "office", server)
+                        conflicts.append(conflict)
+                        continue
+                    }
+                    replaced.append(there)
+                }
+                try write(assignment, origin: "office", server)
+            }
+            return (replaced, conflicts)
+        }
+    }
+
+    /// A bench's sync: pushes its own assignments (the later one wins each
+    /// device), reports which it converged (the server keeps the earliest
+    /// convergence of the assignment in force, with its bench), and pulls
+    /// every assignment it lacks or holds an older one of.
+    public static func exchange(_ inventory: Inventory, url: String) async throws(SyncError) -> Exchange {
+        let local: [Assignment]
+        let bench: String
+        do {
+            local = try await inventory.assignments()
+            bench = try await inventory.benchID()
+        } catch {
+            throw SyncError("the local inventory: \(error)")
+        }
+        let server = try PostgresConnection(url)
+        try InventorySync.prepareSchema(server, creating: true)
+        let (exchange, pull) = try server.transaction { () throws(SyncError) in
+            try server.exec("SELECT pg_advisory_xact_lock(7205190019)")
+            var exchange = Exchange()
+            var existing = try all(server)
+            for assignment in local where assignment.source == .local {
+                if let (there, _) = existing[assignment.address] {
+                    if same(assignment, there) { continue }
+                    let wins = later(assignment, than: there)
+                    let conflict = Conflict(
+                        address: assignment.address, kept: wins ? assignment : there, lost: wins ? there : assignment)
+                    try recordConflict(conflict, by: bench, server)
+                    exchange.conflicts.append(conflict)
+                    guard wins else { continue }
+                }
+                try write(assignment, origin: bench, server)
+                exchange.pushed += 1
+                existing[assignment.address] = (assignment, nil)
+            }
+            for assignment in local {
+                guard let convergedAt = assignment.convergedAt, let (there, _) = existing[assignment.address],
+                    same(assignment, there)
+                else { continue }
+                let updated = try server.exec(
+                    """
+                    UPDATE fleet_assignments SET converged_at = $4, converged_bench = $5, converged_run = $6::bigint
+                    WHERE address = $1 AND assigned_at = $2 AND assigned_by = $3
+                      AND (converged_at IS NULL OR converged_at > $4)
+                    RETURNING address
+                    """,
+                    [
+                        assignment.address, assignment.assignedAt, assignment.assignedBy, convergedAt, bench,
+                        assignment.convergedRun.map { String($0) },
+                    ])
+                exchange.converged += updated.count
+            }
+            return (exchange, try all(server).values.map(\.0))
+        }
+        var result = exchange
+        let mine = Dictionary(local.map { ($0.address, $0) }) { first, _ in first }
+        let wanted = pull.filter { there in mine[there.address].map { !same($0, there) } ?? true }
+        do {
+            try await inventory.takeAssignments(wanted)
+        } catch {
+            throw SyncError("the local inventory: \(error)")
+        }
+        result.pulled = wanted.count
+        return result
+    }
+
+    /// The fleet's drift, as the office sees it: each assignment against
+    /// the merged fleet (`fleet_devices`: the latest observation of each
+    /// fact across benches) and the identity claimed for the device.
+    public static func drift(
+        url: String, profiles: [String: Profile]
+    ) throws(SyncError) -> (
+        findings: [DriftFinding], assigned: Int
+    ) {
+        let server = try PostgresConnection(url)
+        try InventorySync.prepareSchema(server, creating: false)
+        let assignments = try all(server).values.map(\.0).sorted { $0.address < $1.address }
+        let rows = try server.query(
+            """
+            SELECT a.address, d.profile, d.config_cornering, d.config_braking, d.config_acceleration,
+                   d.config_duration, d.config_enable, d.config_read_at, d.major, d.minor, d.identity_at,
+                   c.major, c.minor, d.address
+            FROM fleet_assignments a LEFT JOIN fleet_devices d ON d.address = a.address
+            LEFT JOIN identity_claims c ON c.address = a.address
+            """
+        ).rows
+        var observed: [String: ObservedState] = [:]
+        for row in rows {
+            guard let address = row[0].text, row[13].text != nil else { continue }
+            observed[address] = ObservedState(row: Array(row[1...12]))
+        }
+        return (
+            assignments.flatMap { DesiredState.drift($0, observed[$0.address], profiles: profiles) }, assignments.count
+        )
+    }
+
+    /// Which bench converged each assignment first, and when (nil: none yet).
+    public static func convergences(url: String) throws(SyncError) -> [String: (bench: String, at: String)] {
+        let server = try PostgresConnection(url)
+        try InventorySync.prepareSchema(server, creating: false)
+        var found: [String: (bench: String, at: String)] = [:]
+        for (address, entry) in try all(server) {
+            if let bench = entry.bench, let at = entry.0.convergedAt { found[address] = (bench, at) }
+        }
+        return found
+    }
+}
