@@ -25,6 +25,20 @@ public final class ServerIdentities: SharedIdentities, Sendable {
     public static func rememberable(_ url: String) -> String? { PostgresConnection.withoutPassword(url) }
 
     public func claim(address: String, major: UInt16, preferred: UInt16, floor: UInt16) async throws -> UInt16 {
+        // libpq blocks (connecting, waiting for the advisory lock): on a
+        // thread of its own, never on the caller's — a fleet run's is the
+        // bus connection's, which must keep reading bluetoothd.
+        try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global(qos: .userInitiated).async {
+                continuation.resume(
+                    with: Result {
+                        try self.claimNow(address: address, major: major, preferred: preferred, floor: floor)
+                    })
+            }
+        }
+    }
+
+    private func claimNow(address: String, major: UInt16, preferred: UInt16, floor: UInt16) throws -> UInt16 {
         try connection.withLock { held throws(SyncError) -> UInt16 in
             if held == nil {
                 let server = try PostgresConnection(conninfo, connectTimeout: 3)
