@@ -268,8 +268,16 @@ public struct SBeacon: Sendable {
     /// and reads it back.
     /// - Parameter now: the real time, epoch milliseconds.
     public func syncTime(now: Int64) async throws -> Change<Int64> {
+        try await syncTime(clock: { now })
+    }
+
+    /// The same, with the time taken from `clock` right after the uptime
+    /// is read: on a slow link (or a loaded machine) the reads take a
+    /// while, and a time taken before them would be off by that much.
+    public func syncTime(clock: @Sendable () -> Int64) async throws -> Change<Int64> {
         let stored = try await readTimeOffset()
-        let computed = BeaconTime.offset(uptime: try await readUptime(), now: now)
+        let uptime = try await readUptime()
+        let computed = BeaconTime.offset(uptime: uptime, now: clock())
         guard BeaconTime.needsSync(stored: stored, computed: computed) else {
             return Change(before: stored, after: stored, written: false)
         }

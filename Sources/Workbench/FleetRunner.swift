@@ -807,7 +807,7 @@ public actor FleetRunner {
                 return BeaconTime.needsSync(stored: stored, computed: computed)
                     ? (.skipped, "dry run: time offset: \(stored) → \(computed)") : (.unchanged, nil)
             }
-            let change = try await beacon.syncTime(now: Self.now())
+            let change = try await beacon.syncTime(clock: { Self.now() })
             return change.written ? (.changed, "time offset \(change.before) → \(change.after)") : (.unchanged, nil)
         case .calibrate:
             // Idempotent: a beacon that holds a plausible calibration keeps it.
