@@ -698,7 +698,7 @@ public actor FleetRunner {
                 do {
                     result = try await perform(step, on: beacon)
                 } catch {
-                    try await keep(observations.take(), of: address)
+                    try await keep(Self.stillTrue(observations.take(), after: step), of: address)
                     if !(error is InventoryFailure) {
                         progress(.step(address: address, step: step.name, status: .failed, detail: "\(error)"))
                     }
@@ -724,6 +724,23 @@ public actor FleetRunner {
                     default: break
                     }
                 }
+            }
+        }
+    }
+
+    /// What a failed step read that the beacon may no longer hold: the
+    /// value the step writes, read before the write — a write can land
+    /// just before the link drops, and the step then fails with no answer.
+    /// Kept, it would tell the inventory the beacon holds the old value.
+    static func stillTrue(_ observations: [SBeacon.Observation], after failed: DeviceStep) -> [SBeacon.Observation] {
+        observations.filter { observation in
+            switch (failed, observation) {
+            case (.apply, .config), (.identity, .identity), (.syncTime, .timeOffset), (.calibrate, .calibration):
+                false
+            case (.factoryReset, .config), (.factoryReset, .identity), (.factoryReset, .timeOffset),
+                (.factoryReset, .calibration):
+                false
+            default: true
             }
         }
     }

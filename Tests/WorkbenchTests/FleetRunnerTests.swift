@@ -6,10 +6,31 @@ import Profiles
 import SBeaconProtocol
 import TestSupport
 import Testing
-import Workbench
+
+@testable import Workbench
 
 @Suite("The fleet runner over a simulated fleet")
 struct FleetRunnerTests {
+    /// A failed step's read of the value it writes is not kept: the write
+    /// may have landed before the link dropped (the fault matrix caught an
+    /// inventory claiming factory thresholds on a beacon that held car).
+    @Test func aFailedWriteStepForgetsWhatItReadBeforeWriting() {
+        let car = Self.profiles["car"]!
+        let read: [SBeacon.Observation] = [
+            .battery(80), .config(.factoryDefault), .identity(BeaconIdentity(major: 1, minor: 1)), .timeOffset(5),
+        ]
+        #expect(
+            FleetRunner.stillTrue(read, after: .apply(car)) == [
+                .battery(80), .identity(.init(major: 1, minor: 1)), .timeOffset(5),
+            ])
+        #expect(
+            FleetRunner.stillTrue(read, after: .syncTime) == [
+                .battery(80), .config(.factoryDefault), .identity(.init(major: 1, minor: 1)),
+            ])
+        #expect(FleetRunner.stillTrue(read, after: .verify(car)) == read)
+        #expect(FleetRunner.stillTrue(read, after: .factoryReset) == [.battery(80)])
+    }
+
     static let profiles = try! ProfileLoader.loadAll(from: [
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("profiles").path
