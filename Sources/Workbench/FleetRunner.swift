@@ -734,12 +734,10 @@ public actor FleetRunner {
     /// Kept, it would tell the inventory the beacon holds the old value.
     static func stillTrue(_ observations: [SBeacon.Observation], after failed: DeviceStep) -> [SBeacon.Observation] {
         observations.filter { observation in
+            // (A calibration's state is read after the beacon answered:
+            // true even when it refused.)
             switch (failed, observation) {
-            case (.apply, .config), (.identity, .identity), (.syncTime, .timeOffset), (.calibrate, .calibration):
-                false
-            case (.factoryReset, .config), (.factoryReset, .identity), (.factoryReset, .timeOffset),
-                (.factoryReset, .calibration):
-                false
+            case (.apply, .config), (.identity, .identity), (.syncTime, .timeOffset): false
             default: true
             }
         }

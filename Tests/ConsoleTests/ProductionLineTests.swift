@@ -140,7 +140,11 @@ struct ProductionLineTests {
             }
             let slowest = sound.compactMap { $0["seconds"] as? Double }.max() ?? 0
             #expect(slowest < 15, "the slowest beacon took \(slowest) s")
-            #expect(elapsed < Double(count) * 2 + 20, "the line took \(elapsed) s")
+            // A guard against a station that stalls, not a speed measure (the
+            // line's own length is count × 2 s plus the last beacon's 15 s;
+            // a loaded machine adds seconds): the figures are printed below
+            // and measured in docs/station.md.
+            #expect(elapsed < Double(count) * 2 + 60, "the line took \(elapsed) s")
             let durations = lines.compactMap { $0["seconds"] as? Double }.sorted()
             let median = durations.isEmpty ? 0 : durations[durations.count / 2]
             print(

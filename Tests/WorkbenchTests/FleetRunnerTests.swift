@@ -28,7 +28,7 @@ struct FleetRunnerTests {
                 .battery(80), .config(.factoryDefault), .identity(.init(major: 1, minor: 1)),
             ])
         #expect(FleetRunner.stillTrue(read, after: .verify(car)) == read)
-        #expect(FleetRunner.stillTrue(read, after: .factoryReset) == [.battery(80)])
+        #expect(FleetRunner.stillTrue(read, after: .calibrate) == read)
     }
 
     static let profiles = try! ProfileLoader.loadAll(from: [
