@@ -35,26 +35,12 @@ public enum HTML {
     /// and `<`, `>`, `&`, U+2028 and U+2029 written as `\u003c` etc., so
     /// that no `</script>` or `<!--` can end or bend the block.
     public static func json(_ text: String, limit: Int = 200) -> String {
-        var output = "\""
-        for scalar in Visible.text(text, limit: limit).unicodeScalars {
-            switch scalar {
-            case "\"": output += "\\\""
-            case "\\": output += "\\\\"
-            case "<": output += "\\u003c"
-            case ">": output += "\\u003e"
-            case "&": output += "\\u0026"
-            case "\u{2028}": output += "\\u2028"
-            case "\u{2029}": output += "\\u2029"
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    output += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    output.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        return output + "\""
+        // JSONText's literal (U+2028/2029 and other invisibles already as
+        // \u escapes), then the three characters HTML reads inside a script.
+        JSONText.string(Visible.text(text, limit: limit))
+            .replacingOccurrences(of: "&", with: "\\u0026")
+            .replacingOccurrences(of: "<", with: "\\u003c")
+            .replacingOccurrences(of: ">", with: "\\u003e")
     }
 
     /// An integer with thousands separators: `100,000`.
