@@ -317,28 +317,22 @@ public struct BatchParser {
         return token.text
     }
 
-    /// `10s`, `500ms`, `2m`, or a number of seconds.
+    /// `10s`, `500ms`, `2m`, `1h`, or a number of seconds, in decimal
+    /// (`ValueGrammar.duration`: no hex, exponent, sign, `inf` or `nan`).
     func duration(_ token: Token, range: ClosedRange<Double>) throws(BatchError) -> Double {
-        let text = token.text
-        let (number, scale): (Substring, Double) =
-            text.hasSuffix("ms")
-            ? (text.dropLast(2), 0.001)
-            : text.hasSuffix("s")
-                ? (text.dropLast(), 1)
-                : text.hasSuffix("m") ? (text.dropLast(), 60) : (Substring(text), 1)
-        guard let value = Double(number), value.isFinite, range.contains(value * scale) else {
+        guard let seconds = ValueGrammar.duration(token.text), range.contains(seconds) else {
             throw fail(
                 token,
-                "\(quoted(text)) is not a duration in \(Int(range.lowerBound * 1000)) ms–\(Int(range.upperBound)) s (write 10s, 500ms or 2m)"
+                "\(quoted(token.text)) is not a duration in \(Int(range.lowerBound * 1000)) ms–\(Int(range.upperBound)) s (decimal digits and a unit: 10s, 500ms, 2m, 1h; none is seconds)"
             )
         }
-        return value * scale
+        return seconds
     }
 
     func requirement(_ token: Token) throws(BatchError) -> RequireCommand.Requirement {
         let text = token.text
         if text.hasPrefix("battery>=") {
-            guard let value = UInt8(text.dropFirst(9)), value <= 100 else {
+            guard let value = ValueGrammar.whole(text.dropFirst(9), as: UInt8.self), value <= 100 else {
                 throw fail(token, "battery>= wants a percentage 0–100, got \(quoted(text.dropFirst(9)))")
             }
             return .battery(atLeast: value)
@@ -366,7 +360,7 @@ public struct BatchParser {
                 try profileName(Token(text: String(text.dropFirst(8)), line: token.line, column: token.column + 8)))
         }
         if text.hasPrefix("battery<") {
-            guard let value = UInt8(text.dropFirst(8)), value <= 100 else {
+            guard let value = ValueGrammar.whole(text.dropFirst(8), as: UInt8.self), value <= 100 else {
                 throw fail(token, "battery< wants a percentage 0–100, got \(quoted(text.dropFirst(8)))")
             }
             return .batteryBelow(value)
@@ -378,7 +372,9 @@ public struct BatchParser {
             return .firmwareBelow(version)
         }
         if text.hasPrefix("minor=") {
-            let bounds = text.dropFirst(6).split(separator: "-", omittingEmptySubsequences: false).map { UInt16($0) }
+            let bounds = text.dropFirst(6).split(separator: "-", omittingEmptySubsequences: false).map {
+                ValueGrammar.whole($0, as: UInt16.self)
+            }
             guard bounds.count == 2, let low = bounds[0], let high = bounds[1], low <= high else {
                 throw fail(token, "minor= wants a range A-B with A ≤ B in 0–65535, got \(quoted(text.dropFirst(6)))")
             }

@@ -150,7 +150,7 @@ public struct Invocation: Sendable, Equatable {
             case "-v", "--verbose": invocation.verbose = true
             case "--sim":
                 let text = try value(name)
-                guard let count = Int(text), (1...10_000).contains(count) else {
+                guard let count = ValueGrammar.whole(text, signed: false), (1...10_000).contains(count) else {
                     throw UsageError(message: "--sim wants a number of beacons 1–10000, got '\(text)'")
                 }
                 invocation.simulation = invocation.simulation ?? Simulation()
@@ -235,14 +235,14 @@ public struct Invocation: Sendable, Equatable {
     }
 
     static func adapter(_ text: String) throws(UsageError) -> String {
-        guard text.hasPrefix("hci"), let number = Int(text.dropFirst(3)), number >= 0 else {
+        guard text.hasPrefix("hci"), ValueGrammar.whole(text.dropFirst(3), signed: false) != nil else {
             throw UsageError(message: "--adapter wants hciN, got '\(text)'")
         }
         return text
     }
 
     static func concurrency(_ text: String) throws(UsageError) -> Int {
-        guard let value = Int(text), (1...64).contains(value) else {
+        guard let value = ValueGrammar.whole(text, signed: false), (1...64).contains(value) else {
             throw UsageError(message: "--concurrency wants 1–64, got '\(text)'")
         }
         return value
@@ -280,6 +280,9 @@ public struct Invocation: Sendable, Equatable {
         guard parts.count == 2, !parts[0].isEmpty,
             parts[0].allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" || $0 == "-" })
         else { throw UsageError(message: "--set wants NAME=VALUE, got '\(text)'") }
+        guard overrides[parts[0]] == nil else {
+            throw UsageError(message: "--set \(parts[0]) is given twice; set each variable once")
+        }
         overrides[parts[0]] = parts[1]
     }
 }

@@ -119,7 +119,10 @@ public struct FirmwareVersion: Hashable, Sendable, Codable, Comparable, CustomSt
 
     /// Parses `1.0.8`.
     public init(_ text: String) throws {
-        let parts = text.split(separator: ".", omittingEmptySubsequences: false).map { UInt8($0) }
+        // Decimal digits only (`UInt8("+1")` would take a sign).
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false).map {
+            $0.utf8.allSatisfy { (0x30...0x39).contains($0) } ? UInt8($0) : nil
+        }
         guard parts.count == 3, let major = parts[0], let minor = parts[1], let patch = parts[2] else {
             throw ProtocolError(
                 "firmware revision", "'\(DeviceInformationText.excerpt(text))' is not MAJOR.MINOR.PATCH")

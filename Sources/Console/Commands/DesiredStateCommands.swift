@@ -47,6 +47,7 @@ public struct AssignCommand: ConsoleCommand {
         profile = arguments.operand(0) ?? ""
         minorPolicy = .auto
         overrides = [:]
+        var given: [String: BatchParser.Token] = [:]
         for (token, _) in arguments.operands.dropFirst() {
             let parts = token.text.split(separator: "=", maxSplits: 1).map(String.init)
             guard parts.count == 2 else {
@@ -54,11 +55,17 @@ public struct AssignCommand: ConsoleCommand {
                     token, "assign takes one profile, then KEY=VALUE, then devices: got \(parser.quoted(token.text))")
             }
             let (key, value) = (parts[0], parts[1])
+            if let earlier = given[key] {
+                throw parser.fail(
+                    token,
+                    "\(parser.quoted(key)) is given twice (first at \(earlier.line):\(earlier.column)); write each key once")
+            }
+            given[key] = token
             switch key {
             case "major":
                 if value == "profile" {
                     major = nil
-                } else if let number = UInt16(value) {
+                } else if let number = ValueGrammar.whole(value, as: UInt16.self) {
                     major = number
                 } else {
                     throw parser.fail(token, "major must be 0–65535 or 'profile', got \(parser.quoted(value))")
@@ -68,7 +75,7 @@ public struct AssignCommand: ConsoleCommand {
                 case "auto", "sequential": (minorPolicy, minor) = (.auto, nil)
                 case "keep": (minorPolicy, minor) = (.keep, nil)
                 default:
-                    guard let number = UInt16(value) else {
+                    guard let number = ValueGrammar.whole(value, as: UInt16.self) else {
                         throw parser.fail(token, "minor must be auto, keep or 0–65535, got \(parser.quoted(value))")
                     }
                     (minorPolicy, minor) = (.fixed, number)
@@ -80,7 +87,7 @@ public struct AssignCommand: ConsoleCommand {
                         "unknown key \(parser.quoted(key)) (assign takes major=, minor=, "
                             + ConfigOverrides.keys.map { "\($0.name)=" }.joined(separator: ", ") + ")")
                 }
-                guard let number = UInt16(value), rule.range.contains(number) else {
+                guard let number = ValueGrammar.whole(value, as: UInt16.self), rule.range.contains(number) else {
                     throw parser.fail(
                         token,
                         "\(key) must be \(rule.range.lowerBound)–\(rule.range.upperBound) \(rule.unit), got \(parser.quoted(value))"

@@ -95,8 +95,18 @@ public struct IdentityCommand: DeviceStepCommand {
         let parser = arguments.parser
         var profile: BatchParser.Token?
         var majorFromProfile: BatchParser.Token?
+        var given: [String: BatchParser.Token] = [:]
         for (token, _) in arguments.operands {
             let parts = token.text.split(separator: "=", maxSplits: 1).map(String.init)
+            if parts.count == 2 {
+                if let earlier = given[parts[0]] {
+                    throw parser.fail(
+                        token,
+                        "\(parser.quoted(parts[0])) is given twice (first at \(earlier.line):\(earlier.column)); write each key once"
+                    )
+                }
+                given[parts[0]] = token
+            }
             guard parts.count == 2 else {
                 guard profile == nil else {
                     throw parser.fail(token, "identity takes one profile name (usage: \(Self.spec.synopsis))")
@@ -110,7 +120,7 @@ public struct IdentityCommand: DeviceStepCommand {
                 if parts[1] == "profile" {
                     major = nil
                     majorFromProfile = token
-                } else if let value = UInt16(parts[1]) {
+                } else if let value = ValueGrammar.whole(parts[1], as: UInt16.self) {
                     major = value
                     majorFromProfile = nil
                 } else {
@@ -122,7 +132,7 @@ public struct IdentityCommand: DeviceStepCommand {
                 case "keep": minor = .keep
                 case "profile": minor = nil
                 default:
-                    guard let value = UInt16(parts[1]) else {
+                    guard let value = ValueGrammar.whole(parts[1], as: UInt16.self) else {
                         throw parser.fail(
                             token, "minor must be auto, keep, 'profile' or 0–65535, got \(parser.quoted(parts[1]))")
                     }

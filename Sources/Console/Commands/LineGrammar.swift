@@ -164,6 +164,11 @@ extension CommandTable {
                 given[optionName] = (token, .flag)
                 continue
             }
+            if let earlier = given[optionName], option.value != nil {
+                throw parser.fail(
+                    token,
+                    "\(optionName) is given twice (first at \(earlier.token.line):\(earlier.token.column)); write it once")
+            }
             let valueToken: BatchParser.Token
             if parts.count == 2 {
                 valueToken = BatchParser.Token(
@@ -224,7 +229,7 @@ extension CommandTable {
         switch kind {
         case .duration(let range): return .duration(try parser.duration(token, range: range))
         case .integer(let range):
-            guard let value = Int(token.text), range.contains(value) else {
+            guard let value = ValueGrammar.whole(token.text, signed: range.lowerBound < 0), range.contains(value) else {
                 throw parser.fail(
                     token,
                     "\(what) wants \(placeholder) in \(range.lowerBound)–\(range.upperBound), got \(parser.quoted(token.text))"
@@ -251,13 +256,14 @@ extension CommandTable {
             }
             return .text(token.text)
         case .time:
-            guard let date = parseTime(token.text) else {
+            do {
+                return .time(try ValueGrammar.time(token.text))
+            } catch {
                 throw parser.fail(
                     token,
-                    "\(what) wants a date (2026-11-30), a time (2026-11-30T14:00:00Z) or an age (7d, 12h, 30m), got \(parser.quoted(token.text))"
+                    "\(what) wants a date (2026-11-30), a time (2026-11-30T14:00:00Z) or an age (7d, 12h, 30m), got \(parser.quoted(token.text)): \(error.reason)"
                 )
             }
-            return .time(date)
         case .variable:
             guard !token.text.isEmpty, token.text.count <= BatchParser.Limits.nameCharacters,
                 token.text.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "_" || $0 == "-" })
@@ -269,22 +275,6 @@ extension CommandTable {
     }
 
     /// `2026-11-30` (midnight UTC), an ISO 8601 instant, or an age before
-    /// now: `7d`, `12h`, `30m`, `45s`.
-    static func parseTime(_ text: String, now: Date = Date()) -> Date? {
-        if let unit = text.last, let number = Double(text.dropLast()), number >= 0, number.isFinite {
-            let scale: Double? =
-                switch unit {
-                case "d": 86_400
-                case "h": 3600
-                case "m": 60
-                case "s": 1
-                default: nil
-                }
-            if let scale { return now.addingTimeInterval(-number * scale) }
-        }
-        let instant = ISO8601DateFormatter()
-        if let date = instant.date(from: text) { return date }
-        instant.formatOptions = [.withFullDate]
-        return instant.date(from: text)
-    }
+    /// now (`7d`, `12h`, `30m`, `45s`): `ValueGrammar.time`.
+    static func parseTime(_ text: String, now: Date = Date()) -> Date? { try? ValueGrammar.time(text, now: now) }
 }
