@@ -30,6 +30,23 @@ public enum DeviceFilter: Sendable, Equatable {
         case .macEnding(let ending): device.macEnding == ending.lowercased()
         }
     }
+
+    /// The devices `filters` choose, as `select` combines its selectors:
+    /// addresses and MAC endings name devices (any of them), every other
+    /// filter must hold (`profile=van battery<30` is the vans with a low
+    /// battery). No filter: every device.
+    public static func chosen(_ devices: [ReportDevice], by filters: [DeviceFilter]) -> [ReportDevice] {
+        let naming = filters.filter {
+            switch $0 {
+            case .address, .macEnding: true
+            default: false
+            }
+        }
+        let conditions = filters.filter { filter in !naming.contains(filter) }
+        return devices.filter { device in
+            (naming.isEmpty || naming.contains { $0.matches(device) }) && conditions.allSatisfy { $0.matches(device) }
+        }
+    }
 }
 
 /// One device as the report shows it: the columns of `devices` it uses,
@@ -296,7 +313,7 @@ public struct FleetReport: Sendable {
         self.selectors = selectors
         fleetSize = allDevices.count
         let devices =
-            filters.isEmpty ? allDevices : allDevices.filter { device in filters.contains { $0.matches(device) } }
+            filters.isEmpty ? allDevices : DeviceFilter.chosen(allDevices, by: filters)
         let chosen = Set(devices.map(\.address))
         let everyone = filters.isEmpty
 
