@@ -42,11 +42,9 @@ public enum BeaconbenchMain {
         let terminal = Terminal(color: invocation.color, json: invocation.json, verbose: invocation.verbose)
         let profiles: [String: Profile]
         do {
-            let directories = Paths.profileDirectories(invocation.profileDirectories)
-            for directory in directories where Paths.isWorldWritable(directory) {
-                terminal.warning("\(directory) is writable by anyone: its profiles could have been changed by others")
-            }
-            profiles = try ProfileLoader.loadAll(from: directories)
+            // An unsafe directory (another's, or writable by others) is an
+            // error naming it and the fix (ProfileDirectory).
+            profiles = try ProfileLoader.loadAll(from: Paths.profileDirectories(invocation.profileDirectories))
         } catch {
             terminal.error("\(error)")
             return ExitStatus.badInput.rawValue

@@ -114,10 +114,16 @@ enum Paths {
 
     /// The profile directories, lowest priority first: shipped, then
     /// `./profiles` when present (else the XDG config one), then `--profiles`.
+    /// Each is used only if it is safe (`ProfileLoader.loadAll`: owned by
+    /// the user or root, not writable by group or others): an unsafe one,
+    /// `./profiles` included, is an error naming it and the fix, not skipped.
     static func profileDirectories(_ given: [String]) -> [String] {
         var directories: [String] = []
         if let shipped = shippedProfiles() { directories.append(shipped) }
-        if FileManager.default.fileExists(atPath: "profiles") {
+        // `./profiles` counts when it is a directory (or a link to one);
+        // `ProfileDirectory` then checks whose it is and who may write it.
+        var info = stat()
+        if stat("profiles", &info) == 0, info.st_mode & S_IFMT == S_IFDIR {
             directories.append(FileManager.default.currentDirectoryPath + "/profiles")
         } else {
             directories.append(configProfiles())

@@ -1,4 +1,8 @@
 import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 import SBeaconProtocol
 import SafeText
 
@@ -64,9 +68,14 @@ public struct ProfileError: Error, Sendable, Equatable, CustomStringConvertible 
     public var file: String
     public var keyPath: String
     public var message: String
+    /// Where in the file, when the error is of the text itself (a
+    /// duplicate key): `FILE:LINE:COLUMN: message`.
+    public var line: Int? = nil
+    public var column: Int? = nil
 
     public var description: String {
-        keyPath.isEmpty ? "\(file): \(message)" : "\(file): \(Visible.text(keyPath, limit: 80)): \(message)"
+        let place = Visible.text(file, limit: 300) + (line.map { ":\($0):\(column ?? 1)" } ?? "")
+        return keyPath.isEmpty ? "\(place): \(message)" : "\(place): \(Visible.text(keyPath, limit: 80)): \(message)"
     }
 }
 
@@ -109,13 +118,30 @@ public enum ProfileLoader {
                 file: path, keyPath: "",
                 message: "a profile's name (its file name) is 1–\(Limits.nameCharacters) letters, digits, - or _")
         }
-        let bytes: [UInt8]
+        return try parse(Data(try read(path, in: AT_FDCWD, name: path)), name: name, file: path)
+    }
+
+    /// A profile file's bytes: a regular file (not a link, FIFO, device or
+    /// directory: opened with O_NOFOLLOW and O_NONBLOCK, so that nothing
+    /// can make the tool wait), at most 1 MiB. `name` is opened relative
+    /// to `directory` (a descriptor, or AT_FDCWD).
+    static func read(_ path: String, in directory: Int32, name: String, strict: Bool = false) throws(ProfileError)
+        -> [UInt8]
+    {
+        let file: BoundedFile.RegularFile
         do {
-            bytes = try BoundedFile.read(path, limit: Limits.fileBytes)
+            file = try BoundedFile.readRegular(name, relativeTo: directory, limit: Limits.fileBytes)
+        } catch .tooLarge {
+            throw ProfileError(file: path, keyPath: "", message: "larger than 1 MiB (a profile is at most 1 MiB)")
+        } catch .notARegularFile(let kind) {
+            throw ProfileError(
+                file: path, keyPath: "",
+                message: "is \(kind), not a regular file: only regular files are read as profiles (remove it)")
         } catch {
             throw ProfileError(file: path, keyPath: "", message: "\(error) (a profile is at most 1 MiB)")
         }
-        return try parse(Data(bytes), name: name, file: path)
+        if strict { try ProfileDirectory.checkTrusted(path, owner: file.owner, mode: file.mode, what: "profile") }
+        return file.bytes
     }
 
     /// Checks a profile's text as if read from `file` (the name is the
@@ -123,6 +149,17 @@ public enum ProfileLoader {
     public static func parse(_ data: Data, name: String, file path: String) throws -> Profile {
         guard data.count <= Limits.fileBytes else {
             throw ProfileError(file: path, keyPath: "", message: "larger than 1 MiB (a profile is at most 1 MiB)")
+        }
+        // The text first: a duplicate key or an exponent is refused at its
+        // line and column (Foundation would take the later key silently).
+        if let failure = JSONSyntax.firstError(in: Array(data)) {
+            guard failure.isStrictRule else {
+                throw ProfileError(
+                    file: path, keyPath: "",
+                    message: "is not valid JSON (line \(failure.line), column \(failure.column): \(failure.reason))")
+            }
+            throw ProfileError(
+                file: path, keyPath: "", message: failure.reason, line: failure.line, column: failure.column)
         }
         let object: Any
         do {
@@ -138,18 +175,36 @@ public enum ProfileLoader {
     /// Loads every `*.json` in the directories; a later directory's profile
     /// replaces an earlier one of the same name (project profiles over the
     /// shipped ones). Every file is checked before any is returned.
+    ///
+    /// A directory that does not exist is passed over. One that does is
+    /// used only if it is safe, as ssh's StrictModes has it: owned by the
+    /// user or root and not writable by group or others, and so is every
+    /// directory above it (a sticky one such as /tmp may be writable), and
+    /// so is every profile in it; each profile is a regular file
+    /// (`ProfileDirectory`). Otherwise: an error naming the directory or
+    /// file and the fix.
     public static func loadAll(from directories: [String]) throws -> [String: Profile] {
         var profiles: [String: Profile] = [:]
         for directory in directories {
-            guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { continue }
-            let files = names.filter { $0.hasSuffix(".json") }
+            guard let opened = try ProfileDirectory.open(directory) else { continue }
+            defer { close(opened.descriptor) }
+            let files = opened.names.filter { $0.hasSuffix(".json") }
             guard files.count <= Limits.filesPerDirectory else {
                 throw ProfileError(
                     file: directory, keyPath: "",
                     message: "holds \(files.count) profiles; at most \(Limits.filesPerDirectory) are read")
             }
             for file in files.sorted() {
-                let profile = try load(directory + "/" + file)
+                let path = directory + "/" + file
+                let url = URL(fileURLWithPath: path)
+                let name = url.deletingPathExtension().lastPathComponent
+                guard isValidName(name) else {
+                    throw ProfileError(
+                        file: path, keyPath: "",
+                        message: "a profile's name (its file name) is 1–\(Limits.nameCharacters) letters, digits, - or _")
+                }
+                let bytes = try read(path, in: opened.descriptor, name: file, strict: true)
+                let profile = try parse(Data(bytes), name: name, file: path)
                 profiles[profile.name] = profile
             }
         }
