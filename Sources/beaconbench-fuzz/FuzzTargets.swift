@@ -19,6 +19,16 @@ enum FuzzTarget: String, CaseIterable {
     case expansion
     /// Device Information strings as a device sends them.
     case gattText = "gatt-text"
+    /// The value grammar (numbers, durations, times) and the selectors,
+    /// alone and on the lines of the commands that take them.
+    case grammar
+
+    /// The command lines the `grammar` target writes its text after (the
+    /// first byte picks).
+    static let grammarLines = [
+        "select ", "report ", "scan ", "watch ", "records --since ", "records --until ", "assign van ",
+        "identity car ", "scan 10s --rssi ", "require ",
+    ]
 
     func exercise(_ bytes: [UInt8]) {
         switch self {
@@ -26,6 +36,9 @@ enum FuzzTarget: String, CaseIterable {
             let parser = BatchParser(file: "fuzz.batch", overrides: ["profile": "car"], profiles: ["car", "van"])
             _ = try? parser.parse(String(decoding: bytes, as: UTF8.self))
         case .profile:
+            // The loader's whole check of a file's text: JSON syntax, a
+            // duplicate key at any depth or an exponent (at its line and
+            // column), then every key and range.
             _ = try? ProfileLoader.parse(Data(bytes), name: "fuzz", file: "fuzz.json")
         case .records:
             // The first byte picks the characteristic, the rest is its value.
@@ -88,11 +101,55 @@ enum FuzzTarget: String, CaseIterable {
             parser.limits.expandedLineCharacters = 2048
             parser.limits.expansionCharacters = 16 * 1024
             _ = try? parser.parse(lines.joined(separator: "\n"))
+        case .grammar:
+            let text = String(decoding: bytes.dropFirst(), as: UTF8.self)
+            Self.checkGrammar(text)
+            for word in text.split(separator: " ").prefix(8) { Self.checkGrammar(String(word)) }
+            let prefix = Self.grammarLines[Int(bytes.first ?? 0) % Self.grammarLines.count]
+            let parser = BatchParser(file: "fuzz.batch", overrides: [:], profiles: ["car", "van"])
+            _ = try? parser.parse(prefix + text)
         case .gattText:
             let text = DeviceInformationText.decode(bytes)
             Self.require(text.utf8.count <= DeviceInformationText.maximumLength * 3, "unbounded text")
             Self.checkVisible(Visible.text(text), limit: Visible.defaultLimit)
             _ = try? FirmwareVersion(text)
+        }
+    }
+
+    /// What `ValueGrammar` takes is decimal, as documented: a number it
+    /// accepts is digits (and one `.`, or a leading `-` for a whole
+    /// number), a duration adds only its unit, and a date it accepts is the
+    /// date it names (no rollover: formatted back, it is the same text).
+    static func checkGrammar(_ text: String) {
+        let digits = Set("0123456789")
+        if let value = ValueGrammar.whole(text) {
+            require(
+                text.drop(while: { $0 == "-" }).allSatisfy(digits.contains) && text.filter({ $0 == "-" }).count <= 1
+                    && Int(text) == value, "whole number \(value) from '\(text)'")
+        }
+        if let value = ValueGrammar.decimal(text) {
+            require(
+                value.isFinite && value >= 0 && text.allSatisfy({ digits.contains($0) || $0 == "." })
+                    && text.filter({ $0 == "." }).count <= 1, "decimal \(value) from '\(text)'")
+        }
+        if let value = ValueGrammar.duration(text) {
+            require(
+                value.isFinite && value >= 0 && text.allSatisfy({ digits.contains($0) || ".mhs".contains($0) }),
+                "duration \(value) from '\(text)'")
+        }
+        let now = Date(timeIntervalSince1970: 1_764_000_000)
+        guard let date = try? ValueGrammar.time(text, now: now) else { return }
+        require(date.timeIntervalSince1970.isFinite, "time from '\(text)' is not finite")
+        if text.utf8.count >= 10, text.dropFirst(4).first == "-" {
+            var calendar = Calendar(identifier: .gregorian)
+            calendar.timeZone = TimeZone(identifier: "UTC")!
+            // The date part names a day that exists: read back, it is the same.
+            let day = try? ValueGrammar.time(String(text.prefix(10)), now: now)
+            let parts = day.map { calendar.dateComponents([.year, .month, .day], from: $0) }
+            let written = parts.map { String(format: "%04d-%02d-%02d", $0.year ?? 0, $0.month ?? 0, $0.day ?? 0) }
+            require(written == String(text.prefix(10)), "'\(text)' was read as \(written ?? "nothing")")
+        } else {
+            require(date <= now && now.timeIntervalSince(date) <= 36_500 * 86_400 + 1, "age '\(text)' out of bounds")
         }
     }
 
@@ -120,7 +177,24 @@ enum FuzzTarget: String, CaseIterable {
         let vector = Vector(x: 12, y: -7, z: 998)
         switch self {
         case .batch: return try files("batches", ".batch")
-        case .profile: return try files("profiles", ".json")
+        case .profile:
+            // The shipped profiles, and one with a key twice deep inside
+            // (written with an escape), for the fuzzer to start from.
+            let duplicate = """
+                {"description": "x", "driving_behaviour": {"cornering_mg": 300, "braking_mg": 300,
+                 "acceleration_mg": 300, "duration_ms": 500, "enabled": ["DB"], "br\\u0061king_mg": 5000},
+                 "requirements": {"minimum_battery_percent": 20, "minimum_firmware": "1.0.7", "calibration_required": false}}
+                """
+            return try files("profiles", ".json") + [Array(duplicate.utf8)]
+        case .grammar:
+            let seeds: [(Int, String)] = [
+                (0, "new battery<30 minor=1-40 profile=car"), (1, "all C0:FE:00:00:00:01 a3b5c7d9 firmware<1.0.8"),
+                (2, "10s"), (2, "500ms"), (3, "1.5m"), (3, "2h"), (2, "0x10"), (2, "1e3"), (2, "+5"), (2, "inf"),
+                (4, "2026-11-30"), (4, "2026-11-30T14:00:00Z"), (5, "2026-11-30T14:00:00.250+01:00"), (4, "7d"),
+                (4, "2026-02-30"), (5, "2028-02-29T23:59:59-14:00"), (6, "major=1 minor=auto cornering=300"),
+                (6, "major=1 major=2"), (7, "major=profile minor=keep"), (8, "-70"), (9, "battery>=30 firmware>=1.0.8"),
+            ]
+            return seeds.map { [UInt8($0.0)] + Array($0.1.utf8) }
         case .records:
             let event = DrivingEvent(
                 index: 3, type: .braking, timestamp: 1200, duration: 350, averageMagnitude: 400,
