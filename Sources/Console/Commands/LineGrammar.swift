@@ -136,6 +136,8 @@ extension CommandTable {
         let options = spec.allOptions
         var operandTokens: [BatchParser.Token] = []
         var given: [String: (token: BatchParser.Token, value: ParsedValue)] = [:]
+        // Where each option was written: a value given twice is an error.
+        var written: [String: BatchParser.Token] = [:]
         var index = 0
         var optionsEnded = false
         while index < tokens.count {
@@ -164,11 +166,11 @@ extension CommandTable {
                 given[optionName] = (token, .flag)
                 continue
             }
-            if let earlier = given[optionName], option.value != nil {
+            if let earlier = written[optionName], option.value != nil {
                 throw parser.fail(
-                    token,
-                    "\(optionName) is given twice (first at \(earlier.token.line):\(earlier.token.column)); write it once")
+                    token, "\(optionName) is given twice (first at \(earlier.line):\(earlier.column)); write it once")
             }
+            written[optionName] = token
             let valueToken: BatchParser.Token
             if parts.count == 2 {
                 valueToken = BatchParser.Token(

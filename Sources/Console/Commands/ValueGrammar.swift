@@ -108,7 +108,7 @@ public enum ValueGrammar {
         }
         var seconds = Double(daysSinceEpoch(year: year, month: month, day: day)) * 86_400
         if utf8.count == 10 { return Date(timeIntervalSince1970: seconds) }
-        guard utf8[10] == UInt8(ascii: "T"), utf8.count >= 20, utf8[13] == UInt8(ascii: ":"),
+        guard utf8[10] == UInt8(ascii: "T"), utf8.count >= 19, utf8[13] == UInt8(ascii: ":"),
             utf8[16] == UInt8(ascii: ":")
         else {
             throw Failure(reason: "a time is written 2026-11-30T14:00:00Z (or with +HH:MM)")
@@ -121,7 +121,7 @@ public enum ValueGrammar {
         guard second <= 59 else { throw Failure(reason: "second \(second) is not 00–59") }
         seconds += Double(hour * 3600 + minute * 60 + second)
         var index = 19
-        if utf8[index] == UInt8(ascii: ".") {
+        if index < utf8.count, utf8[index] == UInt8(ascii: ".") {
             var end = index + 1
             while end < utf8.count, (0x30...0x39).contains(utf8[end]) { end += 1 }
             guard end > index + 1, end - index - 1 <= 9, let fraction = Double("0" + text.utf8Slice(index..<end))
