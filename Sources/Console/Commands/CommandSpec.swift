@@ -5,7 +5,7 @@ import Workbench
 /// The parser checks values of these kinds before a command sees them;
 /// completion, `help`, the man page and the shell completions show them.
 public enum ValueKind: Sendable, Equatable {
-    /// `10s`, `500ms`, `2m` or seconds, within the range (in seconds).
+    /// `10s`, `500ms`, `2m`, `1h` or seconds (`ValueGrammar.duration`), within the range (in seconds).
     case duration(ClosedRange<Double>)
     case integer(ClosedRange<Int>)
     /// One of these words.
