@@ -1,8 +1,4 @@
 import Foundation
-
-#if canImport(Glibc)
-    import Glibc
-#endif
 import SBeaconProtocol
 import SafeText
 
@@ -125,7 +121,9 @@ public enum ProfileLoader {
     /// directory: opened with O_NOFOLLOW and O_NONBLOCK, so that nothing
     /// can make the tool wait), at most 1 MiB. `name` is opened relative
     /// to `directory` (a descriptor, or AT_FDCWD).
-    static func read(_ path: String, in directory: Int32, name: String, strict: Bool = false) throws(ProfileError)
+    static func read(
+        _ path: String, in directory: Int32, name: String, strict: Bool = false
+    ) throws(ProfileError)
         -> [UInt8]
     {
         let file: BoundedFile.RegularFile
@@ -201,7 +199,8 @@ public enum ProfileLoader {
                 guard isValidName(name) else {
                     throw ProfileError(
                         file: path, keyPath: "",
-                        message: "a profile's name (its file name) is 1–\(Limits.nameCharacters) letters, digits, - or _")
+                        message:
+                            "a profile's name (its file name) is 1–\(Limits.nameCharacters) letters, digits, - or _")
                 }
                 let bytes = try read(path, in: opened.descriptor, name: file, strict: true)
                 let profile = try parse(Data(bytes), name: name, file: path)

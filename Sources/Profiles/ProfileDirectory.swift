@@ -42,7 +42,8 @@ public enum ProfileDirectory {
                 throw ProfileError(
                     file: directory, keyPath: "", message: "cannot be read (\(String(cString: strerror(errno))))")
             }
-            try checkTrusted(directory, owner: UInt32(info.st_uid), mode: UInt32(info.st_mode), what: "profile directory")
+            try checkTrusted(
+                directory, owner: UInt32(info.st_uid), mode: UInt32(info.st_mode), what: "profile directory")
             try checkAncestors(of: directory)
             return Opened(descriptor: descriptor, names: try names(in: descriptor, directory))
         } catch {

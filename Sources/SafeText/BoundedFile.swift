@@ -33,7 +33,9 @@ public enum BoundedFile {
     /// with O_NOFOLLOW (a symbolic link is refused) and O_NONBLOCK (a FIFO
     /// cannot make the tool wait), and refused unless the descriptor is a
     /// regular file: FIFOs, devices, sockets and directories are never read.
-    public static func readRegular(_ name: String, relativeTo directory: Int32 = AT_FDCWD, limit: Int)
+    public static func readRegular(
+        _ name: String, relativeTo directory: Int32 = AT_FDCWD, limit: Int
+    )
         throws(Failure) -> RegularFile
     {
         let descriptor = openat(directory, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY)

@@ -88,7 +88,10 @@ struct BatchParserTests {
 
     static let broken: [(String, String)] = [
         ("scna 10s", "1:1: error: unknown command 'scna' (did you mean 'scan'?) ('help' lists them)"),
-        ("scan forever", "1:6: error: 'forever' is not a duration in 100 ms–3600 s (decimal digits and a unit: 10s, 500ms, 2m, 1h; none is seconds)"),
+        (
+            "scan forever",
+            "1:6: error: 'forever' is not a duration in 100 ms–3600 s (decimal digits and a unit: 10s, 500ms, 2m, 1h; none is seconds)"
+        ),
         ("scan 10s --rssi 20", "1:17: error: --rssi wants DBM in -127–0, got '20'"),
         ("select", "1:1: error: select needs SELECTOR (usage: select SELECTOR…)"),
         ("select new battery<300", "1:12: error: battery< wants a percentage 0–100, got '300'"),

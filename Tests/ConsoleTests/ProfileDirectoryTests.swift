@@ -158,6 +158,7 @@ struct ProfileDirectoryTests {
         try #"{"description": "a", "descr\u0069ption": "b"}"#.write(
             toFile: directory + "/twice.json", atomically: true, encoding: .utf8)
         let top = try await bench.beaconbench(["--profiles", directory, "profiles", "check"])
-        Self.expectRefused(top, "\(directory)/twice.json:1:22: duplicate key 'description' (first at line 1, column 2)", bench)
+        Self.expectRefused(
+            top, "\(directory)/twice.json:1:22: duplicate key 'description' (first at line 1, column 2)", bench)
     }
 }

@@ -104,7 +104,10 @@ struct StrictGrammarTests {
         ),
         ("assign van major=+5", "g.batch:1:12: error: major must be 0–65535 or 'profile', got '+5'"),
         ("assign van braking=0x140", "g.batch:1:12: error: braking must be"),
-        ("identity car minor=1 minor=2", "g.batch:1:22: error: 'minor' is given twice (first at 1:14); write each key once"),
+        (
+            "identity car minor=1 minor=2",
+            "g.batch:1:22: error: 'minor' is given twice (first at 1:14); write each key once"
+        ),
     ]
 
     @Test func badValuesInABatchAreRefusedAtTheirPlace() {
@@ -142,7 +145,9 @@ struct StrictGrammarTests {
         }
         #expect(!FileManager.default.fileExists(atPath: bench.inventoryPath), "a refused line touched the inventory")
         #expect(throws: Invocation.UsageError.self) { try Invocation.parse(["--sim", "+3"]) }
-        #expect(throws: Invocation.UsageError.self) { try Invocation.parse(["run", "b", "--set", "a=1", "--set", "a=2"]) }
+        #expect(throws: Invocation.UsageError.self) {
+            try Invocation.parse(["run", "b", "--set", "a=1", "--set", "a=2"])
+        }
     }
 
     /// `report` combines selectors as `select` documents: addresses and MAC

@@ -58,7 +58,8 @@ public struct AssignCommand: ConsoleCommand {
             if let earlier = given[key] {
                 throw parser.fail(
                     token,
-                    "\(parser.quoted(key)) is given twice (first at \(earlier.line):\(earlier.column)); write each key once")
+                    "\(parser.quoted(key)) is given twice (first at \(earlier.line):\(earlier.column)); write each key once"
+                )
             }
             given[key] = token
             switch key {
