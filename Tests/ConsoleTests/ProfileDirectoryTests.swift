@@ -1,4 +1,5 @@
 import Foundation
+import Profiles
 import TestSupport
 import Testing
 
@@ -134,6 +135,34 @@ struct ProfileDirectoryTests {
         try FileManager.default.createSymbolicLink(atPath: directory + "/car.json", withDestinationPath: elsewhere)
         let run = try await bench.beaconbench(["--profiles", directory, "profiles", "check"])
         Self.expectRefused(run, "\(directory)/car.json: is a symbolic link, not a regular file", bench)
+    }
+
+    /// The same key in sibling objects is no duplicate; the same key twice
+    /// in one object, however deep, is.
+    @Test func duplicateKeysAreFoundAtAnyDepthAndOnlyWithinOneObject() throws {
+        let valid = """
+            {"description": "x",
+             "driving_behaviour": {"cornering_mg": 300, "braking_mg": 300, "acceleration_mg": 300, "duration_ms": 500, "enabled": ENABLED},
+             "requirements": {"minimum_battery_percent": 20, "minimum_firmware": "1.0.7", "calibration_required": false}}
+            """
+        func refusal(_ enabled: String) -> ProfileError? {
+            do {
+                _ = try ProfileLoader.parse(
+                    Data(valid.replacingOccurrences(of: "ENABLED", with: enabled).utf8), name: "p", file: "p.json")
+                return nil
+            } catch {
+                return error as? ProfileError
+            }
+        }
+        #expect(refusal(#"["DB"]"#) == nil)
+        let siblings = refusal(#"[{"x": 1}, {"x": 1}]"#)
+        #expect(siblings?.line == nil, "\(siblings?.description ?? "")")
+        #expect(siblings?.description.contains("duplicate") == false, "\(siblings?.description ?? "")")
+        let deep = refusal(#"[[{"y": {"x": 1, "x": 2}}]]"#)
+        #expect(deep?.description.hasPrefix("p.json:2:") == true, "\(deep?.description ?? "")")
+        #expect(deep?.description.contains("duplicate key 'x'") == true, "\(deep?.description ?? "")")
+        let exponent = refusal(#"[{"n": 5E2}]"#)
+        #expect(exponent?.description.contains("an exponent") == true, "\(exponent?.description ?? "")")
     }
 
     @Test func aKeyWrittenTwiceIsAnErrorAtItsLineAndColumn() async throws {
