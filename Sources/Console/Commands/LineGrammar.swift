@@ -275,8 +275,4 @@ extension CommandTable {
             return .text(token.text)
         }
     }
-
-    /// `2026-11-30` (midnight UTC), an ISO 8601 instant, or an age before
-    /// now (`7d`, `12h`, `30m`, `45s`): `ValueGrammar.time`.
-    static func parseTime(_ text: String, now: Date = Date()) -> Date? { try? ValueGrammar.time(text, now: now) }
 }
