@@ -201,8 +201,8 @@ enum Schema {
         ),
         (
             "the inventory says it is one: PRAGMA application_id",
-            // A constant of this file, not a value from outside.
-            "PRAGMA application_id = \(applicationID);"
+            // `applicationID` below, written out (PRAGMA takes no parameters).
+            "PRAGMA application_id = 1111649891;"
         ),
     ]
 
@@ -256,7 +256,7 @@ enum Schema {
         if tables.isEmpty ? version != 0 : !(1...Int64(known)).contains(version) {
             throw InventoryPathError(
                 path,
-                "has schema version \(version) (PRAGMA user_version), which this beaconbench does not know"
+                "has schema version \(version) (user_version), which this beaconbench does not know"
                     + " (it knows 1 to \(known)\(version > known ? "; a newer beaconbench's inventory?" : "")): \(leftAlone)")
         }
         return Int(version)
