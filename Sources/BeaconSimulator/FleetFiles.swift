@@ -1,6 +1,6 @@
 import Foundation
-import SafeText
 import SBeaconProtocol
+import SafeText
 
 /// Why a fleet or state file was refused: the file, the beacon's position
 /// and the field.

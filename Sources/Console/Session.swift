@@ -3,8 +3,8 @@ import Inventory
 import InventorySync
 import LocalBus
 import Profiles
-import SafeText
 import SBeaconProtocol
+import SafeText
 import Synchronization
 import Workbench
 

@@ -51,8 +51,19 @@ public actor Inventory {
         }
         if let existing = try Database.resolve(path) {
             // Read-only first: a read-write connection may make a -wal and
-            // -shm beside a WAL-mode file, or roll back a hot journal.
-            _ = try Schema.examine(try Database(path: existing, readOnly: true))
+            // -shm beside a WAL-mode file, or roll back a hot journal. (An
+            // immutable reading races a writer that starts meanwhile: tried
+            // again when it reads a mixture or meets a lock.)
+            for attempt in 1... {
+                do {
+                    _ = try Schema.examine(try Database(path: existing, readOnly: true))
+                    break
+                } catch let error as SQLiteError
+                    where attempt < 3 && [11, 5].contains(error.primaryCode) /* SQLITE_CORRUPT, SQLITE_BUSY */
+                {
+                    continue
+                }
+            }
         }
         // Again on the connection that writes, before its first write (the
         // file may have been replaced meanwhile).

@@ -236,7 +236,8 @@ public final class Database {
         } else if info.st_mode & S_IFMT != S_IFREG {
             throw InventoryPathError(
                 path,
-                "is \(OutputFile.kind(info.st_mode)), not a regular file: it cannot be an inventory (give a file's path)")
+                "is \(OutputFile.kind(info.st_mode)), not a regular file: it cannot be an inventory (give a file's path)"
+            )
         }
         // SQLite opens these without following links and would only say
         // "unable to open database file": say why.

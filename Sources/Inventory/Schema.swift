@@ -243,7 +243,8 @@ enum Schema {
                 path,
                 "is an SQLite database of another program (application_id \(applicationID), 0x"
                     + String(UInt32(truncatingIfNeeded: applicationID), radix: 16)
-                    + "; an inventory's is \(Self.applicationID), 0x\(String(Self.applicationID, radix: 16))): \(leftAlone)")
+                    + "; an inventory's is \(Self.applicationID), 0x\(String(Self.applicationID, radix: 16))): \(leftAlone)"
+            )
         }
         if !tables.isEmpty && !Self.ownTables.isSubset(of: tables) {
             throw InventoryPathError(
@@ -257,7 +258,8 @@ enum Schema {
             throw InventoryPathError(
                 path,
                 "has schema version \(version) (user_version), which this beaconbench does not know"
-                    + " (it knows 1 to \(known)\(version > known ? "; a newer beaconbench's inventory?" : "")): \(leftAlone)")
+                    + " (it knows 1 to \(known)\(version > known ? "; a newer beaconbench's inventory?" : "")): \(leftAlone)"
+            )
         }
         return Int(version)
     }

@@ -125,8 +125,11 @@ struct InventoryPathTests {
     static func sqlite(_ path: String, _ script: String) async throws {
         let made = try await runTool(
             "/usr/bin/python3",
-            ["-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.close()", path,
-                script])
+            [
+                "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.executescript(sys.argv[2]); c.close()",
+                path,
+                script,
+            ])
         try #require(made.status == 0, "\(made.stderr)")
     }
 
@@ -138,7 +141,10 @@ struct InventoryPathTests {
     @Test(arguments: [
         ("foreign", "is an SQLite database of another program (1 table, not an inventory's"),
         ("foreign in WAL mode", "is an SQLite database of another program (2 tables, not an inventory's"),
-        ("another application_id", "is an SQLite database of another program (application_id 1179602516, 0x464f4e54; an inventory's is 1111649891"),
+        (
+            "another application_id",
+            "is an SQLite database of another program (application_id 1179602516, 0x464f4e54; an inventory's is 1111649891"
+        ),
         ("user_version -1", "has schema version -1 (user_version), which this beaconbench does not know"),
         ("user_version 99", "has schema version 99 (user_version), which this beaconbench does not know"),
         ("user_version 0", "has schema version 0 (user_version), which this beaconbench does not know"),
@@ -154,7 +160,8 @@ struct InventoryPathTests {
             try await Self.sqlite(path, "CREATE TABLE notes(body TEXT); INSERT INTO notes VALUES ('mine');")
         case "foreign in WAL mode":
             try await Self.sqlite(
-                path, "PRAGMA journal_mode = WAL; CREATE TABLE a(x); CREATE TABLE devices(y); INSERT INTO a VALUES (1);")
+                path, "PRAGMA journal_mode = WAL; CREATE TABLE a(x); CREATE TABLE devices(y); INSERT INTO a VALUES (1);"
+            )
         case "another application_id":
             try FileManager.default.copyItem(atPath: bench.inventoryPath, toPath: path)
             try await Self.sqlite(path, "PRAGMA application_id = 1179602516;")  // "FONT"

@@ -194,7 +194,8 @@ struct OutputFileTests {
         #expect(String(decoding: Self.bytes(plain) ?? Data(), as: UTF8.self).hasPrefix("<!DOCTYPE html>"))
         #expect(FileSafetyTests.mode(plain) == 0o600)
         #expect(
-            !Self.listing(bench.directory).contains { $0.hasPrefix(".beaconbench-") }, "\(Self.listing(bench.directory))")
+            !Self.listing(bench.directory).contains { $0.hasPrefix(".beaconbench-") },
+            "\(Self.listing(bench.directory))")
         try await Self.expectIntact(bench.inventoryPath, "after writing")
     }
 

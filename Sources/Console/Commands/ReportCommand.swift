@@ -24,7 +24,10 @@ public struct ReportCommand: ConsoleCommand {
         example: "report profile=van --since 90d --out vans.html",
         operands: [.some("SELECTOR", .selector, atLeastOne: false)],
         options: [
-            .value("--out", "FILE", .text, "the page to write (default report.html): a new file, or a regular file (through a link: the file it leads to) replaced atomically; made mode 0600; never a device, FIFO, socket, directory or the inventory"),
+            .value(
+                "--out", "FILE", .text,
+                "the page to write (default report.html): a new file, or a regular file (through a link: the file it leads to) replaced atomically; made mode 0600; never a device, FIFO, socket, directory or the inventory"
+            ),
             .value("--since", "TIME", .time, "only readings and step outcomes since TIME (2026-11-30, or 90d)"),
         ], onlyReadsTheInventory: true,
         detail:
