@@ -199,6 +199,36 @@ struct OutputFileTests {
         try await Self.expectIntact(bench.inventoryPath, "after writing")
     }
 
+    /// `--sim-state` is written by the same writer: a FIFO, the null
+    /// device or the inventory is refused (exit 1) before the simulator
+    /// starts, and stays as it was.
+    @Test(arguments: ["fifo", "/dev/null", "the inventory"])
+    func theSimulatorsStateFileIsCheckedTheSameWay(kind: String) async throws {
+        let bench = try await Self.place()
+        defer { bench.stop() }
+        let state: String
+        let why: String
+        switch kind {
+        case "fifo":
+            state = bench.directory + "/state.json"
+            try #require(mkfifo(state, 0o600) == 0)
+            why = "is a FIFO (named pipe), not a regular file"
+        case "/dev/null":
+            state = "/dev/null"
+            why = "is a character device, not a regular file"
+        default:
+            state = bench.inventoryPath
+            why = "is the inventory"
+        }
+        let before = (Self.snapshot(state), Self.listing(bench.directory), Self.bytes(bench.inventoryPath))
+        let refused = try await Self.tool(bench, ["--sim", "2", "--sim-state", state, "scan", "1s"])
+        #expect(refused.status == 1, "\(kind): \(refused.status) \(refused.stderr)")
+        #expect(refused.stderr.contains("--sim-state: \(state) \(why)"), "\(kind): \(refused.stderr)")
+        #expect(Self.snapshot(state) == before.0)
+        #expect(Self.listing(bench.directory) == before.1, "\(Self.listing(bench.directory))")
+        #expect(Self.bytes(bench.inventoryPath) == before.2)
+    }
+
     /// A page whose directory does not exist: exit 1, nothing made.
     @Test func aMissingDirectoryIsRefused() async throws {
         let bench = try await Self.place()
