@@ -241,10 +241,18 @@ public final class Database {
         }
         // SQLite opens these without following links and would only say
         // "unable to open database file": say why.
+        // Nor may they be anything but regular files: a FIFO there would
+        // block the first read, a device be written to.
         for suffix in ["-wal", "-shm", "-journal"] where lstat(file + suffix, &info) == 0 {
             if info.st_mode & S_IFMT == S_IFLNK {
                 throw InventoryPathError(
                     file + suffix, "is a symbolic link: beaconbench will not follow it (remove it if it is not yours)")
+            }
+            if info.st_mode & S_IFMT != S_IFREG {
+                throw InventoryPathError(
+                    file + suffix,
+                    "is \(OutputFile.kind(info.st_mode)), not a regular file: it cannot be the inventory's"
+                        + " (remove it if it is not yours)")
             }
         }
         return file

@@ -69,7 +69,7 @@ struct InventoryPathTests {
     /// What cannot be an inventory — the null device, a FIFO (which must
     /// not block), a directory, a text file — exits 3 with a message, for
     /// reading, writing and reporting alike, and is left as it was.
-    @Test(arguments: ["/dev/null", "fifo", "directory", "text file"])
+    @Test(arguments: ["/dev/null", "fifo", "directory", "text file", "a fifo as its -wal"])
     func anUnusableInventoryExits3(kind: String) async throws {
         let bench = try ConsoleFixture.start(nil)
         defer { bench.stop() }
@@ -87,6 +87,11 @@ struct InventoryPathTests {
         case "directory":
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: false)
             message = "is a directory, not a regular file: it cannot be an inventory"
+        case "a fifo as its -wal":
+            let made = try await Self.tool(bench, in: work, inventory: path, ["inventory", "list"])
+            try #require(made.status == 0, "\(made.stderr)")
+            try #require(mkfifo(path + "-wal", 0o600) == 0)
+            message = "\(path)-wal is a FIFO (named pipe), not a regular file: it cannot be the inventory's"
         default:
             try ("not a database, but long enough to look like one; " + String(repeating: "x", count: 200))
                 .write(toFile: path, atomically: false, encoding: .utf8)
