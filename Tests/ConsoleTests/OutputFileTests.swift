@@ -229,6 +229,27 @@ struct OutputFileTests {
         #expect(Self.bytes(bench.inventoryPath) == before.2)
     }
 
+    /// In a batch, a `--out` that cannot be written is an error at its
+    /// line and column before anything runs: the `forget` above it is not
+    /// carried out.
+    @Test func aBatchWithABadOutIsRefusedBeforeItRuns() async throws {
+        let bench = try await Self.place()
+        defer { bench.stop() }
+        let pipe = bench.directory + "/page.html"
+        try #require(mkfifo(pipe, 0o600) == 0)
+        let batch = bench.directory + "/report.batch"
+        try "inventory forget \(Self.addresses[0]) --yes\nreport --out \(pipe)\n".write(
+            toFile: batch, atomically: true, encoding: .utf8)
+        let before = Self.bytes(bench.inventoryPath)
+        let refused = try await Self.tool(bench, ["run", batch])
+        #expect(refused.status == 1, "\(refused.stderr)")
+        #expect(
+            refused.stderr.contains("report.batch:2:14: error: report: \(pipe) is a FIFO (named pipe)"),
+            "\(refused.stderr)")
+        #expect(Self.bytes(bench.inventoryPath) == before)
+        try await Self.expectIntact(bench.inventoryPath, "batch")
+    }
+
     /// A page whose directory does not exist: exit 1, nothing made.
     @Test func aMissingDirectoryIsRefused() async throws {
         let bench = try await Self.place()

@@ -49,6 +49,13 @@ public struct ReportCommand: ConsoleCommand {
         output = arguments.text("--out") ?? "report.html"
         since = arguments.time("--since")
         if output.isEmpty { throw arguments.fail(at: 0, "--out wants a file name") }
+        // What is at the path now, before a batch starts (the inventory's
+        // files are checked again when the page is written).
+        do {
+            _ = try OutputFile.check(output)
+        } catch {
+            throw arguments.fail(arguments.options["--out"]?.token ?? arguments.token(0), "report: \(error)")
+        }
     }
 
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
