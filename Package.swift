@@ -80,7 +80,7 @@ let package = Package(
                 "Workbench", "Inventory", "InventorySync", "Profiles", "SBeaconProtocol", "SafeText", "LocalBus",
                 "FleetReport", "CReadline",
             ]),
-        .target(name: "BeaconSimulator", dependencies: ["DBusBinding", "SBeaconProtocol"]),
+        .target(name: "BeaconSimulator", dependencies: ["DBusBinding", "SBeaconProtocol", "SafeText"]),
         // A private dbus-daemon and the simulator as child processes, for
         // `beaconbench --sim`, the benchmarks and the tests.
         .target(name: "LocalBus"),

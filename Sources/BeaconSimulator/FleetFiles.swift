@@ -1,5 +1,6 @@
 import Foundation
 import SBeaconProtocol
+import SafeText
 
 /// Why a fleet or state file was refused: the file, the beacon's position
 /// and the field.
@@ -166,7 +167,15 @@ public enum StateFile {
     }
 
     public static func load(_ path: String) throws -> [BeaconState]? {
-        guard FileManager.default.fileExists(atPath: path) else { return nil }
+        // The file is written back (OutputFile): what cannot be written is
+        // not read either (a FIFO would block here).
+        let target: OutputFile.Target
+        do {
+            target = try OutputFile.check(path)
+        } catch {
+            throw FleetFileError(path, error.reason)
+        }
+        guard target.exists else { return nil }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw FleetFileError(path, "cannot be read")
         }
@@ -187,12 +196,10 @@ public enum StateFile {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
         let data = try encoder.encode(Contents(beacons: beacons))
-        let temporary = path + ".tmp-\(getpid())"
-        guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600])
-        else { throw FleetFileError(path, "cannot write \(temporary)") }
-        guard rename(temporary, path) == 0 else {
-            unlink(temporary)
-            throw FleetFileError(path, "cannot replace it (errno \(errno))")
+        do {
+            try OutputFile.write(Array(data), to: path)
+        } catch {
+            throw FleetFileError(path, error.reason)
         }
     }
 }

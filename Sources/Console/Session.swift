@@ -4,6 +4,7 @@ import InventorySync
 import LocalBus
 import Profiles
 import SBeaconProtocol
+import SafeText
 import Synchronization
 import Workbench
 
@@ -77,6 +78,8 @@ public actor Session {
             ?? (invocation.simulation != nil ? Paths.simulatedInventory() : Paths.defaultInventory())
         if invocation.inventoryIsServer { throw ConsoleFailure(.badInput, Self.serverIsReadOnly(nil)) }
         do {
+            // Before any directory is made: `file:/a/b` is no path to make.
+            try Database.checkName(path)
             try Paths.makeParent(of: path)
             // Read commands alone open it read-only: another user's, or one
             // on read-only media, can be listed and audited.
@@ -84,11 +87,24 @@ public actor Session {
             if let caveat = inventory.caveat { terminal.warning(caveat) }
             inventoryHandle = inventory
             return inventory
-        } catch let error as InventoryPathError {
+        } catch let error as InventoryNameError {
             throw ConsoleFailure(.badInput, "cannot open the inventory: \(error)")
+        } catch let error as InventoryPathError {
+            throw ConsoleFailure(.infrastructure, "cannot open the inventory: \(error)")
         } catch {
             throw ConsoleFailure(.infrastructure, "cannot open the inventory \(path): \(error)")
         }
+    }
+
+    /// The files no output file (`report --out`, `--sim-state`) may be
+    /// written over: the open inventory's (its `-wal`, `-shm`, `-journal`,
+    /// reserve), and those of the inventory this invocation names and of
+    /// the default ones, open or not.
+    func protectedFiles() -> [OutputFile.Protected] {
+        var paths = [Paths.defaultInventory(), Paths.simulatedInventory()]
+        if let configured = invocation.inventoryPath, !invocation.inventoryIsServer { paths.append(configured) }
+        if let inventoryHandle { paths.append(inventoryHandle.path) }
+        return paths.flatMap(OutputFile.inventoryFiles)
     }
 
     /// Set by a batch (or one command) whose every command only reads the
@@ -158,7 +174,14 @@ public actor Session {
         var arguments: [String] = []
         if let count = simulation.count { arguments += ["--count", String(count)] }
         if let fleet = simulation.fleetFile { arguments += ["--fleet", fleet] }
-        if let state = simulation.stateFile { arguments += ["--state", state] }
+        if let state = simulation.stateFile {
+            do {
+                _ = try OutputFile.check(state, protecting: protectedFiles())
+            } catch {
+                throw ConsoleFailure(.badInput, "--sim-state: \(error)")
+            }
+            arguments += ["--state", state]
+        }
         for option in simulation.options {
             arguments +=
                 option.hasPrefix("--") && option.contains("=")

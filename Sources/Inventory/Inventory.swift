@@ -26,21 +26,22 @@ public actor Inventory {
     /// file of an older schema is read as it is; a query it cannot answer
     /// says to open it once for writing. A missing file is created as by a
     /// writer (an empty inventory).
-    /// - Throws: `InventoryPathError` when `path` is no inventory file
-    ///   (nothing is created), else `SQLiteError`.
+    ///
+    /// Either way, an existing file is examined read-only before anything
+    /// is written to it (`Schema.examine`): another program's database, or
+    /// a schema version this program does not know, is refused and left
+    /// exactly as it was (no journal mode, no migration, no file beside it).
+    /// - Throws: `InventoryNameError` when `path` is not a plain file path
+    ///   (`:memory:`, `file:…`), `InventoryPathError` when it is no
+    ///   inventory file (nothing is created or changed), else `SQLiteError`.
     public init(path: String, readOnly: Bool = false) throws {
-        if readOnly, path != ":memory:", try Database.resolve(path) != nil {
+        try Database.checkName(path)
+        if readOnly, try Database.resolve(path) != nil {
             database = try Database(path: path, readOnly: true)
             self.path = database.path
             caveat = database.caveat
-            let version = try database.userVersion
+            let version = try Schema.examine(database)
             let known = Schema.migrations.count
-            guard version <= known else {
-                throw SQLiteError(
-                    code: 0,
-                    message: "\(database.path) has schema version \(version); this beaconbench knows up to \(known)",
-                    sql: nil)
-            }
             if version < known {
                 database.olderSchema =
                     "\(database.path) has schema version \(version), this beaconbench \(known), and it was opened"
@@ -48,12 +49,30 @@ public actor Inventory {
             }
             return
         }
-        database = try Database(path: path)
+        if let existing = try Database.resolve(path) {
+            // Read-only first: a read-write connection may make a -wal and
+            // -shm beside a WAL-mode file, or roll back a hot journal. (An
+            // immutable reading races a writer that starts meanwhile: tried
+            // again when it reads a mixture or meets a lock.)
+            for attempt in 1... {
+                do {
+                    _ = try Schema.examine(try Database(path: existing, readOnly: true))
+                    break
+                } catch let error as SQLiteError
+                    where attempt < 3 && [11, 5].contains(error.primaryCode) /* SQLITE_CORRUPT, SQLITE_BUSY */
+                {
+                    continue
+                }
+            }
+        }
+        // Again on the connection that writes, before its first write (the
+        // file may have been replaced meanwhile).
+        database = try Database(path: path) { _ = try Schema.examine($0) }
         self.path = database.path
         caveat = nil
         try Schema.migrate(database)
         // The reserve as soon as the schema is in place, while there is room.
-        if database.path != ":memory:" { Self.makeReserve(at: database.path + "-reserve") }
+        Self.makeReserve(at: database.path + "-reserve")
         try database.run(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('bench_id', ?)", [.text(UUID().uuidString.lowercased())])
         try Self.markInterrupted(database)
@@ -170,7 +189,6 @@ public actor Inventory {
     /// Makes sure the reserve file exists (mode 0600); a failure is not an
     /// error (the disk may be full already).
     public func keepSpaceInReserve() {
-        guard path != ":memory:" else { return }
         Self.makeReserve(at: reservePath)
     }
 

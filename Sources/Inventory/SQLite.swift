@@ -1,5 +1,6 @@
 import CSQLite
 import Glibc
+import SafeText
 
 /// An SQLite error: the result code, SQLite's message and the SQL.
 public struct SQLiteError: Error, Sendable, CustomStringConvertible {
@@ -69,10 +70,12 @@ public enum SQLiteValue: Sendable, Hashable, ExpressibleByStringLiteral, Express
     }
 }
 
-/// A path the inventory will not be opened at: a symbolic link that does
-/// not lead to an existing regular file, a directory or a device, a `-wal`
-/// or `-shm` beside it that is a symbolic link. Nothing was created; the
-/// user named something else than an inventory (bad input, exit 1).
+/// A file the inventory cannot be: a symbolic link that does not lead to
+/// an existing regular file, a directory, a device, a FIFO, a `-wal` or
+/// `-shm` beside it that is a symbolic link, a file that is not an SQLite
+/// database, another program's database, a schema version this program
+/// does not know. Nothing was created or changed; the inventory is
+/// unusable (exit 3).
 public struct InventoryPathError: Error, Sendable, CustomStringConvertible {
     public var path: String
     public var reason: String
@@ -81,6 +84,17 @@ public struct InventoryPathError: Error, Sendable, CustomStringConvertible {
         self.reason = reason
     }
     public var description: String { "\(path) \(reason)" }
+}
+
+/// A name that is not a plain file path: empty, SQLite's `:memory:`, an
+/// SQLite URI (`file:…`), a name holding a NUL. SQLite would open an
+/// in-memory database (writes "succeed" and nothing is kept) or read the
+/// name as a URI (directories made from it, options taken from it); the
+/// user gave a wrong `--inventory` (bad usage, exit 1). Nothing was made.
+public struct InventoryNameError: Error, Sendable, CustomStringConvertible {
+    public var name: String
+    public var reason: String
+    public var description: String { reason }
 }
 
 /// One SQLite connection. Not thread-safe: its owner (the `Inventory`
@@ -113,13 +127,16 @@ public final class Database {
     /// mode, no file made beside it). See `openForReading`.
     /// - Throws: `InventoryPathError` for a path that is no inventory file,
     ///   else `SQLiteError` with SQLite's message.
-    public init(path: String, busyTimeout: Int32 = 15000, readOnly: Bool = false) throws {
+    ///
+    /// `examine` runs on the opened connection before anything is written
+    /// (the journal mode is the first write): it may refuse the file.
+    public init(
+        path: String, busyTimeout: Int32 = 15000, readOnly: Bool = false,
+        examine: (Database) throws -> Void = { _ in }
+    ) throws {
+        try Self.checkName(path)
         isReadOnly = readOnly
-        if path == ":memory:" {
-            self.path = path
-            handle = try Self.open(
-                path, flags: SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, busyTimeout: busyTimeout)
-        } else if readOnly {
+        if readOnly {
             guard let existing = try Self.resolve(path) else {
                 throw SQLiteError(code: SQLITE_CANTOPEN, message: "\(path): no such file", sql: nil)
             }
@@ -135,6 +152,7 @@ public final class Database {
                 busyTimeout: busyTimeout)
         }
         do {
+            try examine(self)
             if readOnly {
                 // A guard for this connection only: the file is not touched.
                 try execute("PRAGMA query_only = ON")
@@ -147,6 +165,27 @@ public final class Database {
             sqlite3_close_v2(handle)
             throw error
         }
+    }
+
+    /// Refuses a name that is not a plain file path (see
+    /// `InventoryNameError`). SQLite (built with `SQLITE_USE_URI`, as
+    /// Debian's is) reads any name beginning `file:` as a URI whatever the
+    /// open flags, and `:memory:` and the empty name as databases of no file.
+    public static func checkName(_ name: String) throws(InventoryNameError) {
+        let reason: String? =
+            if name.isEmpty {
+                "the inventory's path is empty: give a file's path"
+            } else if name.utf8.contains(0) {
+                "the inventory's path holds a NUL byte: give a file's path"
+            } else if name == ":memory:" {
+                "':memory:' is SQLite's in-memory database, which keeps nothing: give the inventory a file's path"
+            } else if name.utf8.prefix(5).map({ (65...90).contains($0) ? $0 | 0x20 : $0 }) == Array("file:".utf8) {
+                "'\(name)' is an SQLite URI: beaconbench opens only plain file paths"
+                    + " (a file whose name begins with 'file:' is ./\(name))"
+            } else {
+                nil
+            }
+        if let reason { throw InventoryNameError(name: name, reason: reason) }
     }
 
     /// `sqlite3_open_v2`, with extended result codes and a busy timeout.
@@ -190,18 +229,30 @@ public final class Database {
             free(resolved)
             guard stat(file, &info) == 0, info.st_mode & S_IFMT == S_IFREG else {
                 throw InventoryPathError(
-                    path, "is a symbolic link to \(file), which is not a regular file: it cannot be an inventory")
+                    path,
+                    "is a symbolic link to \(file), which is \(OutputFile.kind(info.st_mode)), not a regular file:"
+                        + " it cannot be an inventory")
             }
         } else if info.st_mode & S_IFMT != S_IFREG {
-            let kind = info.st_mode & S_IFMT == S_IFDIR ? "a directory" : "not a regular file"
-            throw InventoryPathError(path, "is \(kind): it cannot be an inventory (give a file's path)")
+            throw InventoryPathError(
+                path,
+                "is \(OutputFile.kind(info.st_mode)), not a regular file: it cannot be an inventory (give a file's path)"
+            )
         }
         // SQLite opens these without following links and would only say
         // "unable to open database file": say why.
+        // Nor may they be anything but regular files: a FIFO there would
+        // block the first read, a device be written to.
         for suffix in ["-wal", "-shm", "-journal"] where lstat(file + suffix, &info) == 0 {
             if info.st_mode & S_IFMT == S_IFLNK {
                 throw InventoryPathError(
                     file + suffix, "is a symbolic link: beaconbench will not follow it (remove it if it is not yours)")
+            }
+            if info.st_mode & S_IFMT != S_IFREG {
+                throw InventoryPathError(
+                    file + suffix,
+                    "is \(OutputFile.kind(info.st_mode)), not a regular file: it cannot be the inventory's"
+                        + " (remove it if it is not yours)")
             }
         }
         return file
@@ -295,7 +346,10 @@ public final class Database {
         return header[18] == 2 && header[19] == 2
     }
 
-    /// `file:PATH?mode=ro&immutable=1`, the path absolute and escaped.
+    /// `file:PATH?mode=ro&immutable=1`, the path absolute and escaped: the
+    /// only URI beaconbench gives SQLite (`SQLITE_OPEN_URI` is used for it
+    /// alone), built here from the resolved file; a name from the user is
+    /// never read as a URI (`checkName`).
     static func immutableURI(_ path: String) -> String {
         var absolute = path
         if let resolved = realpath(path, nil) {

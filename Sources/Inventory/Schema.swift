@@ -1,3 +1,5 @@
+import CSQLite
+
 /// The inventory's schema, as ordered, append-only migrations. Each runs
 /// in one IMMEDIATE transaction that also sets `PRAGMA user_version` to its
 /// number, so a file is always at exactly one version. Times are ISO 8601
@@ -197,19 +199,75 @@ enum Schema {
             );
             """
         ),
+        (
+            "the inventory says it is one: PRAGMA application_id",
+            // `applicationID` below, written out (PRAGMA takes no parameters).
+            "PRAGMA application_id = 1111649891;"
+        ),
     ]
+
+    /// `PRAGMA application_id` of an inventory: "BBnc" in ASCII. SQLite
+    /// keeps it at offset 68 of the file's header (`file(1)` and others
+    /// read it there); files written by other programs carry their own or 0.
+    static let applicationID: Int32 = 0x4242_6E63
+
+    /// Tables every inventory has had since version 1: a file with tables
+    /// but not these is not an inventory.
+    static let ownTables: Set<String> = ["meta", "devices", "runs", "outcomes"]
+
+    /// What a file is, examined before anything is written to it (and by
+    /// read commands, which write nothing): its schema version when it is
+    /// an inventory of a version this program knows, or new (no tables,
+    /// version 0).
+    /// - Throws: `InventoryPathError` (exit 3, nothing changed) for a file
+    ///   that is not an SQLite database, another program's database (another
+    ///   `application_id`, or tables but not an inventory's) or a version
+    ///   this program does not know (negative, newer).
+    static func examine(_ database: Database) throws -> Int {
+        let path = database.path
+        let applicationID: Int64
+        let version: Int64
+        let tables: Set<String>
+        do {
+            applicationID = try database.rows("PRAGMA application_id").first?.first?.integer ?? 0
+            version = try database.rows("PRAGMA user_version").first?.first?.integer ?? 0
+            tables = Set(
+                try database.rows("SELECT name FROM sqlite_schema WHERE type = 'table'").compactMap { $0.first?.text })
+        } catch let error as SQLiteError where error.primaryCode == SQLITE_NOTADB {
+            throw InventoryPathError(
+                path, "is not an SQLite database: it cannot be an inventory (beaconbench leaves it as it is)")
+        }
+        let leftAlone = "beaconbench leaves it as it is: give --inventory a file of its own"
+        if applicationID != 0 && applicationID != Int64(Self.applicationID) {
+            throw InventoryPathError(
+                path,
+                "is an SQLite database of another program (application_id \(applicationID), 0x"
+                    + String(UInt32(truncatingIfNeeded: applicationID), radix: 16)
+                    + "; an inventory's is \(Self.applicationID), 0x\(String(Self.applicationID, radix: 16))): \(leftAlone)"
+            )
+        }
+        if !tables.isEmpty && !Self.ownTables.isSubset(of: tables) {
+            throw InventoryPathError(
+                path,
+                "is an SQLite database of another program (\(tables.count) table\(tables.count == 1 ? "" : "s"),"
+                    + " not an inventory's: no \(Self.ownTables.subtracting(tables).sorted().joined(separator: ", "))):"
+                    + " \(leftAlone)")
+        }
+        let known = migrations.count
+        if tables.isEmpty ? version != 0 : !(1...Int64(known)).contains(version) {
+            throw InventoryPathError(
+                path,
+                "has schema version \(version) (user_version), which this beaconbench does not know"
+                    + " (it knows 1 to \(known)\(version > known ? "; a newer beaconbench's inventory?" : "")): \(leftAlone)"
+            )
+        }
+        return Int(version)
+    }
 
     /// Applies the migrations the file has not had yet.
     /// - Throws: when the file is newer than this program knows.
     static func migrate(_ database: Database) throws {
-        let current = try database.userVersion
-        guard current <= migrations.count else {
-            throw SQLiteError(
-                code: 0,
-                message:
-                    "\(database.path) has schema version \(current); this beaconbench knows up to \(migrations.count)",
-                sql: nil)
-        }
+        let current = try examine(database)
         for (index, migration) in migrations.enumerated().dropFirst(current) {
             try database.inTransaction {
                 // Another process may have migrated the file while this one

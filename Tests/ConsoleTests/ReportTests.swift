@@ -182,14 +182,16 @@ struct ReportTests {
         for name in Self.charts { #expect(Self.counts(seen, name).total == 0, "\(name)") }
         let table = try #require(seen["table"] as? [String: Any])
         #expect(Self.int(table["rows"]) == 0 && Self.int(table["shown"]) == 0)
-        // A symbolic link where the page goes is replaced, never written through.
+        // A symbolic link to a regular file where the page goes: the file
+        // is replaced (0600), the link stays (OutputFileTests has the rest).
         let elsewhere = fixture.directory + "/elsewhere.txt"
-        try "keep me".write(toFile: elsewhere, atomically: true, encoding: .utf8)
+        try "replace me".write(toFile: elsewhere, atomically: true, encoding: .utf8)
         let linked = fixture.directory + "/linked.html"
         try FileManager.default.createSymbolicLink(atPath: linked, withDestinationPath: elsewhere)
         _ = try await Self.report(fixture, page: linked)
-        #expect(try String(contentsOfFile: elsewhere, encoding: .utf8) == "keep me")
-        #expect(lstat(linked, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && info.st_mode & 0o777 == 0o600)
+        #expect(try String(contentsOfFile: elsewhere, encoding: .utf8).hasPrefix("<!DOCTYPE html>"))
+        #expect(lstat(linked, &info) == 0 && info.st_mode & S_IFMT == S_IFLNK)
+        #expect(stat(elsewhere, &info) == 0 && info.st_mode & S_IFMT == S_IFREG && info.st_mode & 0o777 == 0o600)
         let filter = try #require(seen["filter"] as? [String: Any])
         #expect(Self.int(filter["matching"]) == 0)
     }

@@ -94,6 +94,16 @@ public struct DoctorCommand: ConsoleCommand {
 }
 
 extension Session {
+    /// Why `path` is not a plain file path for the inventory, or nil.
+    static func refusedName(_ path: String) -> String? {
+        do {
+            try Database.checkName(path)
+            return nil
+        } catch {
+            return error.description
+        }
+    }
+
     /// `doctor`: the workbench's checks of the bus, bluetoothd and the
     /// adapter, then the inventory and the profiles.
     func doctor() async throws(ConsoleFailure) {
@@ -111,6 +121,10 @@ extension Session {
                         name: "inventory", status: .failed, detail: "\(error)",
                         fix: "check the URL, and that PGPASSWORD, ~/.pgpass or PGSERVICE gives the password"))
             }
+        } else if let refused = Self.refusedName(path) {
+            checks.append(
+                DoctorCheck(
+                    name: "inventory", status: .failed, detail: refused, fix: "give --inventory a file's path"))
         } else if FileManager.default.fileExists(atPath: path) {
             do {
                 let opened = try Inventory(path: path, readOnly: true)

@@ -2,6 +2,7 @@ import FleetReport
 import Foundation
 import Inventory
 import InventorySync
+import SafeText
 import Workbench
 
 /// `report [SELECTOR…] [--out FILE] [--since TIME]`: the fleet as one
@@ -23,7 +24,10 @@ public struct ReportCommand: ConsoleCommand {
         example: "report profile=van --since 90d --out vans.html",
         operands: [.some("SELECTOR", .selector, atLeastOne: false)],
         options: [
-            .value("--out", "FILE", .text, "the page to write (default report.html; made mode 0600)"),
+            .value(
+                "--out", "FILE", .text,
+                "the page to write (default report.html): a new file, or a regular file (through a link: the file it leads to) replaced atomically; made mode 0600; never a device, FIFO, socket, directory or the inventory"
+            ),
             .value("--since", "TIME", .time, "only readings and step outcomes since TIME (2026-11-30, or 90d)"),
         ], onlyReadsTheInventory: true,
         detail:
@@ -45,6 +49,13 @@ public struct ReportCommand: ConsoleCommand {
         output = arguments.text("--out") ?? "report.html"
         since = arguments.time("--since")
         if output.isEmpty { throw arguments.fail(at: 0, "--out wants a file name") }
+        // What is at the path now, before a batch starts (the inventory's
+        // files are checked again when the page is written).
+        do {
+            _ = try OutputFile.check(output)
+        } catch {
+            throw arguments.fail(arguments.options["--out"]?.token ?? arguments.token(0), "report: \(error)")
+        }
     }
 
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
@@ -84,6 +95,12 @@ extension Session {
     func report(_ command: ReportCommand) async throws(ConsoleFailure) {
         let started = ContinuousClock.now
         let reader = try reader()
+        do {
+            // Before the work: a path that cannot be written is said at once.
+            _ = try OutputFile.check(command.output, protecting: protectedFiles())
+        } catch {
+            throw ConsoleFailure(.badInput, "report: \(error)")
+        }
         var filters = command.selectors.map(ReportCommand.filter)
         var selectors = Session.selectorsText(command.selectors)
         if filters.isEmpty, let selection {
@@ -108,7 +125,7 @@ extension Session {
         }
         let bytes = Array(page.utf8)
         do {
-            try ReportFile.write(bytes, to: command.output)
+            try OutputFile.write(bytes, to: command.output, protecting: protectedFiles())
         } catch {
             throw ConsoleFailure(.badInput, "report: \(error)")
         }
@@ -128,48 +145,6 @@ extension Session {
                 "report: \(report.rows.count) of \(report.fleetSize) devices, \(report.devicesWithFindings) with findings,"
                     + " \(report.crossingThisQuarter.count) below their battery minimum by the quarter's end"
                     + " → \(command.output) (\(bytes.count / 1024) KiB, \(String(format: "%.1f", seconds)) s)")
-        }
-    }
-}
-
-/// Writing the page: atomically (a temporary file beside it, then renamed
-/// over it), mode 0600 whatever the umask — it holds the inventory's
-/// history. A symbolic link at the path is replaced, never followed.
-enum ReportFile {
-    struct Failure: Error, CustomStringConvertible {
-        var description: String
-    }
-
-    static func write(_ bytes: [UInt8], to path: String) throws(Failure) {
-        var info = stat()
-        if lstat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR {
-            throw Failure(description: "\(path) is a directory")
-        }
-        let url = URL(fileURLWithPath: path)
-        let directory = url.deletingLastPathComponent().path
-        let temporary = directory + "/.\(url.lastPathComponent).\(UUID().uuidString.prefix(8)).tmp"
-        let descriptor = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else {
-            throw Failure(description: "cannot write in \(directory): \(String(cString: strerror(errno)))")
-        }
-        var failed: String?
-        if fchmod(descriptor, 0o600) != 0 { failed = String(cString: strerror(errno)) }
-        var offset = 0
-        while failed == nil, offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
-            if written < 0 {
-                if errno == EINTR { continue }
-                failed = String(cString: strerror(errno))
-            } else {
-                offset += written
-            }
-        }
-        if failed == nil, fsync(descriptor) != 0 { failed = String(cString: strerror(errno)) }
-        close(descriptor)
-        if failed == nil, rename(temporary, path) != 0 { failed = String(cString: strerror(errno)) }
-        if let failed {
-            unlink(temporary)
-            throw Failure(description: "cannot write \(path): \(failed)")
         }
     }
 }
