@@ -312,7 +312,9 @@ extension Session {
             terminal.emit(
                 .sync,
                 Shapes.sync(
-                    bench: (try? await inventory.benchID()) ?? "", sent: sent, heldBackRuns: 0, heldBackDevices: 0,
+                    bench: (try? await inventory.benchID()) ?? "",
+                    sent: Dictionary(uniqueKeysWithValues: InventorySync.tableNames.map { ($0, sent[$0] ?? 0) }),
+                    heldBackRuns: 0, heldBackDevices: 0,
                     exchange: ServerAssignments.Exchange(), refused: [], stoppedBy: reason))
         }
         terminal.error(
