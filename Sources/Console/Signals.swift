@@ -35,10 +35,12 @@ enum Signals {
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
             source.setEventHandler {
                 // Once: the handler is taken as it is called.
-                if number == SIGTERM, let action = terminateHandler.withLock({ held in
-                    defer { held = nil }
-                    return held
-                }) {
+                if number == SIGTERM,
+                    let action = terminateHandler.withLock({ held in
+                        defer { held = nil }
+                        return held
+                    })
+                {
                     action()
                 } else {
                     leave(128 + number)

@@ -126,20 +126,35 @@ public enum InventorySync {
         for table in ServerSchema.tables {
             var sent = caughtUp[table.name] ?? 0
             var cursor: Int64 = 0
+            // This bench's highest id here: what a local id the server
+            // holds for this bench can be (rows are never deleted here).
+            let here =
+                table.newest == nil
+                ? 0
+                : try await local(inventory, "SELECT coalesce(max(id), 0) FROM \(table.name)", []).first?.first?
+                    .integer ?? 0
             if let newest = table.newest {
                 let cell = try server.exec(newest, [benchID]).first?.first ?? nil
-                let (checked, refused) = try await trustedCursor(
-                    cell, table: table.name, bench: benchID, inventory: inventory)
+                let (checked, refused) = trustedCursor(cell, table: table.name, bench: benchID, here: here)
                 cursor = checked
                 if let refused { report.refused.append(refused) }
             }
             if let running = table.running {
-                // Local ids as the server holds them: whole numbers (the
-                // column is BIGINT), read as text and checked all the same.
+                // Local ids as the server holds them, checked: one this
+                // bench never had is named, not looked for.
                 var ids: [Int64] = []
-                for cell in try server.exec(running.onServer, [benchID]) {
-                    if let id = try? PulledRows.integer(cell.first ?? nil, "local_id", in: 1...Int64.max) {
+                for cell in try server.exec(running.onServer + " ORDER BY local_id", [benchID]) {
+                    do throws(PulledRows.Problem) {
+                        guard let id = try PulledRows.integer(cell.first ?? nil, "local_id", in: 1...max(1, here))
+                        else { continue }
                         ids.append(id)
+                    } catch {
+                        report.refused.append(
+                            PulledRows.refusal(
+                                table.name, key: "bench \(benchID) running local_id",
+                                PulledRows.Problem(
+                                    error.field, "is not one of this bench's \(table.name) (1–\(here)): left as it is",
+                                    error.value)))
                     }
                 }
                 if !ids.isEmpty {
@@ -190,20 +205,22 @@ public enum InventorySync {
 
     /// The server's highest local id of this bench in `table` (`cell`), the
     /// cursor a sync resumes after, if it can be: not beyond this bench's
-    /// own highest id and not negative (rows are never deleted here, so
-    /// such a row is not one this bench sent). Else 0 — every row sent
-    /// again, which upserts make harmless — and the row named as refused.
+    /// own highest id `here` and not negative (rows are never deleted
+    /// here, so such a row is not one this bench sent). Else 0 — every row
+    /// sent again, which upserts make harmless — and the row named as
+    /// refused.
     static func trustedCursor(
-        _ cell: String?, table: String, bench: String, inventory: Inventory
-    ) async throws(SyncError) -> (cursor: Int64, refused: RefusedRow?) {
+        _ cell: String?, table: String, bench: String, here: Int64
+    ) -> (cursor: Int64, refused: RefusedRow?) {
         let key = "bench \(bench) highest local_id"
-        let value: Int64
+        let read: Int64?
         do throws(PulledRows.Problem) {
-            value = try PulledRows.integer(cell, "local_id", in: Int64.min...Int64.max) ?? 0
+            read = try PulledRows.integer(cell, "local_id", in: Int64.min...Int64.max)
         } catch {
             return (0, PulledRows.refusal(table, key: key, error))
         }
-        let here = try await local(inventory, "SELECT coalesce(max(id), 0) FROM \(table)", []).first?.first?.integer ?? 0
+        // No row of this bench there yet: from the start.
+        guard let value = read else { return (0, nil) }
         guard value < 0 || value > here else { return (value, nil) }
         let problem = PulledRows.Problem(
             "local_id",

@@ -190,8 +190,9 @@ public enum PulledRows {
             do throws(ProfileError) {
                 overrides = try ConfigOverrides(checkedJSON: overridesText, source: "overrides")
             } catch {
+                // The message may quote a number from the text: bounded too.
                 let reason = error.keyPath.isEmpty ? error.message : "\(shown(error.keyPath)): \(error.message)"
-                throw Problem("overrides", reason, overridesText)
+                throw Problem("overrides", Visible.text(reason, limit: 200), overridesText)
             }
             guard let assignedAt = try timestamp(cells[6], "assigned_at", optional: false),
                 let assignedBy = try name(cells[7], "assigned_by", optional: false)

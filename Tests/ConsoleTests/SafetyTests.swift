@@ -8,7 +8,7 @@ struct SafetyTests {
     /// through the same code (the replayer is beaconbench-fuzz built
     /// normally; scripts/fuzz builds it with libFuzzer).
     @Test(arguments: [
-        "batch", "profile", "records", "adverts", "dbus-value", "display", "csv", "expansion", "gatt-text",
+        "batch", "profile", "records", "adverts", "dbus-value", "display", "csv", "expansion", "gatt-text", "rows",
     ])
     func savedFuzzInputsStillPass(target: String) async throws {
         let fuzz = ConsoleFixture.repository + "/Tests/Fuzz"

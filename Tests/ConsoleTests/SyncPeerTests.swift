@@ -72,19 +72,27 @@ struct SyncPeerTests {
             let refused = report["refused"] as? [[String: Any]] ?? []
             #expect(refused.count == Self.hostile.count)
             for row in Self.hostile {
-                let address = row.address.hasPrefix("E'") ? "C1:00:00:00:00:0" : String(row.address.dropFirst().prefix(17))
-                let entry = refused.first { ($0["key"] as? String ?? "").hasPrefix(address) && $0["field"] as? String == row.field }
+                let address =
+                    row.address.hasPrefix("E'") ? "C1:00:00:00:00:0" : String(row.address.dropFirst().prefix(17))
+                let entry = refused.first {
+                    ($0["key"] as? String ?? "").hasPrefix(address) && $0["field"] as? String == row.field
+                }
                 #expect(entry != nil, "\(row.address) \(row.field): \(refused)")
                 #expect(entry?["table"] as? String == "fleet_assignments")
                 let reason = entry?["reason"] as? String ?? ""
                 #expect(reason.count > 5, "\(row.address): \(reason)")
             }
-            #expect(refused.contains { $0["field"] as? String == "address" && ($0["key"] as? String)?.contains("\u{1B}") == false })
+            #expect(
+                refused.contains {
+                    $0["field"] as? String == "address" && ($0["key"] as? String)?.contains("\u{1B}") == false
+                })
 
             // Text: one error line per refused row, with its key and field; nothing raw on the terminal.
             let text = try await bench.beaconbench(["sync", "--to", server.url])
             #expect(text.status == 2, "\(text.stderr)")
-            let errors = text.stderr.split(separator: "\n").filter { $0.contains("sync: refused fleet_assignments row") }
+            let errors = text.stderr.split(separator: "\n").filter {
+                $0.contains("sync: refused fleet_assignments row")
+            }
             #expect(errors.count == Self.hostile.count, "\(text.stderr)")
             #expect(text.stderr.contains("C0:FE:00:00:00:01: major '99999999999' is outside 0–65535"), "\(text.stderr)")
             #expect(text.stderr.contains("C0:FE:00:00:00:02: minor '70000' is outside 0–65535"), "\(text.stderr)")
@@ -133,10 +141,12 @@ struct SyncPeerTests {
             let before = try scene.server.psql("SELECT * FROM fleet_assignments ORDER BY address")
             // Assigned here later than the office's row.
             try await bench.inventory.assign([
-                Assignment(address: "C2:00:00:00:01:00", profile: "van", assignedAt: Inventory.now(), assignedBy: "tech@bench")
+                Assignment(
+                    address: "C2:00:00:00:01:00", profile: "van", assignedAt: Inventory.now(), assignedBy: "tech@bench")
             ])
             #expect(try scene.sync(bench).waitForExit().status >> 8 == 2, "\(scene.stderr)")
-            #expect(scene.stderr.contains("C2:00:00:00:01:00: this bench's assignment was not pushed"), "\(scene.stderr)")
+            #expect(
+                scene.stderr.contains("C2:00:00:00:01:00: this bench's assignment was not pushed"), "\(scene.stderr)")
             #expect(try scene.server.psql("SELECT * FROM fleet_assignments ORDER BY address") == before)
             #expect(try await bench.inventory.assignments().first?.profile == "van")
 
@@ -159,7 +169,8 @@ struct SyncPeerTests {
             #expect(try scene.sync(bench).waitForExit().status >> 8 == 0, "\(scene.stderr)")
             let id = try await bench.inventory.benchID()
             _ = try scene.server.psql(
-                "INSERT INTO identity_claims VALUES (100, 70000, 'C2:00:00:00:00:00', '\(id)', '2026-12-02T10:00:00.000Z')")
+                "INSERT INTO identity_claims VALUES (100, 70000, 'C2:00:00:00:00:00', '\(id)', '2026-12-02T10:00:00.000Z')"
+            )
             let server = try PostgresConnection(scene.server.url)
             let error = #expect(throws: SyncError.self) {
                 _ = try ServerIdentities.claim(
@@ -202,7 +213,8 @@ struct SyncPeerTests {
                 "9223372036854775807", "-9223372036854775808", "0", "-1", "65536", "99999999999", "NULL",
             ]
             let textColumns = [
-                "address", "profile", "minor_policy", "overrides", "assigned_at", "assigned_by", "origin", "converged_at",
+                "address", "profile", "minor_policy", "overrides", "assigned_at", "assigned_by", "origin",
+                "converged_at",
                 "converged_bench",
             ]
             let integerColumns = ["major", "minor", "converged_run"]
@@ -321,7 +333,8 @@ struct SyncPeerTests {
             }
             try #require(
                 try server.count(waiting) == 1,
-                "waited 60 s for the sync to wait on the lock on readings (running: \(sync.isRunning)): \(scene.stderr)")
+                "waited 60 s for the sync to wait on the lock on readings (running: \(sync.isRunning)): \(scene.stderr)"
+            )
             sync.send(signal)
             let exit = sync.waitForExit().status
             #expect(exit & 0x7F == 0, "ended by signal \(exit & 0x7F), not by exiting")

@@ -276,7 +276,8 @@ extension Session {
         if !refused.isEmpty {
             terminal.message(
                 "\(refused.count) server row\(refused.count == 1 ? "" : "s") refused (docs/office.md, \"Rows the server"
-                    + " holds\"): fix or delete \(refused.count == 1 ? "it" : "them") on the server; the rest was synced")
+                    + " holds\"): fix or delete \(refused.count == 1 ? "it" : "them") on the server; the rest was synced"
+            )
             note(.devicesFailed)
         }
         if report.heldBackRuns > 0 {
