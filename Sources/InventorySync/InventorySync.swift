@@ -365,7 +365,9 @@ public enum InventorySync {
     static func schemaVersion(_ server: PostgresConnection) throws(SyncError) -> Int {
         let cell = try server.exec("SELECT coalesce(max(version), 0)::text FROM beaconbench_schema").first?.first ?? nil
         do throws(PulledRows.Problem) {
-            return Int(try PulledRows.integer(cell, "version", in: 0...Int64(Int32.max)) ?? 0)
+            // (coalesce: never NULL; were it, no migration has been made.)
+            guard let version = try PulledRows.integer(cell, "version", in: 0...Int64(Int32.max)) else { return 0 }
+            return Int(version)
         } catch {
             throw SyncError(
                 "the server's schema version (beaconbench_schema) is \(PulledRows.shown(error.value ?? "NULL")):"
