@@ -92,7 +92,9 @@ let package = Package(
         // saved inputs (the test suite runs it over Tests/Fuzz).
         .executableTarget(
             name: "beaconbench-fuzz",
-            dependencies: ["Console", "Profiles", "SBeaconProtocol", "SafeText", "DBusBinding"]),
+            dependencies: [
+                "Console", "Profiles", "SBeaconProtocol", "SafeText", "DBusBinding", "Inventory", "InventorySync",
+            ]),
         .executableTarget(
             name: "beaconbench-bench",
             dependencies: [

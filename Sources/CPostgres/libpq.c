@@ -31,12 +31,15 @@
     X(Oid, PQftype, (const PGresult *res, int field_num), (res, field_num), 0)                                   \
     X(char *, PQgetvalue, (const PGresult *res, int tup_num, int field_num), (res, tup_num, field_num), NULL)    \
     X(int, PQgetlength, (const PGresult *res, int tup_num, int field_num), (res, tup_num, field_num), 0)          \
-    X(int, PQgetisnull, (const PGresult *res, int tup_num, int field_num), (res, tup_num, field_num), 1)
+    X(int, PQgetisnull, (const PGresult *res, int tup_num, int field_num), (res, tup_num, field_num), 1)        \
+    X(PGcancel *, PQgetCancel, (PGconn *conn), (conn), NULL)                                                     \
+    X(int, PQcancel, (PGcancel *cancel, char *errbuf, int errbufsize), (cancel, errbuf, errbufsize), 0)
 
 #define LIBPQ_VOID_FUNCTIONS(X)                                                 \
     X(PQfinish, (PGconn *conn), (conn))                                         \
     X(PQconninfoFree, (PQconninfoOption *connOptions), (connOptions))           \
-    X(PQclear, (PGresult *res), (res))
+    X(PQclear, (PGresult *res), (res))                                          \
+    X(PQfreeCancel, (PGcancel *cancel), (cancel))
 
 static struct {
 #define FIELD(ret, name, params, args, fallback) ret(*name) params;

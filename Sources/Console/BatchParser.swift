@@ -389,7 +389,7 @@ public struct BatchParser {
 
     /// An address (`A1:B2:A3:B5:C7:D9`) or a MAC ending (`a3b5c7d9`).
     func deviceName(_ text: String) -> DeviceSelector? {
-        if text.count == 17, (try? MACEnding(address: text)) != nil { return .address(text.uppercased()) }
+        if let address = MACEnding.address(text) { return .address(address) }
         if text.count == 8, text.allSatisfy(\.isHexDigit) { return .macEnding(text.lowercased()) }
         return nil
     }

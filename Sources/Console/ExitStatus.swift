@@ -10,6 +10,9 @@ public enum ExitStatus: Int32, Sendable, Comparable {
     case infrastructure = 3
     /// Stopped by the user (Ctrl-C), as shells report SIGINT.
     case interrupted = 130
+    /// Stopped by SIGTERM after saying what was done (`sync`), as shells
+    /// report it.
+    case terminated = 143
 
     public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
 }

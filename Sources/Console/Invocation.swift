@@ -94,7 +94,8 @@ public struct Invocation: Sendable, Equatable {
 
         exit status: 0 all went well; 1 bad usage or input (nothing was touched);
         2 some devices failed (or an audit found problems); 3 the bus, BlueZ, the
-        adapter or the inventory is unusable; 130 interrupted (Ctrl-C).
+        adapter or the inventory is unusable; 130 interrupted (Ctrl-C); 143 stopped
+        by SIGTERM (sync says what it sent).
 
         Type `help` in the REPL, `man beaconbench`, or see docs/batch-language.md.
         """

@@ -67,6 +67,11 @@ final class REPL: Sendable {
             }
             await task.value
             interrupts.onInterrupt(nil)
+            // SIGTERM, taken by a command that stopped cleanly (`sync`): the session ends.
+            if await session.status == .terminated {
+                await editor.close()
+                break
+            }
         }
     }
 

@@ -235,7 +235,8 @@ public actor Session {
         backgroundWatcher?.cancel()
         await backgroundWatcher?.value
         if let runID, let inventoryHandle {
-            let ending: Inventory.RunStatus = interrupted ? .interrupted : status == .ok ? .finished : .failed
+            let ending: Inventory.RunStatus =
+                interrupted || status == .terminated ? .interrupted : status == .ok ? .finished : .failed
             do {
                 try await inventoryHandle.endRun(
                     runID, ending,
@@ -276,7 +277,7 @@ public actor Session {
             } else {
                 await execute(located)
             }
-            if status == .infrastructure { break }
+            if status == .infrastructure || status == .terminated { break }
             index += 1
         }
         printRecap()

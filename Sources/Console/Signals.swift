@@ -10,7 +10,9 @@ import Synchronization
 /// 141), printing nothing more. A run cut short so is marked `interrupted`
 /// by the next beaconbench to open the inventory, as after a crash.
 /// (SIGINT is `Interrupts`', which ends here too when there is nothing left
-/// to stop.)
+/// to stop.) A command that can stop cleanly takes SIGTERM for itself while
+/// it runs (`onTerminate`: `sync` stops, says what it sent and exits 143); a
+/// second SIGTERM ends the process here at once.
 ///
 /// Should beaconbench follow its own parent (PR_SET_PDEATHSIG)? No: a
 /// closed terminal sends SIGHUP, a parent gone closes the pipes it gave
@@ -31,7 +33,19 @@ enum Signals {
         for number in [SIGTERM, SIGHUP] {
             signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-            source.setEventHandler { leave(128 + number) }
+            source.setEventHandler {
+                // Once: the handler is taken as it is called.
+                if number == SIGTERM,
+                    let action = terminateHandler.withLock({ held in
+                        defer { held = nil }
+                        return held
+                    })
+                {
+                    action()
+                } else {
+                    leave(128 + number)
+                }
+            }
             source.resume()
             sources.append(source)
         }
@@ -71,6 +85,15 @@ enum Signals {
     }()
 
     private static let leaving = Mutex(false)
+
+    private static let terminateHandler = Mutex<(@Sendable () -> Void)?>(nil)
+
+    /// What the next SIGTERM does instead of ending the process (nil: it
+    /// ends it). Used once: a second SIGTERM ends the process.
+    static func onTerminate(_ action: (@Sendable () -> Void)?) {
+        install()
+        terminateHandler.withLock { $0 = action }
+    }
 
     /// Stops what was started, restores the terminal and exits with
     /// `status`, printing nothing more. The first caller does it; any other

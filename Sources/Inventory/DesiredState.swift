@@ -95,13 +95,8 @@ public struct ConfigOverrides: Sendable, Equatable, CustomStringConvertible {
         self.duration = duration
     }
 
-    /// The keys `assign` takes, with their ranges.
-    public static let keys: [(name: String, range: ClosedRange<UInt16>, unit: String)] = [
-        ("cornering", DrivingBehaviourConfig.thresholdRange, "mG"),
-        ("braking", DrivingBehaviourConfig.thresholdRange, "mG"),
-        ("acceleration", DrivingBehaviourConfig.thresholdRange, "mG"),
-        ("duration", DrivingBehaviourConfig.durationRange, "ms"),
-    ]
+    /// The keys `assign` takes, with their ranges (the profiles' rule).
+    public static var keys: [(name: String, range: ClosedRange<UInt16>, unit: String)] { ProfileLoader.overrideKeys }
 
     public var isEmpty: Bool { cornering == nil && braking == nil && acceleration == nil && duration == nil }
 
@@ -139,6 +134,14 @@ public struct ConfigOverrides: Sendable, Equatable, CustomStringConvertible {
     /// (`{"cornering":300}`).
     public var json: String {
         "{" + pairs.compactMap { name, value in value.map { "\"\(name)\":\($0)" } }.joined(separator: ",") + "}"
+    }
+
+    /// Reads stored JSON strictly (`ProfileLoader.parseOverrides`): what
+    /// a value from outside the bench (the shared server) must pass.
+    /// - Throws: `ProfileError` naming the key and the rule.
+    public init(checkedJSON json: String, source: String) throws(ProfileError) {
+        self.init()
+        for (key, value) in try ProfileLoader.parseOverrides(json, source: source) { _ = set(key, value) }
     }
 
     /// Reads the stored JSON; unknown keys and bad values are left out.

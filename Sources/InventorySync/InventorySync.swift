@@ -1,5 +1,6 @@
 import Foundation
 import Inventory
+import Synchronization
 
 /// Pushes a bench's SQLite inventory to a shared PostgreSQL server.
 ///
@@ -31,6 +32,19 @@ public enum InventorySync {
         public var heldBackRuns = 0
         /// Devices only simulated runs know, not sent (0 with `includeSimulated`).
         public var heldBackDevices = 0
+        /// Server rows this sync would not trust (a cursor beyond this
+        /// bench's own rows): left on the server, named here.
+        public var refused: [RefusedRow] = []
+    }
+
+    /// Rows sent per table over the whole sync, every attempt counted as
+    /// each chunk's statement returns (committed): what a sync that is
+    /// stopped says it sent.
+    public final class SentRows: Sendable {
+        private let counts = Mutex<[String: Int]>([:])
+        public init() {}
+        public var snapshot: [String: Int] { counts.withLock { $0 } }
+        func add(_ table: String, _ rows: Int) { counts.withLock { $0[table, default: 0] += rows } }
     }
 
     /// Tables in the order they are sent (devices first: outcomes name them).
@@ -39,10 +53,12 @@ public enum InventorySync {
     /// Pushes, trying again after a connection failure (`retries` times,
     /// waiting 1 s, 2 s, 4 s…): each attempt resumes where the last one
     /// stopped. Other errors (a schema newer than this program, a refused
-    /// statement) end it at once.
+    /// statement) end it at once, and so does `stop` (the statement in
+    /// flight cancelled; `SyncError.stoppedBy` set). `sent` counts what
+    /// every attempt committed.
     public static func push(
         _ inventory: Inventory, to url: String, chunkSize: Int = 5_000, retries: Int = 3,
-        includeSimulated: Bool = false,
+        includeSimulated: Bool = false, stop: SyncStop? = nil, sent: SentRows = SentRows(),
         progress: (_ table: String, _ sent: Int) -> Void = { _, _ in },
         retrying: (_ error: SyncError, _ wait: Duration, _ attempt: Int) -> Void = { _, _, _ in }
     ) async throws(SyncError) -> Report {
@@ -51,8 +67,10 @@ public enum InventorySync {
         while true {
             do {
                 return try await pushOnce(
-                    inventory, to: url, chunkSize: chunkSize, includeSimulated: includeSimulated, progress: progress)
+                    inventory, to: url, chunkSize: chunkSize, includeSimulated: includeSimulated, stop: stop,
+                    sent: sent, progress: progress)
             } catch {
+                if let stop, let reason = stop.requested { throw stop.error(reason) }
                 guard error.isConnectionFailure, attempt <= retries, !Task.isCancelled else {
                     guard let firstFailure, firstFailure.message != error.message else { throw error }
                     throw SyncError(
@@ -62,10 +80,15 @@ public enum InventorySync {
                 firstFailure = firstFailure ?? error
                 let wait = Duration.seconds(1 << (attempt - 1))
                 retrying(error, wait, attempt + 1)
-                do {
-                    try await Task.sleep(for: wait)
-                } catch {
-                    throw SyncError("\(firstFailure?.message ?? "sync"); cancelled before trying again")
+                // In steps, so that a stop is seen while waiting.
+                let until = ContinuousClock.now + wait
+                while ContinuousClock.now < until {
+                    try stop?.check()
+                    do {
+                        try await Task.sleep(for: min(.milliseconds(100), until - ContinuousClock.now))
+                    } catch {
+                        throw SyncError("\(firstFailure?.message ?? "sync"); cancelled before trying again")
+                    }
                 }
                 attempt += 1
             }
@@ -73,8 +96,8 @@ public enum InventorySync {
     }
 
     static func pushOnce(
-        _ inventory: Inventory, to url: String, chunkSize: Int, includeSimulated: Bool = false,
-        progress: (_ table: String, _ sent: Int) -> Void
+        _ inventory: Inventory, to url: String, chunkSize: Int, includeSimulated: Bool = false, stop: SyncStop? = nil,
+        sent total: SentRows = SentRows(), progress: (_ table: String, _ sent: Int) -> Void
     ) async throws(SyncError) -> Report {
         let benchID: String
         do {
@@ -82,7 +105,7 @@ public enum InventorySync {
         } catch {
             throw SyncError("the local inventory: \(error)")
         }
-        let server = try PostgresConnection(url)
+        let server = try PostgresConnection(url, stop: stop)
         try prepareSchema(server, creating: true)
         try server.exec(
             """
@@ -98,20 +121,46 @@ public enum InventorySync {
             report.heldBackDevices = try await count(inventory, "SELECT count(*) FROM simulated_only_devices")
         }
         let caughtUp = try await catchUp(
-            inventory, server, bench: benchID, includeSimulated: includeSimulated, chunkSize: chunkSize)
+            inventory, server, bench: benchID, includeSimulated: includeSimulated, chunkSize: chunkSize,
+            total: total)
         for table in ServerSchema.tables {
             var sent = caughtUp[table.name] ?? 0
             var cursor: Int64 = 0
+            // This bench's highest id here: what a local id the server
+            // holds for this bench can be (rows are never deleted here).
+            let here =
+                table.newest == nil
+                ? 0
+                : try await local(inventory, "SELECT coalesce(max(id), 0) FROM \(table.name)", []).first?.first?
+                    .integer ?? 0
             if let newest = table.newest {
                 let cell = try server.exec(newest, [benchID]).first?.first ?? nil
-                cursor = cell.flatMap { Int64($0) } ?? 0
+                let (checked, refused) = trustedCursor(cell, table: table.name, bench: benchID, here: here)
+                cursor = checked
+                if let refused { report.refused.append(refused) }
             }
             if let running = table.running {
-                let ids = try server.exec(running.onServer, [benchID]).compactMap { $0.first ?? nil }
+                // Local ids as the server holds them, checked: one this
+                // bench never had is named, not looked for.
+                var ids: [Int64] = []
+                for cell in try server.exec(running.onServer + " ORDER BY local_id", [benchID]) {
+                    do throws(PulledRows.Problem) {
+                        guard let id = try PulledRows.integer(cell.first ?? nil, "local_id", in: 1...max(1, here))
+                        else { continue }
+                        ids.append(id)
+                    } catch {
+                        report.refused.append(
+                            PulledRows.refusal(
+                                table.name, key: "bench \(benchID) running local_id",
+                                PulledRows.Problem(
+                                    error.field, "is not one of this bench's \(table.name) (1–\(here)): left as it is",
+                                    error.value)))
+                    }
+                }
                 if !ids.isEmpty {
                     let rows = try await local(
-                        inventory, running.local, [.text("[" + ids.joined(separator: ",") + "]")])
-                    try send(rows, of: table, bench: benchID, to: server)
+                        inventory, running.local, [.text("[" + ids.map(String.init).joined(separator: ",") + "]")])
+                    try send(rows, of: table, bench: benchID, to: server, total: total)
                     sent += rows.count
                 }
             }
@@ -119,7 +168,7 @@ public enum InventorySync {
                 let rows = try await local(
                     inventory, table.select, [.integer(cursor), .integer(Int64(chunkSize)), include])
                 guard let last = rows.last?.first?.integer else { break }
-                try send(rows, of: table, bench: benchID, to: server)
+                try send(rows, of: table, bench: benchID, to: server, total: total)
                 sent += rows.count
                 cursor = last
                 progress(table.name, sent)
@@ -136,6 +185,7 @@ public enum InventorySync {
                 claimed_at = i.reserved_at
             FROM identities i
             WHERE i.bench_id = $1 AND c.address = i.device AND i.reserved_at > c.claimed_at
+                AND i.major BETWEEN 0 AND 65535 AND i.minor BETWEEN 0 AND 65535
                 AND (c.major, c.minor) <> (i.major, i.minor)
                 AND NOT EXISTS (
                     SELECT 1 FROM identity_claims o WHERE o.major = i.major AND o.minor = i.minor AND o.address <> i.device)
@@ -144,12 +194,41 @@ public enum InventorySync {
             """
             INSERT INTO identity_claims (major, minor, address, bench_id, claimed_at)
             SELECT major, minor, device, bench_id, reserved_at FROM identities WHERE bench_id = $1
+                AND major BETWEEN 0 AND 65535 AND minor BETWEEN 0 AND 65535
             ON CONFLICT DO NOTHING
             """, [benchID])
         try server.exec(
             "UPDATE benches SET last_sync = $2 WHERE bench_id = $1",
             [benchID, ISO8601DateFormatter().string(from: Date())])
         return report
+    }
+
+    /// The server's highest local id of this bench in `table` (`cell`), the
+    /// cursor a sync resumes after, if it can be: not beyond this bench's
+    /// own highest id `here` and not negative (rows are never deleted
+    /// here, so such a row is not one this bench sent). Else 0 — every row
+    /// sent again, which upserts make harmless — and the row named as
+    /// refused.
+    static func trustedCursor(
+        _ cell: String?, table: String, bench: String, here: Int64
+    ) -> (cursor: Int64, refused: RefusedRow?) {
+        let key = "bench \(bench) highest local_id"
+        let read: Int64?
+        do throws(PulledRows.Problem) {
+            read = try PulledRows.integer(cell, "local_id", in: Int64.min...Int64.max)
+        } catch {
+            return (0, PulledRows.refusal(table, key: key, error))
+        }
+        // No row of this bench there yet: from the start.
+        guard let value = read else { return (0, nil) }
+        guard value < 0 || value > here else { return (value, nil) }
+        let problem = PulledRows.Problem(
+            "local_id",
+            value < 0
+                ? "is negative: not a row this bench sent; every row is sent again"
+                : "is beyond this bench's highest \(table) id (\(here)): not a row this bench sent; every row is sent again",
+            String(value))
+        return (0, PulledRows.refusal(table, key: key, problem))
     }
 
     static func count(_ inventory: Inventory, _ sql: String) async throws(SyncError) -> Int {
@@ -161,7 +240,8 @@ public enum InventorySync {
     /// sent now and the server lacks, then (with `includeSimulated`) the
     /// outcomes of the simulated runs it lacks, then those runs.
     static func catchUp(
-        _ inventory: Inventory, _ server: PostgresConnection, bench: String, includeSimulated: Bool, chunkSize: Int
+        _ inventory: Inventory, _ server: PostgresConnection, bench: String, includeSimulated: Bool, chunkSize: Int,
+        total: SentRows
     ) async throws(SyncError) -> [String: Int] {
         var sent: [String: Int] = [:]
         guard try await count(inventory, "SELECT count(*) FROM runs WHERE simulated <> 0") > 0 else { return sent }
@@ -227,7 +307,7 @@ public enum InventorySync {
                 let rows = try await local(
                     inventory, step.sql, [step.keys, .integer(cursor), .integer(Int64(chunkSize))])
                 guard let last = rows.last?.first?.integer else { break }
-                try send(rows, of: table, bench: bench, to: server)
+                try send(rows, of: table, bench: bench, to: server, total: total)
                 sent[step.table, default: 0] += rows.count
                 cursor = last
                 if rows.count < chunkSize { break }
@@ -247,8 +327,11 @@ public enum InventorySync {
     }
 
     /// One upsert: the bench id, then each column's values as one array.
+    /// One statement, so one transaction: `total` counts the rows once it
+    /// has returned (committed).
     static func send(
-        _ rows: [[SQLiteValue]], of table: ServerSchema.Table, bench: String, to server: PostgresConnection
+        _ rows: [[SQLiteValue]], of table: ServerSchema.Table, bench: String, to server: PostgresConnection,
+        total: SentRows? = nil
     ) throws(SyncError) {
         let offset = table.cursorIsLocalID ? 0 : 1
         var arrays: [String?] = [bench]
@@ -256,6 +339,7 @@ public enum InventorySync {
             arrays.append(PostgresArray.literal(rows.lazy.map { $0[column + offset].textForm }))
         }
         try server.exec(table.upsert, arrays)
+        total?.add(table.name, rows.count)
     }
 
     /// Checks the server's schema, reading only: nothing to do when it is
@@ -276,9 +360,19 @@ public enum InventorySync {
         try migrate(server)
     }
 
+    /// The server's schema version: a whole number from 0 (no migration
+    /// yet); anything else is not a schema beaconbench wrote.
     static func schemaVersion(_ server: PostgresConnection) throws(SyncError) -> Int {
-        let cell = try server.exec("SELECT coalesce(max(version), 0) FROM beaconbench_schema").first?.first ?? nil
-        return cell.flatMap { Int($0) } ?? 0
+        let cell = try server.exec("SELECT coalesce(max(version), 0)::text FROM beaconbench_schema").first?.first ?? nil
+        do throws(PulledRows.Problem) {
+            // (coalesce: never NULL; were it, no migration has been made.)
+            guard let version = try PulledRows.integer(cell, "version", in: 0...Int64(Int32.max)) else { return 0 }
+            return Int(version)
+        } catch {
+            throw SyncError(
+                "the server's schema version (beaconbench_schema) is \(PulledRows.shown(error.value ?? "NULL")):"
+                    + " not one beaconbench wrote (0–\(ServerSchema.version)); nothing was changed")
+        }
     }
 
     static func newerSchema(_ version: Int) -> SyncError {

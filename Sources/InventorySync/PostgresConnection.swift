@@ -9,11 +9,62 @@ public struct SyncError: Error, Sendable, CustomStringConvertible {
     /// The server could not be reached or the connection broke: worth
     /// trying again (a sync resumes where it stopped).
     public var isConnectionFailure: Bool
-    public init(_ message: String, isConnectionFailure: Bool = false) {
+    /// Set when the sync stopped because it was asked to (`SyncStop`:
+    /// `SIGINT`, `SIGTERM`): the reason given.
+    public var stoppedBy: String?
+    public init(_ message: String, isConnectionFailure: Bool = false, stoppedBy: String? = nil) {
         self.message = message
         self.isConnectionFailure = isConnectionFailure
+        self.stoppedBy = stoppedBy
     }
     public var description: String { message }
+}
+
+/// A request to stop a sync (a signal): no statement is sent after it,
+/// and the one in flight on each connection that carries this stop is
+/// cancelled (`PQcancel`: the server rolls it back). Each statement that
+/// returned is committed (a chunk is one statement; the exchange of
+/// assignments one transaction), so what was sent stays sent and the next
+/// sync resumes after it.
+public final class SyncStop: @unchecked Sendable {
+    // `reason` and `cancels` only under `lock`; a PGcancel is used and
+    // freed only under it (PQcancel is thread-safe).
+    private let lock = NSLock()
+    private var reason: String?
+    private var cancels: [ObjectIdentifier: OpaquePointer] = [:]
+
+    public init() {}
+
+    /// Why the sync was asked to stop (nil: it was not).
+    public var requested: String? { lock.withLock { reason } }
+
+    /// Asks the sync to stop, for `reason` (the first request's is kept).
+    public func request(_ reason: String) {
+        lock.withLock {
+            if self.reason == nil { self.reason = reason }
+            var buffer = [CChar](repeating: 0, count: 256)
+            for cancel in cancels.values { _ = PQcancel(cancel, &buffer, Int32(buffer.count)) }
+        }
+    }
+
+    /// The error a stopped sync ends with.
+    func error(_ reason: String) -> SyncError { SyncError("stopped by \(reason)", stoppedBy: reason) }
+
+    /// Throws when a stop was requested.
+    public func check() throws(SyncError) {
+        if let reason = requested { throw error(reason) }
+    }
+
+    func attach(_ connection: PostgresConnection) {
+        guard let cancel = PQgetCancel(connection.handle) else { return }
+        lock.withLock { cancels[ObjectIdentifier(connection)] = cancel }
+    }
+
+    func detach(_ connection: PostgresConnection) {
+        lock.withLock {
+            if let cancel = cancels.removeValue(forKey: ObjectIdentifier(connection)) { PQfreeCancel(cancel) }
+        }
+    }
 }
 
 /// One libpq connection. Values always travel as parameters
@@ -22,6 +73,8 @@ final class PostgresConnection {
     let handle: OpaquePointer
     /// The server, for messages (never the connection string).
     let location: String
+    /// What may stop this connection's statements (a signal).
+    let stop: SyncStop?
 
     /// Connects with a `postgresql://…` URL or a `key=value` string; libpq
     /// adds the `PG*` environment variables and `~/.pgpass`, and TLS as the
@@ -29,7 +82,8 @@ final class PostgresConnection {
     /// otherwise, connecting gives up after 10 s and a dead network is
     /// noticed within about 30 s (TCP keepalives and user timeout), so no
     /// call waits for ever.
-    init(_ conninfo: String, connectTimeout: Int = 10) throws(SyncError) {
+    init(_ conninfo: String, connectTimeout: Int = 10, stop: SyncStop? = nil) throws(SyncError) {
+        try stop?.check()
         guard beaconbench_libpq_load() == 1 else {
             let reason = beaconbench_libpq_error().map { String(cString: $0) } ?? "not found"
             throw SyncError("libpq could not be loaded (\(reason)): install it with apt-get install libpq5")
@@ -70,9 +124,20 @@ final class PostgresConnection {
         }
         handle = connection
         location = Self.describe(conninfo)
+        self.stop = stop
+        stop?.attach(self)
+        do {
+            try stop?.check()
+        } catch {
+            stop?.detach(self)
+            throw error
+        }
     }
 
-    deinit { PQfinish(handle) }
+    deinit {
+        stop?.detach(self)
+        PQfinish(handle)
+    }
 
     /// Runs one statement with text parameters (nil is NULL); returns the
     /// rows as text.
@@ -119,6 +184,8 @@ final class PostgresConnection {
     private func run<T>(
         _ sql: String, _ parameters: [String?], read: (OpaquePointer) -> T
     ) throws(SyncError) -> T {
+        // Once a stop is asked for, nothing more is sent (but a rollback).
+        if sql != "ROLLBACK" { try stop?.check() }
         let copies = parameters.map { $0.map { strdup($0) } ?? nil }
         defer { for copy in copies { free(copy) } }
         // Without parameters (the schema: several statements) PQexec; with
@@ -132,12 +199,15 @@ final class PostgresConnection {
                 }
             }
         guard let result else {
+            try stop?.check()
             throw SyncError("lost the connection to the server: \(lastError)", isConnectionFailure: true)
         }
         defer { PQclear(result) }
         switch PQresultStatus(result) {
         case PGRES_COMMAND_OK, PGRES_TUPLES_OK: return read(result)
         default:
+            // Cancelled by a stop: that, not the server's "canceling statement".
+            try stop?.check()
             let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
             if PQstatus(handle) != CONNECTION_OK {
                 throw SyncError(

@@ -63,6 +63,22 @@ public enum ServerAssignments {
         /// Convergences this bench reported first.
         public var converged = 0
         public var conflicts: [Conflict] = []
+        /// Server rows that failed the checks (`PulledRows`): not taken,
+        /// left on the server as they are.
+        public var refused: [RefusedRow] = []
+        /// Devices whose assignment here was not pushed: the server's row
+        /// for them is refused, and a sync never writes over one.
+        public var notPushed: [String] = []
+        public init() {}
+    }
+
+    /// The server's assignments as read: those that pass the checks, by
+    /// address, and the rows refused.
+    struct Pulled {
+        var valid: [String: (Assignment, bench: String?)] = [:]
+        var refused: [RefusedRow] = []
+        /// The devices a refused row names (when its address is one).
+        var blocked: Set<String> = []
     }
 
     static func later(_ a: Assignment, than b: Assignment) -> Bool {
@@ -73,29 +89,51 @@ public enum ServerAssignments {
         a.assignedAt == b.assignedAt && a.assignedBy == b.assignedBy
     }
 
+    /// Every column as text (integers too: they are range-checked, never
+    /// narrowed), in the order `PulledRows.assignment` reads.
     static let columns = """
-        SELECT address, profile, major, minor_policy, minor, overrides, assigned_at, assigned_by, converged_at,
-               converged_bench
-        FROM fleet_assignments
+        SELECT address, profile, major::text, minor_policy, minor::text, overrides, assigned_at, assigned_by,
+               converged_at, converged_bench
+        FROM fleet_assignments ORDER BY address
         """
 
-    static func assignment(_ row: [SQLiteValue]) -> (Assignment, bench: String?) {
-        var assignment = Assignment(
-            address: row[0].text ?? "", profile: row[1].text ?? "", major: row[2].integer.map { UInt16(clamping: $0) },
-            minorPolicy: Assignment.MinorPolicy(rawValue: row[3].text ?? "") ?? .auto,
-            minor: row[4].integer.map { UInt16(clamping: $0) }, overrides: ConfigOverrides(json: row[5].text ?? "{}"),
-            assignedAt: row[6].text ?? "", assignedBy: row[7].text ?? "", source: .server)
-        assignment.convergedAt = row[8].text
-        return (assignment, row[9].text)
-    }
-
-    static func all(_ server: PostgresConnection) throws(SyncError) -> [String: (Assignment, bench: String?)] {
-        var found: [String: (Assignment, bench: String?)] = [:]
-        for row in try server.query(columns).rows {
-            let entry = assignment(row)
-            found[entry.0.address] = entry
+    /// Every assignment on the server, each checked as local input is
+    /// (`PulledRows.assignment`, against `profiles`). Rows naming one
+    /// device (its address written in other letter cases) are refused
+    /// together: which one is meant cannot be told.
+    static func all(_ server: PostgresConnection, profiles: Set<String>) throws(SyncError) -> Pulled {
+        var pulled = Pulled()
+        var byDevice: [String: [(Assignment, bench: String?, key: String)]] = [:]
+        for row in try server.exec(columns) {
+            switch PulledRows.assignment(row, profiles: profiles) {
+            case .success(let entry):
+                byDevice[entry.assignment.address, default: []].append(
+                    (entry.assignment, entry.bench, row.first.flatMap { $0 } ?? ""))
+            case .failure(let refused):
+                pulled.refused.append(refused)
+                if let address = row.first.flatMap({ $0 }).flatMap({ MACEnding.address($0) }) {
+                    pulled.blocked.insert(address)
+                }
+            }
         }
-        return found
+        for (address, entries) in byDevice {
+            guard entries.count == 1 else {
+                for entry in entries {
+                    pulled.refused.append(
+                        PulledRows.refusal(
+                            "fleet_assignments", key: entry.key,
+                            PulledRows.Problem(
+                                "address", "names the same device as another row (\(entries.count) rows: one is meant)",
+                                entry.key)))
+                }
+                pulled.blocked.insert(address)
+                continue
+            }
+            pulled.valid[address] = (entries[0].0, entries[0].bench)
+        }
+        for address in pulled.blocked { pulled.valid[address] = nil }
+        pulled.refused.sort { ($0.key, $0.field) < ($1.key, $1.field) }
+        return pulled
     }
 
     /// Writes `assignment` over the server's row (the caller has judged it
@@ -137,14 +175,16 @@ public enum ServerAssignments {
     /// rule, in one transaction. Returns the assignments each replaced, and
     /// those that lost to a later one already there (none, unless clocks
     /// disagree).
+    /// A row there that fails the checks (`PulledRows`) is replaced
+    /// without the conflict rule: the office's assignment is the fix.
     public static func assign(
-        _ assignments: [Assignment], url: String
+        _ assignments: [Assignment], url: String, profiles: Set<String>
     ) throws(SyncError) -> (replaced: [Assignment], conflicts: [Conflict]) {
         let server = try PostgresConnection(url)
         try InventorySync.prepareSchema(server, creating: false)
         return try server.transaction { () throws(SyncError) in
             try server.exec("SELECT pg_advisory_xact_lock(7205190019)")
-            let existing = try all(server)
+            let existing = try all(server, profiles: profiles).valid
             var replaced: [Assignment] = []
             var conflicts: [Conflict] = []
             for assignment in assignments {
@@ -166,8 +206,13 @@ public enum ServerAssignments {
     /// A bench's sync: pushes its own assignments (the later one wins each
     /// device), reports which it converged (the server keeps the earliest
     /// convergence of the assignment in force, with its bench), and pulls
-    /// every assignment it lacks or holds an older one of.
-    public static func exchange(_ inventory: Inventory, url: String) async throws(SyncError) -> Exchange {
+    /// every assignment it lacks or holds an older one of. Each server row
+    /// is checked as local input is (`PulledRows`, against `profiles`, the
+    /// profiles this bench loaded): one that fails is not taken, never
+    /// written over, and is listed in `refused`.
+    public static func exchange(
+        _ inventory: Inventory, url: String, profiles: Set<String>, stop: SyncStop? = nil
+    ) async throws(SyncError) -> Exchange {
         let local: [Assignment]
         let bench: String
         do {
@@ -176,13 +221,18 @@ public enum ServerAssignments {
         } catch {
             throw SyncError("the local inventory: \(error)")
         }
-        let server = try PostgresConnection(url)
+        let server = try PostgresConnection(url, stop: stop)
         try InventorySync.prepareSchema(server, creating: true)
         let (exchange, pull) = try server.transaction { () throws(SyncError) in
             try server.exec("SELECT pg_advisory_xact_lock(7205190019)")
             var exchange = Exchange()
-            var existing = try all(server)
+            let before = try all(server, profiles: profiles)
+            var existing = before.valid
             for assignment in local where assignment.source == .local {
+                if before.blocked.contains(assignment.address) {
+                    exchange.notPushed.append(assignment.address)
+                    continue
+                }
                 if let (there, _) = existing[assignment.address] {
                     if same(assignment, there) { continue }
                     let wins = later(assignment, than: there)
@@ -213,7 +263,9 @@ public enum ServerAssignments {
                     ])
                 exchange.converged += updated.count
             }
-            return (exchange, try all(server).values.map(\.0))
+            let after = try all(server, profiles: profiles)
+            exchange.refused = after.refused
+            return (exchange, after.valid.values.map(\.0))
         }
         var result = exchange
         let mine = Dictionary(local.map { ($0.address, $0) }) { first, _ in first }
@@ -229,7 +281,9 @@ public enum ServerAssignments {
 
     /// The fleet's drift, as the office sees it: each assignment against
     /// the merged fleet (`fleet_devices`: the latest observation of each
-    /// fact across benches) and the identity claimed for the device.
+    /// fact across benches) and the identity claimed for the device. A row
+    /// that fails the checks (`PulledRows`) is one finding, its field
+    /// named, desired "unusable server row: …".
     public static func drift(
         url: String, profiles: [String: Profile]
     ) throws(SyncError) -> (
@@ -237,7 +291,8 @@ public enum ServerAssignments {
     ) {
         let server = try PostgresConnection(url)
         try InventorySync.prepareSchema(server, creating: false)
-        let assignments = try all(server).values.map(\.0).sorted { $0.address < $1.address }
+        let pulled = try all(server, profiles: Set(profiles.keys))
+        let assignments = pulled.valid.values.map(\.0).sorted { $0.address < $1.address }
         let rows = try server.query(
             """
             SELECT a.address, d.profile, d.config_cornering, d.config_braking, d.config_acceleration,
@@ -252,17 +307,25 @@ public enum ServerAssignments {
             guard let address = row[0].text, row[13].text != nil else { continue }
             observed[address] = ObservedState(row: Array(row[1...12]))
         }
+        let unusable = pulled.refused.map {
+            DriftFinding(
+                device: $0.key, field: $0.field, desired: "unusable server row: \($0.value ?? "NULL") \($0.reason)",
+                observed: nil, observedAt: nil)
+        }
         return (
-            assignments.flatMap { DesiredState.drift($0, observed[$0.address], profiles: profiles) }, assignments.count
+            assignments.flatMap { DesiredState.drift($0, observed[$0.address], profiles: profiles) } + unusable,
+            assignments.count + pulled.refused.count
         )
     }
 
     /// Which bench converged each assignment first, and when (nil: none yet).
-    public static func convergences(url: String) throws(SyncError) -> [String: (bench: String, at: String)] {
+    public static func convergences(
+        url: String, profiles: Set<String>
+    ) throws(SyncError) -> [String: (bench: String, at: String)] {
         let server = try PostgresConnection(url)
         try InventorySync.prepareSchema(server, creating: false)
         var found: [String: (bench: String, at: String)] = [:]
-        for (address, entry) in try all(server) {
+        for (address, entry) in try all(server, profiles: profiles).valid {
             if let bench = entry.bench, let at = entry.0.convergedAt { found[address] = (bench, at) }
         }
         return found

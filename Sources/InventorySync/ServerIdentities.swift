@@ -70,10 +70,19 @@ public final class ServerIdentities: SharedIdentities, Sendable {
             // One claim per major at a time, fleet-wide.
             try server.exec("SELECT pg_advisory_xact_lock(72051900, $1::int)", [String(major)])
             let majorText = String(major)
+            // The server's claim for the device, checked: a minor outside
+            // 0–65535 is refused (never narrowed, never written over).
             if let cell = try server.exec(
-                "SELECT minor FROM identity_claims WHERE address = $1 AND major = $2", [address, majorText]
-            ).first?.first, let minor = cell.flatMap({ UInt16($0) }) {
-                return minor
+                "SELECT minor::text FROM identity_claims WHERE address = $1 AND major = $2", [address, majorText]
+            ).first?.first {
+                do throws(PulledRows.Problem) {
+                    if let minor = try PulledRows.identityPart(cell, "minor") { return minor }
+                } catch {
+                    throw SyncError(
+                        "the server's identity claim for \(address) under major \(major) is refused: minor"
+                            + " '\(PulledRows.shown(error.value ?? "NULL"))' \(error.reason) (identity_claims; fix or"
+                            + " delete that row)")
+                }
             }
             func taken(_ minor: UInt16) throws(SyncError) -> Bool {
                 let cell =
@@ -92,11 +101,14 @@ public final class ServerIdentities: SharedIdentities, Sendable {
                         """
                         SELECT greatest(
                             (SELECT max(minor) FROM identity_claims WHERE major = $1),
-                            (SELECT max(minor) FROM devices WHERE major = $1 AND address <> $2), $3::bigint)
+                            (SELECT max(minor) FROM devices WHERE major = $1 AND address <> $2), $3::bigint)::text
                         """, [majorText, address, String(max(floor, preferred))]
                     ).first?.first ?? nil
-                let highest = cell.flatMap { Int($0) } ?? Int(preferred)
-                if highest < 65535 {
+                // At least the floor given. The next one up when there is
+                // one; else (65535 taken, or a row no bench wrote: beyond
+                // 65535) the gaps are searched.
+                let highest = (try? PulledRows.integer(cell, "minor", in: 0...65534)) ?? nil
+                if let highest {
                     chosen = UInt16(highest + 1)
                 } else {
                     let gap =

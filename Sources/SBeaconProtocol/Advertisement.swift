@@ -103,6 +103,31 @@ public struct MACEnding: Hashable, Sendable, Codable, CustomStringConvertible {
     }
 
     public var description: String { bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined() }
+
+    /// A device's address as a line names it and the inventory stores it:
+    /// exactly six two-digit hex octets joined by `:` (`a1:b2:a3:b5:c7:d9`
+    /// too), returned in capitals; nil for anything else (a sign, a third
+    /// digit, a missing octet, a control character). The one rule for an
+    /// address written by a person or read back from the shared server.
+    public static func address(_ text: some StringProtocol) -> String? {
+        let bytes = Array(text.utf8.prefix(18))
+        guard bytes.count == 17 else { return nil }
+        var canonical: [UInt8] = []
+        canonical.reserveCapacity(17)
+        for (index, byte) in bytes.enumerated() {
+            if index % 3 == 2 {
+                guard byte == UInt8(ascii: ":") else { return nil }
+                canonical.append(byte)
+            } else if (0x30...0x39).contains(byte) || (0x41...0x46).contains(byte) {
+                canonical.append(byte)
+            } else if (0x61...0x66).contains(byte) {
+                canonical.append(byte - 0x20)
+            } else {
+                return nil
+            }
+        }
+        return String(decoding: canonical, as: UTF8.self)
+    }
 }
 
 /// A semantic firmware version, as the Firmware Revision string (`1.0.8`)

@@ -1,6 +1,8 @@
 import Console
 import DBusBinding
 import Foundation
+import Inventory
+import InventorySync
 import Profiles
 import SBeaconProtocol
 import SafeText
@@ -22,6 +24,8 @@ enum FuzzTarget: String, CaseIterable {
     /// The value grammar (numbers, durations, times) and the selectors,
     /// alone and on the lines of the commands that take them.
     case grammar
+    /// Rows pulled from the shared server (`PulledRows`).
+    case rows
 
     /// The command lines the `grammar` target writes its text after (the
     /// first byte picks).
@@ -113,6 +117,62 @@ enum FuzzTarget: String, CaseIterable {
             Self.require(text.utf8.count <= DeviceInformationText.maximumLength * 3, "unbounded text")
             Self.checkVisible(Visible.text(text), limit: Visible.defaultLimit)
             _ = try? FirmwareVersion(text)
+        case .rows: Self.pulledRow(bytes)
+        }
+    }
+
+    /// A `fleet_assignments` row as the server sends it: cells split at
+    /// 0x1F, a cell of one 0x1E is NULL. An accepted row must hold only
+    /// what local input may (and pass again as written back); a refusal
+    /// must name its field with nothing a terminal acts on, bounded. The
+    /// first cell also goes through the integer and override checks alone.
+    static func pulledRow(_ bytes: [UInt8]) {
+        let cells: [String?] = bytes.split(separator: 0x1F, omittingEmptySubsequences: false).prefix(12).map {
+            $0.elementsEqual([0x1E]) ? nil : String(decoding: $0, as: UTF8.self)
+        }
+        let profiles: Set<String> = ["car", "van"]
+        switch PulledRows.assignment(cells, profiles: profiles) {
+        case .success(let entry):
+            let assignment = entry.assignment
+            require(MACEnding.address(assignment.address) == assignment.address, "an address taken as it came")
+            require(profiles.contains(assignment.profile), "a profile not loaded taken")
+            require((assignment.minorPolicy == .fixed) == (assignment.minor != nil), "a minor against its policy")
+            for rule in ProfileLoader.overrideKeys {
+                let value: UInt16? =
+                    switch rule.name {
+                    case "cornering": assignment.overrides.cornering
+                    case "braking": assignment.overrides.braking
+                    case "acceleration": assignment.overrides.acceleration
+                    default: assignment.overrides.duration
+                    }
+                require(value.map(rule.range.contains) ?? true, "\(rule.name) \(value ?? 0) out of range taken")
+            }
+            require(PulledRows.isTimestamp(assignment.assignedAt), "a time taken that is not one")
+            let again: [String?] = [
+                assignment.address, assignment.profile, assignment.major.map { String($0) },
+                assignment.minorPolicy.rawValue, assignment.minor.map { String($0) }, assignment.overrides.json,
+                assignment.assignedAt, assignment.assignedBy, assignment.convergedAt, entry.bench,
+            ]
+            guard case .success(let second) = PulledRows.assignment(again, profiles: profiles) else {
+                fatalError("an accepted row is refused once written back")
+            }
+            require(second.assignment == assignment, "an accepted row changes once written back")
+        case .failure(let refused):
+            require(refused.table == "fleet_assignments", "a refusal names another table")
+            require(!refused.field.isEmpty && refused.reason.count > 3, "a refusal says nothing")
+            checkVisible(refused.key, limit: PulledRows.shownCharacters)
+            checkVisible(refused.value ?? "", limit: PulledRows.shownCharacters)
+            checkVisible(refused.description, limit: 400)
+        }
+        let first = cells.first ?? nil
+        if let value = (try? PulledRows.integer(first, "minor", in: 0...65535)) ?? nil {
+            require((0...65535).contains(value) && Int64(first ?? "") == value, "an integer read as another")
+        }
+        if let overrides = try? ProfileLoader.parseOverrides(first ?? "", source: "fuzz") {
+            for (key, value) in overrides {
+                let rule = ProfileLoader.overrideKeys.first { $0.name == key }
+                require(rule?.range.contains(value) == true, "override \(key) \(value) taken")
+            }
         }
     }
 
@@ -240,6 +300,29 @@ enum FuzzTarget: String, CaseIterable {
                 Array("plain SBeacon, \"quoted\"\r\nnext".utf8),
             ]
         case .expansion: return [[0x01, 0x03, 0x07], [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF], [0x00]]
+        case .rows:
+            let at = "2026-12-02T10:00:00.000Z"
+            let rows: [[String?]] = [
+                [
+                    "C0:FE:00:00:00:01", "car", "250", "fixed", "42", #"{"cornering":300,"duration":400}"#, at, "o@hq",
+                    at, "b1",
+                ],
+                ["c0:fe:00:00:00:02", "van", nil, "auto", nil, "{}", at, "office@hq", nil, nil],
+                ["C0:FE:00:00:00:01", "car", "99999999999", "fixed", "70000", "{}", at, "o@hq", nil, nil],
+                ["C0:FE:00:00:00:01", "car", "-1", "keep", "-5", #"{"cornering":9999}"#, at, "o@hq", nil, nil],
+                [
+                    "C0:FE:00:00:00:0\u{1B}", "../../../etc/passwd", "1", "sometimes", nil, #"{"cornering":"#, at, "o",
+                    nil, nil,
+                ],
+                [
+                    "C0:FE:00:00:00:01", "car", "1", "auto", nil, #"{"braking":60,"braking":70}"#,
+                    "2026-02-30T10:00:00.000Z", "o", nil, nil,
+                ],
+                ["999", "", "9223372036854775807", "", "", "", "", "", "", ""],
+            ]
+            return rows.map { row in
+                Array(row.map { $0.map { Array($0.utf8) } ?? [0x1E] }.joined(separator: [0x1F]))
+            }
         case .gattText:
             return [
                 Array("1.0.8".utf8), Array("SB-1\u{0}\u{0}\u{0}".utf8), [0x1B, 0x5D, 0x30, 0x3B, 0x07, 0x00, 0x1B],

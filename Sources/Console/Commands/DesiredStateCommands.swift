@@ -197,7 +197,8 @@ extension Session {
         if invocation.inventoryIsServer, let url = invocation.inventoryPath {
             // The office: on the shared server, under its conflict rule.
             do {
-                (replaced, conflicts) = try ServerAssignments.assign(assignments, url: url)
+                (replaced, conflicts) = try ServerAssignments.assign(
+                    assignments, url: url, profiles: Set(profiles.keys))
             } catch {
                 throw ConsoleFailure(.infrastructure, "assign: \(error.message) (nothing was assigned)")
             }

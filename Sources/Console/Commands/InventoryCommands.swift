@@ -198,25 +198,37 @@ extension Session {
     // MARK: Sync
 
     /// Pushes the inventory; the URL (it may hold a password) is never printed.
+    /// Server rows that fail the checks are named and make the status 2
+    /// (nothing of them taken, nothing of them changed). SIGINT or SIGTERM
+    /// stops it at the next statement, the one in flight cancelled: it
+    /// says what was sent, then 130 or 143.
     func sync(to url: String, includeSimulated: Bool) async throws(ConsoleFailure) {
         let inventory = try inventory()
         let report: InventorySync.Report
         let terminal = self.terminal
+        let stop = SyncStop()
+        let sent = InventorySync.SentRows()
+        // The first SIGTERM is the sync's (a second ends the process at once).
+        Signals.onTerminate { stop.request("SIGTERM") }
+        defer { Signals.onTerminate(nil) }
         do {
-            report = try await InventorySync.push(
-                inventory, to: url, includeSimulated: includeSimulated,
-                progress: { table, sent in
-                    if terminal.errorIsTerminal { terminal.status("sync: \(table) \(sent)…") }
-                },
-                retrying: { error, wait, attempt in
-                    terminal.status(nil)
-                    terminal.warning(
-                        "sync: \(error.message); trying again in \(Self.seconds(Double(wait.components.seconds)))"
-                            + " (attempt \(attempt))")
-                })
+            report = try await Self.stoppable(stop) { () async throws(SyncError) in
+                try await InventorySync.push(
+                    inventory, to: url, includeSimulated: includeSimulated, stop: stop, sent: sent,
+                    progress: { table, sent in
+                        if terminal.errorIsTerminal { terminal.status("sync: \(table) \(sent)…") }
+                    },
+                    retrying: { error, wait, attempt in
+                        terminal.status(nil)
+                        terminal.warning(
+                            "sync: \(error.message); trying again in \(Self.seconds(Double(wait.components.seconds)))"
+                                + " (attempt \(attempt))")
+                    })
+            }
             terminal.status(nil)
         } catch {
             terminal.status(nil)
+            if let reason = error.stoppedBy { return await syncStopped(reason, inventory, sent: sent.snapshot) }
             throw ConsoleFailure(.infrastructure, "sync: \(error.message) (the local inventory is unchanged)")
         }
         // Remembered (without a password) as the server that hands out identities.
@@ -225,37 +237,92 @@ extension Session {
         }
         // Desired state both ways (docs/office.md).
         let exchange: ServerAssignments.Exchange
+        let profileNames = Set(profiles.keys)
         do {
-            exchange = try await ServerAssignments.exchange(inventory, url: url)
+            exchange = try await Self.stoppable(stop) { () async throws(SyncError) in
+                try await ServerAssignments.exchange(inventory, url: url, profiles: profileNames, stop: stop)
+            }
         } catch {
+            if let reason = error.stoppedBy { return await syncStopped(reason, inventory, sent: sent.snapshot) }
             throw ConsoleFailure(.infrastructure, "sync: assignments: \(error.message) (the rows above were sent)")
         }
+        let refused = report.refused + exchange.refused
         let order = InventorySync.tableNames
         if json {
             terminal.emit(
                 .sync,
-                [
-                    "bench": .string(report.benchID),
-                    "sent": .object(report.sent.mapValues { .int($0) }),
-                    "held_back_runs": .int(report.heldBackRuns), "held_back_devices": .int(report.heldBackDevices),
-                    "assignments_pushed": .int(exchange.pushed), "assignments_pulled": .int(exchange.pulled),
-                    "assignments_converged": .int(exchange.converged),
-                    "assignment_conflicts": .array(exchange.conflicts.map { .string($0.description) }),
-                ])
+                Shapes.sync(
+                    bench: report.benchID, sent: report.sent, heldBackRuns: report.heldBackRuns,
+                    heldBackDevices: report.heldBackDevices, exchange: exchange, refused: refused, stoppedBy: nil))
         } else {
             let counts = order.map { "\($0) \(report.sent[$0] ?? 0)" }.joined(separator: ", ")
             terminal.result("synced bench \(report.benchID): sent \(counts)")
             terminal.message(
                 "assignments: pushed \(exchange.pushed), pulled \(exchange.pulled), converged here first \(exchange.converged)"
+                    + ", refused \(exchange.refused.count)"
             )
         }
         for conflict in exchange.conflicts { terminal.warning("sync: assignment conflict: \(conflict)") }
+        for row in refused {
+            terminal.error(
+                "sync: refused \(row.table) row \(row.key): \(row.field) \(row.value.map { "'\($0)'" } ?? "NULL")"
+                    + " \(row.reason); not applied here, left on the server as it is")
+        }
+        for address in exchange.notPushed {
+            terminal.warning(
+                "sync: \(address): this bench's assignment was not pushed: the server's row for the device is refused"
+                    + " (above), and a sync never writes over one")
+        }
+        if !refused.isEmpty {
+            terminal.message(
+                "\(refused.count) server row\(refused.count == 1 ? "" : "s") refused (docs/office.md, \"Rows the server"
+                    + " holds\"): fix or delete \(refused.count == 1 ? "it" : "them") on the server; the rest was synced"
+            )
+            note(.devicesFailed)
+        }
         if report.heldBackRuns > 0 {
             terminal.message(
                 "held back \(report.heldBackRuns) simulated run\(report.heldBackRuns == 1 ? "" : "s")"
                     + " (\(report.heldBackDevices) device\(report.heldBackDevices == 1 ? "" : "s") seen only there);"
                     + " --include-simulated pushes them")
         }
+    }
+
+    /// Runs `body`, a stop requested when the task is cancelled (Ctrl-C).
+    static func stoppable<T: Sendable>(
+        _ stop: SyncStop, _ body: () async throws(SyncError) -> T
+    ) async throws(SyncError) -> T {
+        do {
+            return try await withTaskCancellationHandler {
+                try await body()
+            } onCancel: {
+                stop.request("SIGINT")
+            }
+        } catch let error as SyncError {
+            throw error
+        } catch {
+            throw SyncError("\(error)")
+        }
+    }
+
+    /// A sync stopped by `reason` (a signal): what it sent, then the exit
+    /// status the signal means (130, or 143 for SIGTERM).
+    func syncStopped(_ reason: String, _ inventory: Inventory, sent: [String: Int]) async {
+        let counts = InventorySync.tableNames.map { "\($0) \(sent[$0] ?? 0)" }.joined(separator: ", ")
+        if json {
+            terminal.emit(
+                .sync,
+                Shapes.sync(
+                    bench: (try? await inventory.benchID()) ?? "",
+                    sent: Dictionary(uniqueKeysWithValues: InventorySync.tableNames.map { ($0, sent[$0] ?? 0) }),
+                    heldBackRuns: 0, heldBackDevices: 0,
+                    exchange: ServerAssignments.Exchange(), refused: [], stoppedBy: reason))
+        }
+        terminal.error(
+            "sync: stopped by \(reason): sent \(counts); each chunk sent is committed on the server, the statement"
+                + " under way was cancelled (rolled back); assignments were not exchanged; the local inventory is"
+                + " unchanged; sync again to finish")
+        if reason == "SIGTERM" { note(.terminated) } else { markInterrupted() }
     }
 
     // MARK: Forgetting
@@ -304,5 +371,32 @@ extension Session {
         }
         for name in report.unknown { terminal.error("the inventory has no device \(name)") }
         if !report.unknown.isEmpty || !report.ambiguous.isEmpty { note(.badInput) }
+    }
+}
+
+extension Shapes {
+    /// docs/json.md, `sync`.
+    static func sync(
+        bench: String, sent: [String: Int], heldBackRuns: Int, heldBackDevices: Int,
+        exchange: ServerAssignments.Exchange, refused: [RefusedRow], stoppedBy: String?
+    ) -> [String: JSONValue] {
+        [
+            "bench": .string(bench),
+            "sent": .object(sent.mapValues { .int($0) }),
+            "held_back_runs": .int(heldBackRuns), "held_back_devices": .int(heldBackDevices),
+            "assignments_pushed": .int(exchange.pushed), "assignments_pulled": .int(exchange.pulled),
+            "assignments_converged": .int(exchange.converged),
+            "assignment_conflicts": .array(exchange.conflicts.map { .string($0.description) }),
+            "assignments_not_pushed": .array(exchange.notPushed.map { .string($0) }),
+            "refused": .array(
+                refused.map {
+                    .object([
+                        "table": .string($0.table), "key": .string($0.key), "field": .string($0.field),
+                        "reason": .string($0.reason), "value": .optional($0.value),
+                    ])
+                }),
+            "refused_count": .int(refused.count),
+            "stopped_by": .optional(stoppedBy),
+        ]
     }
 }
