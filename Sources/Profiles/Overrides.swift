@@ -29,6 +29,8 @@ extension ProfileLoader {
             throw ProfileError(
                 file: source, keyPath: "", message: "\(bytes.count) bytes of overrides; at most \(overridesBytes)")
         }
+        // JSONSyntax refuses a key written twice (Foundation's parser
+        // would keep the last) and an exponent, as in a profile.
         if let failure = JSONSyntax.firstError(in: bytes) {
             throw ProfileError(
                 file: source, keyPath: "",
@@ -38,19 +40,12 @@ extension ProfileLoader {
         do {
             let value = try JSONSerialization.jsonObject(with: Data(bytes), options: [])
             let object = try reader.object(value, "", allowed: overrideKeys.map(\.name))
-            // Each member is `"key": number` (the checks below), so the
-            // text holds one `:` per member: more than the object's keys
-            // means a key written twice (the parser keeps only the last).
-            let members = bytes.lazy.filter { $0 == UInt8(ascii: ":") }.count
             var found: [String: UInt16] = [:]
             for rule in overrideKeys {
                 let range = Int(rule.range.lowerBound)...Int(rule.range.upperBound)
                 if let number = try reader.number(object, rule.name, "", in: range, unit: " " + rule.unit) {
                     found[rule.name] = UInt16(number)
                 }
-            }
-            guard members == object.count else {
-                throw reader.fail("", "a key is written more than once")
             }
             return found
         } catch let error as ProfileError {
