@@ -230,10 +230,13 @@ public struct RowCheck: Sendable {
         self.table = table
         rules = StoredRule.columns[table] ?? [:]
         self.key = key.map { value -> String in
-            switch value {
-            case .text(let text): Visible.text(text, limit: 40)
-            default: StoredRule.shown(value)
+            // A plain key as it is (an address, a bench id); any other quoted.
+            if case .text(let text) = value, !text.isEmpty, text.utf8.count <= 40,
+                text.unicodeScalars.allSatisfy({ Visible.isShownAsIs($0) && $0 != " " && $0 != "'" && $0 != "/" })
+            {
+                return text
             }
+            return StoredRule.shown(value)
         }.joined(separator: "/")
     }
 

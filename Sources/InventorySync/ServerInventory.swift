@@ -134,6 +134,27 @@ public actor ServerInventory: InventoryReader {
         return formatter.string(from: Date(timeIntervalSince1970: milliseconds))
     }
 
+    /// SQL: `pulled_at` (the inventory's timestamp text) as epoch
+    /// milliseconds for sorting, from its digits rather than a cast: one
+    /// row whose text is no time must not fail every office's listing (a
+    /// cast would). Text not of the form is NULL; a date that does not
+    /// exist (2026-02-30) gives a number near it, and the row's check
+    /// (`RecordRows`) leaves it out and names it.
+    static let sortMilliseconds: String = {
+        let column = "pulled_at"
+        func part(_ from: Int, _ count: Int) -> String { "substr(\(column), \(from), \(count))::bigint" }
+        let (year, month, day) = (part(1, 4), part(6, 2), part(9, 2))
+        let shifted = "(\(year) - CASE WHEN \(month) <= 2 THEN 1 ELSE 0 END)"
+        let yearOfEra = "(\(shifted) - (\(shifted) / 400) * 400)"
+        let dayOfYear = "((153 * (\(month) + CASE WHEN \(month) > 2 THEN -3 ELSE 9 END) + 2) / 5 + \(day) - 1)"
+        let dayOfEra = "(\(yearOfEra) * 365 + \(yearOfEra) / 4 - \(yearOfEra) / 100 + \(dayOfYear))"
+        let days = "((\(shifted) / 400) * 146097 + \(dayOfEra) - 719468)"
+        let seconds = "(\(days) * 86400 + \(part(12, 2)) * 3600 + \(part(15, 2)) * 60 + \(part(18, 2)))"
+        let fraction = "coalesce(rpad(substring(\(column) from '^.{19}[.]([0-9]{1,3})'), 3, '0')::bigint, 0)"
+        return "(CASE WHEN \(column) ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,9})?Z$'"
+            + " THEN \(seconds) * 1000 + \(fraction) END)"
+    }()
+
     /// Pulled records of every bench, newest first (as `Inventory.records`):
     /// a record two benches pulled is listed once, as the first pulled it.
     public func records(_ query: RecordQuery) throws -> RecordPage {
@@ -154,7 +175,7 @@ public actor ServerInventory: InventoryReader {
                     SELECT device, start_ms, end_ms, beacon_index, pulled_at, bench_id FROM (
                         SELECT DISTINCT ON (device, start_ms, end_ms) *,
                             CASE WHEN start_ms >= $6::bigint THEN start_ms
-                                ELSE (extract(epoch FROM pulled_at::timestamptz) * 1000)::bigint END AS sort_ms
+                                ELSE \(Self.sortMilliseconds) END AS sort_ms
                         FROM trips
                         WHERE $1::text IS NULL OR device = upper($1)
                            OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
@@ -174,7 +195,7 @@ public actor ServerInventory: InventoryReader {
                     FROM (
                         SELECT DISTINCT ON (device, at_ms, type, beacon_index) *,
                             CASE WHEN at_ms >= $6::bigint THEN at_ms
-                                ELSE (extract(epoch FROM pulled_at::timestamptz) * 1000)::bigint END AS sort_ms
+                                ELSE \(Self.sortMilliseconds) END AS sort_ms
                         FROM events
                         WHERE $1::text IS NULL OR device = upper($1)
                            OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
@@ -194,7 +215,7 @@ public actor ServerInventory: InventoryReader {
                     FROM (
                         SELECT DISTINCT ON (device, incident_id, at_ms) *,
                             CASE WHEN at_ms >= $6::bigint THEN at_ms
-                                ELSE (extract(epoch FROM pulled_at::timestamptz) * 1000)::bigint END AS sort_ms
+                                ELSE \(Self.sortMilliseconds) END AS sort_ms
                         FROM incidents
                         WHERE $1::text IS NULL OR device = upper($1)
                            OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
