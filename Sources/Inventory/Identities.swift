@@ -117,12 +117,12 @@ extension Inventory {
                 // range is no minor: StoredValues.swift).
                 let stored = max(
                     try database.rows(
-                        "SELECT max(minor) FROM identities WHERE major = ? AND \(Self.validMinor)", [.integer(major)]
+                        "SELECT max(minor) FROM identities WHERE major = ? AND typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535", [.integer(major)]
                     ).first?.first?.integer ?? 0,
                     try database.rows(
                         """
                         SELECT max(minor) FROM devices
-                        WHERE major = ? AND address <> ? AND forgotten_at IS NULL AND \(Self.validMinor)
+                        WHERE major = ? AND address <> ? AND forgotten_at IS NULL AND typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535
                         """,
                         [.integer(major), .text(address)]
                     ).first?.first?.integer ?? 0,
@@ -215,18 +215,15 @@ extension Inventory {
         return MeantIdentity(identity: identity, source: source, profile: profile)
     }
 
-    /// SQL: `minor` is an integer a beacon can hold.
-    static let validMinor = "typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535"
-
     /// Minors under `major` this inventory knows, for a shared server's
     /// allocation to start above.
     public func highestMinor(major: UInt16) throws -> UInt16 {
         let value = max(
             try database.rows(
-                "SELECT max(minor) FROM identities WHERE major = ? AND \(Self.validMinor)", [.integer(Int64(major))]
+                "SELECT max(minor) FROM identities WHERE major = ? AND typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535", [.integer(Int64(major))]
             ).first?.first?.integer ?? 0,
             try database.rows(
-                "SELECT max(minor) FROM devices WHERE major = ? AND forgotten_at IS NULL AND \(Self.validMinor)",
+                "SELECT max(minor) FROM devices WHERE major = ? AND forgotten_at IS NULL AND typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535",
                 [.integer(Int64(major))]
             )
             .first?.first?.integer ?? 0)

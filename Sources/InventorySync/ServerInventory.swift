@@ -134,29 +134,12 @@ public actor ServerInventory: InventoryReader {
         return formatter.string(from: Date(timeIntervalSince1970: milliseconds))
     }
 
-    /// SQL: `pulled_at` (the inventory's timestamp text) as epoch
-    /// milliseconds for sorting, from its digits rather than a cast: one
-    /// row whose text is no time must not fail every office's listing (a
-    /// cast would). Text not of the form is NULL; a date that does not
-    /// exist (2026-02-30) gives a number near it, and the row's check
-    /// (`RecordRows`) leaves it out and names it.
-    static let sortMilliseconds: String = {
-        let column = "pulled_at"
-        func part(_ from: Int, _ count: Int) -> String { "substr(\(column), \(from), \(count))::bigint" }
-        let (year, month, day) = (part(1, 4), part(6, 2), part(9, 2))
-        let shifted = "(\(year) - CASE WHEN \(month) <= 2 THEN 1 ELSE 0 END)"
-        let yearOfEra = "(\(shifted) - (\(shifted) / 400) * 400)"
-        let dayOfYear = "((153 * (\(month) + CASE WHEN \(month) > 2 THEN -3 ELSE 9 END) + 2) / 5 + \(day) - 1)"
-        let dayOfEra = "(\(yearOfEra) * 365 + \(yearOfEra) / 4 - \(yearOfEra) / 100 + \(dayOfYear))"
-        let days = "((\(shifted) / 400) * 146097 + \(dayOfEra) - 719468)"
-        let seconds = "(\(days) * 86400 + \(part(12, 2)) * 3600 + \(part(15, 2)) * 60 + \(part(18, 2)))"
-        let fraction = "coalesce(rpad(substring(\(column) from '^.{19}[.]([0-9]{1,3})'), 3, '0')::bigint, 0)"
-        return "(CASE WHEN \(column) ~ '^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}([.][0-9]{1,9})?Z$'"
-            + " THEN \(seconds) * 1000 + \(fraction) END)"
-    }()
-
     /// Pulled records of every bench, newest first (as `Inventory.records`):
     /// a record two benches pulled is listed once, as the first pulled it.
+    /// A record without a real time sorts by `pulled_at`, computed from its
+    /// digits (`m`) rather than cast: a cast fails the whole query on one
+    /// row whose text is no time; this way such a row sorts last (or near
+    /// its date, 2026-02-30) and its check (`RecordRows`) leaves it out.
     public func records(_ query: RecordQuery) throws -> RecordPage {
         let fetch = query.limit.map { String(max(0, $0) + 1) }
         let milliseconds = { (date: Date) in String(Int64((date.timeIntervalSince1970 * 1000).rounded(.down))) }
@@ -175,8 +158,13 @@ public actor ServerInventory: InventoryReader {
                     SELECT device, start_ms, end_ms, beacon_index, pulled_at, bench_id FROM (
                         SELECT DISTINCT ON (device, start_ms, end_ms) *,
                             CASE WHEN start_ms >= $6::bigint THEN start_ms
-                                ELSE \(Self.sortMilliseconds) END AS sort_ms
-                        FROM trips
+                                ELSE (extract(epoch FROM (m[1] || '-01-01T00:00:00Z')::timestamptz
+                                + make_interval(months => m[2]::int - 1, days => m[3]::int - 1, hours => m[4]::int,
+                                    mins => m[5]::int, secs => (m[6] || '.' || coalesce(m[7], '0'))::float8))
+                                * 1000)::bigint END AS sort_ms
+                        FROM trips LEFT JOIN LATERAL regexp_match(pulled_at,
+                            '^([1-9][0-9]{3})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.]([0-9]{1,9}))?Z$')
+                            AS m ON true
                         WHERE $1::text IS NULL OR device = upper($1)
                            OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
                         ORDER BY device, start_ms, end_ms, pulled_at, bench_id
@@ -195,8 +183,13 @@ public actor ServerInventory: InventoryReader {
                     FROM (
                         SELECT DISTINCT ON (device, at_ms, type, beacon_index) *,
                             CASE WHEN at_ms >= $6::bigint THEN at_ms
-                                ELSE \(Self.sortMilliseconds) END AS sort_ms
-                        FROM events
+                                ELSE (extract(epoch FROM (m[1] || '-01-01T00:00:00Z')::timestamptz
+                                + make_interval(months => m[2]::int - 1, days => m[3]::int - 1, hours => m[4]::int,
+                                    mins => m[5]::int, secs => (m[6] || '.' || coalesce(m[7], '0'))::float8))
+                                * 1000)::bigint END AS sort_ms
+                        FROM events LEFT JOIN LATERAL regexp_match(pulled_at,
+                            '^([1-9][0-9]{3})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.]([0-9]{1,9}))?Z$')
+                            AS m ON true
                         WHERE $1::text IS NULL OR device = upper($1)
                            OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
                         ORDER BY device, at_ms, type, beacon_index, pulled_at, bench_id
@@ -215,8 +208,13 @@ public actor ServerInventory: InventoryReader {
                     FROM (
                         SELECT DISTINCT ON (device, incident_id, at_ms) *,
                             CASE WHEN at_ms >= $6::bigint THEN at_ms
-                                ELSE \(Self.sortMilliseconds) END AS sort_ms
-                        FROM incidents
+                                ELSE (extract(epoch FROM (m[1] || '-01-01T00:00:00Z')::timestamptz
+                                + make_interval(months => m[2]::int - 1, days => m[3]::int - 1, hours => m[4]::int,
+                                    mins => m[5]::int, secs => (m[6] || '.' || coalesce(m[7], '0'))::float8))
+                                * 1000)::bigint END AS sort_ms
+                        FROM incidents LEFT JOIN LATERAL regexp_match(pulled_at,
+                            '^([1-9][0-9]{3})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.]([0-9]{1,9}))?Z$')
+                            AS m ON true
                         WHERE $1::text IS NULL OR device = upper($1)
                            OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
                         ORDER BY device, incident_id, at_ms, pulled_at, bench_id
