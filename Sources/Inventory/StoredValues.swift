@@ -74,7 +74,9 @@ public enum StoredRule: Sendable {
     /// A step's duration: at most a day.
     static let stepMilliseconds: StoredRule = .integer(0...FleetHistory.stepMillisecondsLimit)
     static let id: StoredRule = .integer(1...Int64(Int32.max) * 1024)
-    static let deviceText: StoredRule = .text(256)
+    /// A Device Information string: an attribute's 512 bytes, each byte
+    /// that is no UTF-8 kept as a character (up to 4 bytes of UTF-8).
+    static let deviceText: StoredRule = .text(2048)
     static let message: StoredRule = .text(16 * 1024)
 
     /// The rule of every column the read commands use, by table: one
