@@ -27,6 +27,9 @@ public actor Session {
     var bench: Bench?
     private var inventoryHandle: Inventory?
     private var serverHandle: ServerInventory?
+    /// Stored values that failed their checks, read other than through a
+    /// reader (the server's drift): reported with the readers' own.
+    var pendingStoredFindings: [StoredFinding] = []
     private var sharedRegistry: (any SharedIdentities)?
     private var runID: Int64?
     private var simulator: SimulatorProcess?
@@ -281,7 +284,8 @@ public actor Session {
     /// read back"): each one line on standard error (with `--json`, a
     /// `stored_value` line too), after the command's output; exit status 2.
     func reportStoredFindings() async {
-        var found: [StoredFinding] = []
+        var found = pendingStoredFindings
+        pendingStoredFindings = []
         var more = 0
         for reader in [inventoryHandle as (any InventoryReader)?, serverHandle].compactMap({ $0 }) {
             let taken = await reader.takeStoredFindings()

@@ -230,10 +230,12 @@ public enum ServerAssignments {
     /// The fleet's drift, as the office sees it: each assignment against
     /// the merged fleet (`fleet_devices`: the latest observation of each
     /// fact across benches) and the identity claimed for the device.
+    /// `stored`: the observed values that failed their checks (read as
+    /// unknown; docs/inventory.md, "Values read back").
     public static func drift(
         url: String, profiles: [String: Profile]
     ) throws(SyncError) -> (
-        findings: [DriftFinding], assigned: Int
+        findings: [DriftFinding], assigned: Int, stored: [StoredFinding]
     ) {
         let server = try PostgresConnection(url)
         try InventorySync.prepareSchema(server, creating: false)
@@ -248,12 +250,14 @@ public enum ServerAssignments {
             """
         ).rows
         var observed: [String: ObservedState] = [:]
+        var stored: [StoredFinding] = []
         for row in rows {
             guard let address = row[0].text, row[13].text != nil else { continue }
-            observed[address] = ObservedState(row: Array(row[1...12]))
+            observed[address] = ObservedState(row: Array(row[1...12]), address: row[0], findings: &stored)
         }
         return (
-            assignments.flatMap { DesiredState.drift($0, observed[$0.address], profiles: profiles) }, assignments.count
+            assignments.flatMap { DesiredState.drift($0, observed[$0.address], profiles: profiles) }, assignments.count,
+            stored
         )
     }
 
