@@ -331,7 +331,9 @@ public struct FleetReport: Sendable {
 
         var crossing: [String: Int] = [:]
         for projection in projections + crossingThisQuarter.filter({ $0.readings == 0 }) {
-            if let at = projection.crossing, let days = Int(exactly: (at.timeIntervalSince(now) / 86_400).rounded(.down)) {
+            if let at = projection.crossing,
+                let days = Int(exactly: (at.timeIntervalSince(now) / 86_400).rounded(.down))
+            {
                 // Already below (at or before now) is negative, never 0.
                 crossing[projection.device] = at <= now ? min(-1, days) : days
             }

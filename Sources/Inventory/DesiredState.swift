@@ -107,7 +107,9 @@ extension Assignment {
         let convergedAt = check.text(row[9], "converged_at")
         let convergedRun = check.integer(row[10], "converged_run")
         if let policy, (policy == .fixed) != (minor != nil), check.isClean {
-            check.fail("minor", row[4], policy == .fixed ? "is missing for minor_policy fixed" : "is set, minor_policy is not fixed")
+            check.fail(
+                "minor", row[4],
+                policy == .fixed ? "is missing for minor_policy fixed" : "is set, minor_policy is not fixed")
         }
         guard check.isClean, let address, let profile, let policy, let overrides, let assignedAt, let assignedBy,
             let source
@@ -203,7 +205,8 @@ public struct ConfigOverrides: Sendable, Equatable, CustomStringConvertible {
             guard let exact = UInt16(exactly: value), rule.range.contains(exact) else {
                 return .failure(
                     OverridesError(
-                        description: "has \(key) outside \(rule.range.lowerBound)–\(rule.range.upperBound) \(rule.unit)"))
+                        description: "has \(key) outside \(rule.range.lowerBound)–\(rule.range.upperBound) \(rule.unit)"
+                    ))
             }
             _ = overrides.set(key, exact)
         }

@@ -117,7 +117,8 @@ extension Inventory {
                 // range is no minor: StoredValues.swift).
                 let stored = max(
                     try database.rows(
-                        "SELECT max(minor) FROM identities WHERE major = ? AND typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535", [.integer(major)]
+                        "SELECT max(minor) FROM identities WHERE major = ? AND typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535",
+                        [.integer(major)]
                     ).first?.first?.integer ?? 0,
                     try database.rows(
                         """
@@ -220,7 +221,8 @@ extension Inventory {
     public func highestMinor(major: UInt16) throws -> UInt16 {
         let value = max(
             try database.rows(
-                "SELECT max(minor) FROM identities WHERE major = ? AND typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535", [.integer(Int64(major))]
+                "SELECT max(minor) FROM identities WHERE major = ? AND typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535",
+                [.integer(Int64(major))]
             ).first?.first?.integer ?? 0,
             try database.rows(
                 "SELECT max(minor) FROM devices WHERE major = ? AND forgotten_at IS NULL AND typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535",

@@ -70,7 +70,8 @@ public actor Inventory {
         for row in open {
             guard let id = row[0].integer else { continue }
             let sameHost = row[1].text == host
-            if sameHost, let pid = row[2].integer.flatMap(pid_t.init(exactly:)), pid > 0, kill(pid, 0) == 0 || errno == EPERM
+            if sameHost, let pid = row[2].integer.flatMap(pid_t.init(exactly:)), pid > 0,
+                kill(pid, 0) == 0 || errno == EPERM
             {
                 continue  // still running here
             }

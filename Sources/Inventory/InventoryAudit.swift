@@ -9,24 +9,26 @@ extension Inventory {
     /// devices are left out.
     public func auditSubjects() throws -> [AuditSubject] {
         guard try hasSchema4() else {
-            return checked(try database.rows(
+            return checked(
+                try database.rows(
+                    """
+                    SELECT d.address, d.profile, d.battery, d.firmware, d.calibrated, d.calibrated_at, d.calibration_x,
+                           d.calibration_y, d.calibration_z, d.config_cornering, d.config_braking, d.config_acceleration,
+                           d.config_duration, d.config_enable, d.config_read_at, d.last_seen, d.major, d.minor,
+                           i.major, i.minor, CASE WHEN i.source = 'profile' THEN 'profile ' || i.profile ELSE i.source END
+                    FROM devices d LEFT JOIN identities i ON i.device = d.address ORDER BY d.address
+                    """), DeviceRows.auditSubject)
+        }
+        return checked(
+            try database.rows(
                 """
                 SELECT d.address, d.profile, d.battery, d.firmware, d.calibrated, d.calibrated_at, d.calibration_x,
                        d.calibration_y, d.calibration_z, d.config_cornering, d.config_braking, d.config_acceleration,
                        d.config_duration, d.config_enable, d.config_read_at, d.last_seen, d.major, d.minor,
                        i.major, i.minor, CASE WHEN i.source = 'profile' THEN 'profile ' || i.profile ELSE i.source END
-                FROM devices d LEFT JOIN identities i ON i.device = d.address ORDER BY d.address
+                FROM devices d LEFT JOIN identities i ON i.device = d.address WHERE d.forgotten_at IS NULL
+                ORDER BY d.address
                 """), DeviceRows.auditSubject)
-        }
-        return checked(try database.rows(
-            """
-            SELECT d.address, d.profile, d.battery, d.firmware, d.calibrated, d.calibrated_at, d.calibration_x,
-                   d.calibration_y, d.calibration_z, d.config_cornering, d.config_braking, d.config_acceleration,
-                   d.config_duration, d.config_enable, d.config_read_at, d.last_seen, d.major, d.minor,
-                   i.major, i.minor, CASE WHEN i.source = 'profile' THEN 'profile ' || i.profile ELSE i.source END
-            FROM devices d LEFT JOIN identities i ON i.device = d.address WHERE d.forgotten_at IS NULL
-            ORDER BY d.address
-            """), DeviceRows.auditSubject)
     }
 
     /// Assigns a profile to a device.

@@ -73,15 +73,16 @@ extension Inventory {
                     FROM devices WHERE ?1 IS NULL OR address = upper(?1) OR mac_ending = lower(?1) ORDER BY address
                     """, [SQLiteValue(name)]), DeviceRows.record)
         }
-        return checked(try database.rows(
-            """
-            SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
-                   calibrated, calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
-                   config_cornering, config_braking, config_acceleration, config_duration, config_enable
-            FROM devices
-            WHERE forgotten_at IS NULL AND (?1 IS NULL OR address = upper(?1) OR mac_ending = lower(?1))
-            ORDER BY address
-            """, [SQLiteValue(name)]), DeviceRows.record)
+        return checked(
+            try database.rows(
+                """
+                SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
+                       calibrated, calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
+                       config_cornering, config_braking, config_acceleration, config_duration, config_enable
+                FROM devices
+                WHERE forgotten_at IS NULL AND (?1 IS NULL OR address = upper(?1) OR mac_ending = lower(?1))
+                ORDER BY address
+                """, [SQLiteValue(name)]), DeviceRows.record)
     }
 
     /// `rows` through a checking row builder: the rows it keeps, its

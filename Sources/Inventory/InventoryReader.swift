@@ -121,10 +121,7 @@ public enum DeviceRows {
         subject.firmware = check.text(row[3], "firmware").flatMap { try? FirmwareVersion($0) }
         subject.calibrated = check.integer(row[4], "calibrated").map { $0 != 0 }
         subject.calibratedAt = check.date(row[5], "calibrated_at")
-        if case .null = row[6] {
-        } else {
-            subject.calibrationVector = vector(row[6], row[7], row[8], &check)
-        }
+        if row[6] != .null { subject.calibrationVector = vector(row[6], row[7], row[8], &check) }
         subject.config = config(row[9...13], &check)
         subject.configReadAt = check.date(row[14], "config_read_at")
         subject.lastSeen = check.date(row[15], "last_seen", required: true)
@@ -134,10 +131,9 @@ public enum DeviceRows {
             var meant = RowCheck(row.count > 21 ? "identity_claims" : "identities", key: [row[0]])
             subject.meantIdentity = identity(row[18], row[19], &meant)
             if subject.meantIdentity != nil {
-                if case .text(let why) = row[20], why.utf8.count <= 300, why.unicodeScalars.allSatisfy(Visible.isShownAsIs) {
+                if case .text(let why) = row[20], isMeantSource(why) {
                     subject.meantIdentitySource = why
-                } else if case .null = row[20] {
-                } else {
+                } else if row[20] != .null {
                     meant.fail("source", row[20], "is not a source (profile NAME, explicit, found, server)")
                 }
             }
@@ -173,6 +169,20 @@ public enum DeviceRows {
         return OutcomeRecord(
             id: id, run: run, device: device, step: step, status: status, detail: detail, error: error,
             startedAt: startedAt, durationMilliseconds: duration, bench: bench)
+    }
+
+    /// Why an identity is meant, as the audit queries spell it: `explicit`,
+    /// `found`, `server`, `profile NAME`, or (the server) `claimed by bench
+    /// ID8`.
+    static func isMeantSource(_ text: String) -> Bool {
+        if ["explicit", "found", "server"].contains(text) { return true }
+        if text.hasPrefix("profile ") { return ProfileLoader.isValidName(String(text.dropFirst(8))) }
+        if text.hasPrefix("claimed by bench ") {
+            let bench = text.dropFirst(17)
+            return !bench.isEmpty && bench.count <= 8
+                && bench.unicodeScalars.allSatisfy { $0.properties.isASCIIHexDigit || $0 == "-" }
+        }
+        return false
     }
 
     /// A major and a minor, when both are set and in range.

@@ -64,7 +64,8 @@ public enum StoredRule: Sendable {
     static let identityPart: StoredRule = .integer(0...Int64(UInt16.max))
     static let vectorPart: StoredRule = .integer(Int64(Int16.min)...Int64(Int16.max))
     static let threshold: StoredRule = .integer(
-        Int64(DrivingBehaviourConfig.thresholdRange.lowerBound)...Int64(DrivingBehaviourConfig.thresholdRange.upperBound))
+        Int64(
+            DrivingBehaviourConfig.thresholdRange.lowerBound)...Int64(DrivingBehaviourConfig.thresholdRange.upperBound))
     static let duration: StoredRule = .integer(
         Int64(DrivingBehaviourConfig.durationRange.lowerBound)...Int64(DrivingBehaviourConfig.durationRange.upperBound))
     static let unsigned16: StoredRule = .integer(0...Int64(UInt16.max))

@@ -152,7 +152,8 @@ public enum Auditor {
     ) -> AuditReport {
         let name = named ?? subject.assignedProfile
         var findings: [AuditFinding] = subject.storedFindings
-        if let notSeenAfterDays, let lastSeen = subject.lastSeen, let days = wholeDays(now.timeIntervalSince(lastSeen)) {
+        if let notSeenAfterDays, let lastSeen = subject.lastSeen, let days = wholeDays(now.timeIntervalSince(lastSeen))
+        {
             if days >= notSeenAfterDays { findings.append(.notSeen(days: days)) }
         }
         guard let name else {

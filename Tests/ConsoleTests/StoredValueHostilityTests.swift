@@ -198,7 +198,9 @@ struct StoredValueHostilityTests {
                 stdin: Self.readCommands(report: fixture.directory + "/report-\(index).html"), timeout: 60)
             problems += Self.problems(output, name, allowed: [0, 2])
             if output.stderr.contains("stored value: ") { withFindings += 1 }
-            for suffix in ["", "-wal", "-shm", "-reserve"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+            for suffix in ["", "-wal", "-shm", "-reserve"] {
+                try? FileManager.default.removeItem(atPath: path + suffix)
+            }
         }
         #expect(problems.isEmpty, "\(problems.prefix(20).joined(separator: "\n"))")
         // Most mutations are values no column may hold: they are reported.
@@ -223,7 +225,9 @@ struct StoredValueHostilityTests {
         let page = fixture.directory + "/fleet.html"
         let report = try await fixture.beaconbench(["report", "--out", page])
         #expect(report.status == 2, "\(report.stderr)")
-        #expect(report.stderr.contains("stored value: devices row \(Self.addresses[0]), calibration_x: 9223372036854775807"))
+        #expect(
+            report.stderr.contains("stored value: devices row \(Self.addresses[0]), calibration_x: 9223372036854775807")
+        )
         #expect(report.stderr.contains("stored value: readings row 1, battery: 4611686018427387903 is outside 0–100"))
         #expect(FileManager.default.fileExists(atPath: page))
         let list = try await fixture.beaconbench(["--json", "inventory", "list"])
@@ -280,7 +284,9 @@ struct StoredValueHostilityTests {
             ORDER BY table_name, ordinal_position
             """)
         let integers = ["9223372036854775807", "-9223372036854775808", "-1", "65536"]
-        let texts = ["''", "'NaN'", "E'\\x1b[31mred\\x07'", "'not-a-date'", "'2026-02-30T00:00:00.000Z'", "repeat('9', 10240)"]
+        let texts = [
+            "''", "'NaN'", "E'\\x1b[31mred\\x07'", "'not-a-date'", "'2026-02-30T00:00:00.000Z'", "repeat('9', 10240)",
+        ]
         for round in 0..<max(integers.count, texts.count) {
             for column in columns where column.count == 3 {
                 let value =
