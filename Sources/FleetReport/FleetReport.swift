@@ -25,7 +25,7 @@ public enum DeviceFilter: Sendable, Equatable {
         case .batteryBelow(let limit): device.battery.map { $0 < limit } ?? false
         case .firmwareBelow(let version):
             device.firmware.flatMap { try? FirmwareVersion($0) }.map { $0 < version } ?? false
-        case .minorRange(let low, let high): device.minor.map { (Int(low)...Int(high)).contains($0) } ?? false
+        case .minorRange(let low, let high): device.minor.map { Int(low) <= $0 && $0 <= Int(high) } ?? false
         case .address(let address): device.address == address.uppercased()
         case .macEnding(let ending): device.macEnding == ending.lowercased()
         }
@@ -375,14 +375,16 @@ public struct FleetReport: Sendable {
         trendUnit = span <= 2 * 86_400 ? "hour" : span <= 180 * 86_400 ? "day" : "week"
         struct Bucket {
             var start: Date
-            var sum = 0
+            // In Double: no sum of readings can overflow it (each is 0–100
+            // as read, StoredValues.swift; built by hand, any Int).
+            var sum = 0.0
             var count = 0
             var minimum = Int.max
             var maximum = Int.min
             var devices: Set<String> = []
 
             mutating func add(_ reading: BatteryReading) {
-                sum += reading.battery
+                sum += Double(reading.battery)
                 count += 1
                 minimum = min(minimum, reading.battery)
                 maximum = max(maximum, reading.battery)
@@ -397,7 +399,7 @@ public struct FleetReport: Sendable {
         }
         trend = buckets.map { key, bucket in
             TrendPoint(
-                period: key, start: bucket.start, mean: Double(bucket.sum) / Double(bucket.count),
+                period: key, start: bucket.start, mean: bucket.sum / Double(bucket.count),
                 minimum: bucket.minimum, maximum: bucket.maximum, readings: bucket.count, devices: bucket.devices.count)
         }.sorted { $0.start < $1.start }
 
