@@ -224,7 +224,9 @@ enum FuzzTarget: String, CaseIterable {
             func integer(_ value: Int64) -> [UInt8] {
                 [1] + (0..<8).reversed().map { UInt8(truncatingIfNeeded: UInt64(bitPattern: value) >> (8 * $0)) }
             }
-            func text(_ value: String) -> [UInt8] { [3, UInt8(min(255, value.utf8.count))] + Array(value.utf8.prefix(255)) }
+            func text(_ value: String) -> [UInt8] {
+                [3, UInt8(min(255, value.utf8.count))] + Array(value.utf8.prefix(255))
+            }
             let address = text("C0:FE:00:00:00:01")
             let time = text("2026-11-30T09:41:07.123Z")
             return [
