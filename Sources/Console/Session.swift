@@ -305,9 +305,10 @@ public actor Session {
             terminal.error("stored value: \(finding)")
         }
         if more > 0 { terminal.error("stored value: \(more) more values failed their checks") }
+        let count = found.count + more
         terminal.message(
-            "\(found.count + more) stored value\(found.count + more == 1 ? "" : "s") failed \(found.count + more == 1 ? "its check" : "their checks")"
-                + " and \(found.count + more == 1 ? "was" : "were") left out (read as unknown); the rest is shown."
+            "\(count) stored value\(count == 1 ? "" : "s") failed \(count == 1 ? "its check" : "their checks"):"
+                + " not used (read as unknown, or the row left out); the rest is shown."
                 + " docs/inventory.md, \"Values read back\"")
         note(.devicesFailed)
     }
