@@ -77,10 +77,12 @@ public enum DeviceRows {
     public static func record(_ row: [SQLiteValue], findings: inout [StoredFinding]) -> DeviceRecord? {
         var check = RowCheck("devices", key: [row[0]])
         defer { findings += check.findings }
-        guard let address = check.text(row[0], "address", required: true) else { return nil }
-        var record = DeviceRecord(
-            address: address,
-            seenAt: check.date(row[1], "last_seen", required: true) ?? Date(timeIntervalSince1970: 0))
+        // Without its address or when it was last seen, no record can be
+        // shown (a made-up time would be a value the inventory never held).
+        let address = check.text(row[0], "address", required: true)
+        let seenAt = check.date(row[1], "last_seen", required: true)
+        guard let address, let seenAt else { return nil }
+        var record = DeviceRecord(address: address, seenAt: seenAt)
         record.identity = identity(row[2], row[3], &check)
         record.model = check.text(row[4], "model")
         record.serial = check.text(row[5], "serial")
