@@ -74,7 +74,8 @@ public enum StoredRule: Sendable {
     static let milliseconds: StoredRule = .integer(0...253_402_300_799_999)
     /// A step's duration: at most a day.
     static let stepMilliseconds: StoredRule = .integer(0...FleetHistory.stepMillisecondsLimit)
-    static let id: StoredRule = .integer(1...Int64(Int32.max) * 1024)
+    /// A row id: positive, and exact in a JSON reader's doubles (2^53).
+    static let id: StoredRule = .integer(1...(1 << 53))
     /// A Device Information string: an attribute's 512 bytes, each byte
     /// that is no UTF-8 kept as a character (up to 4 bytes of UTF-8).
     static let deviceText: StoredRule = .text(2048)
