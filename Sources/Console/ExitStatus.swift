@@ -4,7 +4,8 @@ public enum ExitStatus: Int32, Sendable, Comparable {
     case ok = 0
     /// Bad usage or input: nothing was touched.
     case badInput = 1
-    /// Some devices failed (or an audit found problems).
+    /// Some devices failed (or an audit found problems, or stored values
+    /// failed their checks).
     case devicesFailed = 2
     /// The bus, BlueZ, the adapter or the inventory is unusable.
     case infrastructure = 3

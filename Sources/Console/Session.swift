@@ -28,6 +28,9 @@ public actor Session {
     var bench: Bench?
     private var inventoryHandle: Inventory?
     private var serverHandle: ServerInventory?
+    /// Stored values that failed their checks, read other than through a
+    /// reader (the server's drift): reported with the readers' own.
+    var pendingStoredFindings: [StoredFinding] = []
     private var sharedRegistry: (any SharedIdentities)?
     private var runID: Int64?
     private var simulator: SimulatorProcess?
@@ -297,6 +300,41 @@ public actor Session {
             terminal.error(error.message)
             note(error.status)
         }
+        await reportStoredFindings()
+    }
+
+    /// The stored values that failed their checks in what the command read
+    /// (the inventory's or the server's rows; docs/inventory.md, "Values
+    /// read back"): each one line on standard error (with `--json`, a
+    /// `stored_value` line too), after the command's output; exit status 2.
+    func reportStoredFindings() async {
+        var found = pendingStoredFindings
+        pendingStoredFindings = []
+        var more = 0
+        for reader in [inventoryHandle as (any InventoryReader)?, serverHandle].compactMap({ $0 }) {
+            let taken = await reader.takeStoredFindings()
+            found += taken.findings
+            more += taken.more
+        }
+        guard !found.isEmpty || more > 0 else { return }
+        for finding in found {
+            if json {
+                terminal.emit(
+                    .storedValue,
+                    [
+                        "table": .string(finding.table), "row": .string(finding.row), "field": .string(finding.field),
+                        "value": .string(finding.value), "reason": .string(finding.reason),
+                    ])
+            }
+            terminal.error("stored value: \(finding)")
+        }
+        if more > 0 { terminal.error("stored value: \(more) more values failed their checks") }
+        let count = found.count + more
+        terminal.message(
+            "\(count) stored value\(count == 1 ? "" : "s") failed \(count == 1 ? "its check" : "their checks"):"
+                + " not used (read as unknown, or the row left out); the rest is shown."
+                + " docs/inventory.md, \"Values read back\"")
+        note(.devicesFailed)
     }
 
     private func refreshSeen() {
@@ -447,7 +485,8 @@ public actor Session {
     }
 
     static func seconds(_ value: Double) -> String {
-        value == value.rounded() ? "\(Int(value)) s" : String(format: "%.1f s", value)
+        if value == value.rounded(), let whole = Int(exactly: value) { return "\(whole) s" }
+        return String(format: "%.1f s", value)
     }
 
     // MARK: For the REPL

@@ -25,7 +25,7 @@ public enum DeviceFilter: Sendable, Equatable {
         case .batteryBelow(let limit): device.battery.map { $0 < limit } ?? false
         case .firmwareBelow(let version):
             device.firmware.flatMap { try? FirmwareVersion($0) }.map { $0 < version } ?? false
-        case .minorRange(let low, let high): device.minor.map { (Int(low)...Int(high)).contains($0) } ?? false
+        case .minorRange(let low, let high): device.minor.map { Int(low) <= $0 && $0 <= Int(high) } ?? false
         case .address(let address): device.address == address.uppercased()
         case .macEnding(let ending): device.macEnding == ending.lowercased()
         }
@@ -83,11 +83,17 @@ public struct ReportDevice: Sendable, Equatable {
     /// The magnitude of the calibration vector in mG, when calibrated.
     public var magnitude: Double? {
         guard calibrated == true, let vector = calibrationVector else { return nil }
-        return Double(vector.x * vector.x + vector.y * vector.y + vector.z * vector.z).squareRoot()
+        // In Double: a vector built by hand (not read through the checks,
+        // which keep each part within Int16) cannot overflow it.
+        let (x, y, z) = (Double(vector.x), Double(vector.y), Double(vector.z))
+        return (x * x + y * y + z * z).squareRoot()
     }
 
     /// The devices of an `inventory export` table (a bench's or the
-    /// server's: columns are found by name).
+    /// server's: columns are found by name). Each value is checked as the
+    /// inventory's readers check it (`RowCheck`, the `devices` rules): one
+    /// that fails is unknown here, a row whose address fails is left out
+    /// (the reader that made the table reported them).
     public static func rows(of table: DeviceTable) -> [ReportDevice] {
         var index: [String: Int] = [:]
         for (position, name) in table.columns.enumerated() { index[name] = position }
@@ -95,26 +101,30 @@ public struct ReportDevice: Sendable, Equatable {
             guard let position = index[name], position < row.count else { return .null }
             return row[position]
         }
-        return table.rows.map { row in
-            var device = ReportDevice(address: value(row, "address").text ?? "")
-            device.macEnding = value(row, "mac_ending").text ?? ""
-            device.major = value(row, "major").integer.map(Int.init)
-            device.minor = value(row, "minor").integer.map(Int.init)
-            device.model = value(row, "model").text
-            device.serial = value(row, "serial").text
-            device.firmware = value(row, "firmware").text
-            device.battery = value(row, "battery").integer.map(Int.init)
-            device.calibrated = value(row, "calibrated").integer.map { $0 != 0 }
-            device.calibratedAt = value(row, "calibrated_at").text.flatMap(Inventory.parseTimestamp)
-            if let x = value(row, "calibration_x").integer, let y = value(row, "calibration_y").integer,
-                let z = value(row, "calibration_z").integer
-            {
-                device.calibrationVector = (Int(x), Int(y), Int(z))
-            }
-            device.profile = value(row, "profile").text
-            device.lastSeen = value(row, "last_seen").text.flatMap(Inventory.parseTimestamp)
+        return table.rows.compactMap { row in
+            var check = RowCheck("devices", key: [value(row, "address")])
+            func text(_ name: String) -> String? { check.text(value(row, name), name) }
+            func integer(_ name: String) -> Int? { check.integer(value(row, name), name, as: Int.self) }
+            func date(_ name: String) -> Date? { check.date(value(row, name), name) }
+            guard let address = check.text(value(row, "address"), "address", required: true) else { return nil }
+            var device = ReportDevice(address: address)
+            device.macEnding = text("mac_ending") ?? ""
+            device.major = integer("major")
+            device.minor = integer("minor")
+            device.model = text("model")
+            device.serial = text("serial")
+            device.firmware = text("firmware")
+            device.battery = integer("battery")
+            device.calibrated = integer("calibrated").map { $0 != 0 }
+            device.calibratedAt = date("calibrated_at")
+            let x = integer("calibration_x")
+            let y = integer("calibration_y")
+            let z = integer("calibration_z")
+            if let x, let y, let z { device.calibrationVector = (x, y, z) }
+            device.profile = text("profile")
+            device.lastSeen = date("last_seen")
             // The benches that know it (a server): their ids' first 8 characters, as elsewhere.
-            device.benches = value(row, "benches").text.map { text in
+            device.benches = text("benches").map { text in
                 text.split { $0 == "{" || $0 == "}" || $0 == "," || $0 == " " }.map { String($0.prefix(8)) }
                     .joined(separator: " ")
             }
@@ -165,14 +175,16 @@ public struct BatteryProjection: Sendable, Equatable {
         let nowX = now.timeIntervalSince(first) / 86_400
         let batteryNow = intercept + slope * nowX
         var crossing: Date?
+        guard slope.isFinite, intercept.isFinite, batteryNow.isFinite else { return nil }
         if batteryNow < Double(minimum) {
-            // Already below on the line: when it crossed, if it drains, else now.
+            // Already below on the line: when it crossed, if it drains, else
+            // now; a line already below at the first reading crossed then.
             let x = slope < 0 ? (Double(minimum) - intercept) / slope : nowX
-            crossing = first.addingTimeInterval(min(x, nowX) * 86_400)
+            crossing = first.addingTimeInterval(max(0, min(x.isFinite ? x : nowX, nowX)) * 86_400)
         } else if slope < 0 {
             let x = (Double(minimum) - intercept) / slope
             // Beyond 20 years is no forecast.
-            if x - nowX < 20 * 365 { crossing = first.addingTimeInterval(x * 86_400) }
+            if x.isFinite, x - nowX < 20 * 365 { crossing = first.addingTimeInterval(x * 86_400) }
         }
         return BatteryProjection(
             device: device, profile: profile, minimum: minimum, slopePerDay: slope, batteryNow: batteryNow,
@@ -336,9 +348,10 @@ public struct FleetReport: Sendable {
 
         var crossing: [String: Int] = [:]
         for projection in projections + crossingThisQuarter.filter({ $0.readings == 0 }) {
-            if let at = projection.crossing {
+            if let at = projection.crossing,
+                let days = Int(exactly: (at.timeIntervalSince(now) / 86_400).rounded(.down))
+            {
                 // Already below (at or before now) is negative, never 0.
-                let days = Int((at.timeIntervalSince(now) / 86_400).rounded(.down))
                 crossing[projection.device] = at <= now ? min(-1, days) : days
             }
         }
@@ -347,8 +360,9 @@ public struct FleetReport: Sendable {
                 device: device, findings: (findingsOf[device.address] ?? []).map(\.code),
                 crossingDays: crossing[device.address],
                 calibrationAgeDays: device.calibrated == true
-                    ? device.calibratedAt.map { max(0, Int(now.timeIntervalSince($0) / 86_400)) } : nil,
-                magnitude: device.magnitude.map { Int($0.rounded()) })
+                    ? device.calibratedAt.flatMap { Auditor.wholeDays(now.timeIntervalSince($0)).map { max(0, $0) } }
+                    : nil,
+                magnitude: device.magnitude.flatMap { Int(exactly: $0.rounded()) })
         }
     }
 
@@ -378,14 +392,16 @@ public struct FleetReport: Sendable {
         trendUnit = span <= 2 * 86_400 ? "hour" : span <= 180 * 86_400 ? "day" : "week"
         struct Bucket {
             var start: Date
-            var sum = 0
+            // In Double: no sum of readings can overflow it (each is 0–100
+            // as read, StoredValues.swift; built by hand, any Int).
+            var sum = 0.0
             var count = 0
             var minimum = Int.max
             var maximum = Int.min
             var devices: Set<String> = []
 
             mutating func add(_ reading: BatteryReading) {
-                sum += reading.battery
+                sum += Double(reading.battery)
                 count += 1
                 minimum = min(minimum, reading.battery)
                 maximum = max(maximum, reading.battery)
@@ -400,7 +416,7 @@ public struct FleetReport: Sendable {
         }
         trend = buckets.map { key, bucket in
             TrendPoint(
-                period: key, start: bucket.start, mean: Double(bucket.sum) / Double(bucket.count),
+                period: key, start: bucket.start, mean: bucket.sum / Double(bucket.count),
                 minimum: bucket.minimum, maximum: bucket.maximum, readings: bucket.count, devices: bucket.devices.count)
         }.sorted { $0.start < $1.start }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Profiles
 
 /// The report as one self-contained HTML page: charts as SVG, each with
 /// its numbers in a table, and a device table that a small inline script
@@ -471,7 +472,7 @@ public enum ReportPage {
                 number(row.calibrationAgeDays), number(row.magnitude),
                 index(2, row.findings.isEmpty ? nil : row.findings.joined(separator: " ")), index(3, device.model),
                 device.serial.map { HTML.json($0, limit: 80) } ?? "null",
-                number(device.lastSeen.map { max(0, Int(now.timeIntervalSince($0) / 86_400)) }),
+                number(device.lastSeen.flatMap { Auditor.wholeDays(now.timeIntervalSince($0)).map { max(0, $0) } }),
             ]
             if report.server { cells.append(index(4, device.benches)) }
             rows.append("[" + cells.joined(separator: ",") + "]")

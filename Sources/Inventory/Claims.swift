@@ -89,6 +89,8 @@ extension Inventory {
     static func isAlive(_ holder: ClaimHolder) -> Bool {
         guard holder.host == ProcessInfo.processInfo.hostName else { return true }
         if holder.pid == Int64(getpid()) { return true }
-        return holder.pid > 0 && (kill(pid_t(holder.pid), 0) == 0 || errno == EPERM)
+        // A stored pid that is no pid (out of pid_t's range) names no process.
+        guard holder.pid > 0, let pid = pid_t(exactly: holder.pid) else { return false }
+        return kill(pid, 0) == 0 || errno == EPERM
     }
 }

@@ -80,6 +80,49 @@ public struct Assignment: Sendable, Equatable {
     }
 }
 
+extension Assignment {
+    /// An `assignments` row (address, profile, major, minor_policy, minor,
+    /// overrides, assigned_at, assigned_by, source, converged_at,
+    /// converged_run) as stored, checked: a row with any value that fails
+    /// is left out (a bench never converges a beacon to part of an
+    /// assignment) and each failure added to `findings`.
+    public static func stored(_ row: [SQLiteValue], findings: inout [StoredFinding]) -> Assignment? {
+        var check = RowCheck("assignments", key: [row[0]])
+        defer { findings += check.findings }
+        let address = check.text(row[0], "address", required: true)
+        let profile = check.text(row[1], "profile", required: true)
+        let major = check.integer(row[2], "major", as: UInt16.self)
+        let policy = check.text(row[3], "minor_policy", required: true).flatMap(MinorPolicy.init(rawValue:))
+        let minor = check.integer(row[4], "minor", as: UInt16.self)
+        var overrides: ConfigOverrides?
+        if let json = check.text(row[5], "overrides", required: true) {
+            switch ConfigOverrides.checked(json: json) {
+            case .success(let value): overrides = value
+            case .failure(let error): check.fail("overrides", row[5], error.description)
+            }
+        }
+        let assignedAt = check.text(row[6], "assigned_at", required: true)
+        let assignedBy = check.text(row[7], "assigned_by", required: true)
+        let source = check.text(row[8], "source", required: true).flatMap(Source.init(rawValue:))
+        let convergedAt = check.text(row[9], "converged_at")
+        let convergedRun = check.integer(row[10], "converged_run")
+        if let policy, (policy == .fixed) != (minor != nil), check.isClean {
+            check.fail(
+                "minor", row[4],
+                policy == .fixed ? "is missing for minor_policy fixed" : "is set, minor_policy is not fixed")
+        }
+        guard check.isClean, let address, let profile, let policy, let overrides, let assignedAt, let assignedBy,
+            let source
+        else { return nil }
+        var assignment = Assignment(
+            address: address, profile: profile, major: major, minorPolicy: policy, minor: minor, overrides: overrides,
+            assignedAt: assignedAt, assignedBy: assignedBy, source: source)
+        assignment.convergedAt = convergedAt
+        assignment.convergedRun = convergedRun
+        return assignment
+    }
+}
+
 /// Per-device thresholds that replace a profile's (`cornering=300`).
 public struct ConfigOverrides: Sendable, Equatable, CustomStringConvertible {
     public var cornering: UInt16?
@@ -144,13 +187,25 @@ public struct ConfigOverrides: Sendable, Equatable, CustomStringConvertible {
         for (key, value) in try ProfileLoader.parseOverrides(json, source: source) { _ = set(key, value) }
     }
 
-    /// Reads the stored JSON; unknown keys and bad values are left out.
+    /// Reads the stored JSON; anything that fails `checked(json:)` reads
+    /// as no override.
     public init(json: String) {
-        self.init()
-        guard let object = try? JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any] else { return }
-        for (key, value) in object {
-            if let number = value as? Int, let value = UInt16(exactly: number) { _ = set(key, value) }
+        self = (try? Self.checked(json: json).get()) ?? ConfigOverrides()
+    }
+
+    /// Reads the stored JSON strictly, by the one rule for overrides
+    /// (`ProfileLoader.parseOverrides`: a profile's JSON syntax, known keys
+    /// once each, whole numbers in their ranges); else why not.
+    public static func checked(json: String) -> Result<ConfigOverrides, OverridesError> {
+        do {
+            return .success(try ConfigOverrides(checkedJSON: json, source: "overrides"))
+        } catch {
+            return .failure(OverridesError(description: error.keyPath.isEmpty ? error.message : "\(error.keyPath): \(error.message)"))
         }
+    }
+
+    public struct OverridesError: Error, Sendable, CustomStringConvertible {
+        public var description: String
     }
 }
 
@@ -192,24 +247,30 @@ public struct ObservedState: Sendable, Equatable {
     /// config_acceleration, config_duration, config_enable, config_read_at,
     /// major, minor, identity_at, and the major and minor meant for it
     /// (the SQLite inventory and the server select these in this order).
+    ///
+    /// Each value is checked (`RowCheck`): one that fails reads as unknown
+    /// and is added to `findings` (the `devices` row, and the `identities`
+    /// row of the meant identity, keyed by `address`).
+    public init(row: [SQLiteValue], address: SQLiteValue, findings: inout [StoredFinding]) {
+        var check = RowCheck("devices", key: [address])
+        var reserved = RowCheck("identities", key: [address])
+        defer { findings += check.findings + reserved.findings }
+        profile = check.text(row[0], "profile")
+        if let config = DeviceRows.config(row[1...5], &check) {
+            self.config = config
+            configReadAt = check.value(row[6], "config_read_at")?.text
+        }
+        if let identity = DeviceRows.identity(row[7], row[8], &check) {
+            self.identity = identity
+            identityAt = check.value(row[9], "identity_at")?.text
+        }
+        meant = DeviceRows.identity(row[10], row[11], &reserved)
+    }
+
+    /// As `init(row:address:findings:)`, the findings dropped.
     public init(row: [SQLiteValue]) {
-        profile = row[0].text
-        if let cornering = row[1].integer, let braking = row[2].integer, let acceleration = row[3].integer,
-            let duration = row[4].integer, let enable = row[5].integer
-        {
-            config = DrivingBehaviourConfig(
-                cornering: UInt16(clamping: cornering), braking: UInt16(clamping: braking),
-                acceleration: UInt16(clamping: acceleration), duration: UInt16(clamping: duration),
-                enable: .init(rawValue: UInt16(clamping: enable)))
-            configReadAt = row[6].text
-        }
-        if let major = row[7].integer, let minor = row[8].integer {
-            identity = BeaconIdentity(major: UInt16(clamping: major), minor: UInt16(clamping: minor))
-            identityAt = row[9].text
-        }
-        if let major = row[10].integer, let minor = row[11].integer {
-            meant = BeaconIdentity(major: UInt16(clamping: major), minor: UInt16(clamping: minor))
-        }
+        var findings: [StoredFinding] = []
+        self.init(row: row, address: .null, findings: &findings)
     }
 }
 
@@ -328,18 +389,7 @@ extension Inventory {
                    converged_at, converged_run
             FROM assignments WHERE ? IS NULL OR address = ? ORDER BY address
             """, [SQLiteValue(address), SQLiteValue(address)])
-        return rows.map { row in
-            var assignment = Assignment(
-                address: row[0].text ?? "", profile: row[1].text ?? "",
-                major: row[2].integer.map { UInt16(clamping: $0) },
-                minorPolicy: Assignment.MinorPolicy(rawValue: row[3].text ?? "") ?? .auto,
-                minor: row[4].integer.map { UInt16(clamping: $0) },
-                overrides: ConfigOverrides(json: row[5].text ?? "{}"), assignedAt: row[6].text ?? "",
-                assignedBy: row[7].text ?? "", source: Assignment.Source(rawValue: row[8].text ?? "") ?? .local)
-            assignment.convergedAt = row[9].text
-            assignment.convergedRun = row[10].integer
-            return assignment
-        }
+        return checked(rows, Assignment.stored)
     }
 
     /// Takes assignments pulled from the shared server in one transaction:
@@ -389,10 +439,12 @@ extension Inventory {
             LEFT JOIN identities i ON i.device = a.address
             """)
         var states: [String: ObservedState] = [:]
+        var findings: [StoredFinding] = []
         for row in rows {
-            guard let address = row[0].text, row[13].text != nil else { continue }
-            states[address] = ObservedState(row: Array(row[1...12]))
+            guard let address = row[0].text, StoredRule.isAddress(address), row[13].text != nil else { continue }
+            states[address] = ObservedState(row: Array(row[1...12]), address: row[0], findings: &findings)
         }
+        storedFindingLog.add(findings)
         return states
     }
 

@@ -113,11 +113,18 @@ extension Inventory {
                 return nil
             }
             func next() throws -> UInt16 {
+                // Only minors a beacon can hold count (a stored value out of
+                // range is no minor: StoredValues.swift).
                 let stored = max(
-                    try database.rows("SELECT max(minor) FROM identities WHERE major = ?", [.integer(major)])
-                        .first?.first?.integer ?? 0,
                     try database.rows(
-                        "SELECT max(minor) FROM devices WHERE major = ? AND address <> ? AND forgotten_at IS NULL",
+                        "SELECT max(minor) FROM identities WHERE major = ? AND typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535",
+                        [.integer(major)]
+                    ).first?.first?.integer ?? 0,
+                    try database.rows(
+                        """
+                        SELECT max(minor) FROM devices
+                        WHERE major = ? AND address <> ? AND forgotten_at IS NULL AND typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535
+                        """,
                         [.integer(major), .text(address)]
                     ).first?.first?.integer ?? 0,
                     Int64(foreign.values.map(\.minor).max() ?? 0))
@@ -129,8 +136,11 @@ extension Inventory {
             let existing = try database.rows(
                 "SELECT major, minor FROM identities WHERE device = ?", [.text(address)]
             ).first.flatMap { row -> BeaconIdentity? in
-                guard let major = row[0].integer, let minor = row[1].integer else { return nil }
-                return BeaconIdentity(major: UInt16(major), minor: UInt16(minor))
+                // A reservation out of range is none: it is replaced.
+                guard let major = row[0].integer.flatMap(UInt16.init(exactly:)),
+                    let minor = row[1].integer.flatMap(UInt16.init(exactly:))
+                else { return nil }
+                return BeaconIdentity(major: major, minor: minor)
             }
             var chosen: UInt16
             var note: String?
@@ -178,38 +188,49 @@ extension Inventory {
     /// The identity reserved for a device, if any.
     public func meantIdentity(_ device: String) throws -> MeantIdentity? {
         try database.rows(
-            "SELECT major, minor, source, profile FROM identities WHERE device = ?", [.text(device.uppercased())]
-        ).first.flatMap(Self.meant)
+            "SELECT major, minor, source, profile, device FROM identities WHERE device = ?",
+            [.text(device.uppercased())]
+        ).first.flatMap { meant($0) }
     }
 
     /// Every reservation, by device.
     public func meantIdentities() throws -> [String: MeantIdentity] {
         var result: [String: MeantIdentity] = [:]
         for row in try database.rows("SELECT major, minor, source, profile, device FROM identities") {
-            if let meant = Self.meant(row), let device = row[4].text { result[device] = meant }
+            if let meant = meant(row), let device = row[4].text { result[device] = meant }
         }
         return result
     }
 
-    static func meant(_ row: [SQLiteValue]) -> MeantIdentity? {
-        guard let major = row[0].integer, let minor = row[1].integer else { return nil }
-        return MeantIdentity(
-            identity: BeaconIdentity(
-                major: UInt16(truncatingIfNeeded: major), minor: UInt16(truncatingIfNeeded: minor)),
-            source: row[2].text ?? "", profile: row[3].text)
+    /// Columns: major, minor, source, profile, and the device. A row with
+    /// a value that fails its check is none (logged).
+    func meant(_ row: [SQLiteValue]) -> MeantIdentity? {
+        var findings: [StoredFinding] = []
+        defer { storedFindingLog.add(findings) }
+        var check = RowCheck("identities", key: [row.count > 4 ? row[4] : .null])
+        defer { findings += check.findings }
+        let identity = DeviceRows.identity(row[0], row[1], &check)
+        let source = check.text(row[2], "source", required: true)
+        let profile = check.text(row[3], "profile")
+        guard check.isClean, let identity, let source else { return nil }
+        return MeantIdentity(identity: identity, source: source, profile: profile)
     }
 
     /// Minors under `major` this inventory knows, for a shared server's
     /// allocation to start above.
     public func highestMinor(major: UInt16) throws -> UInt16 {
         let value = max(
-            try database.rows("SELECT max(minor) FROM identities WHERE major = ?", [.integer(Int64(major))])
-                .first?.first?.integer ?? 0,
             try database.rows(
-                "SELECT max(minor) FROM devices WHERE major = ? AND forgotten_at IS NULL", [.integer(Int64(major))]
+                "SELECT max(minor) FROM identities WHERE major = ? AND typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535",
+                [.integer(Int64(major))]
+            ).first?.first?.integer ?? 0,
+            try database.rows(
+                "SELECT max(minor) FROM devices WHERE major = ? AND forgotten_at IS NULL AND typeof(minor) = 'integer' AND minor BETWEEN 0 AND 65535",
+                [.integer(Int64(major))]
             )
             .first?.first?.integer ?? 0)
-        return UInt16(clamping: value)
+        // Within 0–65535 by the queries.
+        return UInt16(exactly: value) ?? 0
     }
 }
 

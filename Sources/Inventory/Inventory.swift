@@ -16,6 +16,9 @@ public actor Inventory {
     /// read-only opening that cannot read a log left beside it), or nil.
     public nonisolated let caveat: String?
 
+    /// Stored values that failed their checks, since the last `takeStoredFindings` (StoredValues.swift).
+    var storedFindingLog = StoredFindingLog()
+
     /// Opens (creating and migrating) the inventory at `path`: a new file is
     /// made mode 0600, a symbolic link is followed only to an existing
     /// regular file (`path` is then that file's).
@@ -86,7 +89,9 @@ public actor Inventory {
         for row in open {
             guard let id = row[0].integer else { continue }
             let sameHost = row[1].text == host
-            if sameHost, let pid = row[2].integer, pid > 0, kill(pid_t(pid), 0) == 0 || errno == EPERM {
+            if sameHost, let pid = row[2].integer.flatMap(pid_t.init(exactly:)), pid > 0,
+                kill(pid, 0) == 0 || errno == EPERM
+            {
                 continue  // still running here
             }
             try database.inTransaction {

@@ -63,26 +63,40 @@ extension Inventory {
     /// the forgotten ones.
     private func deviceRows(_ name: String?) throws -> [DeviceRecord] {
         guard try hasSchema4() else {
-            return try database.rows(
+            return checked(
+                try database.rows(
+                    """
+                    SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
+                           calibrated, calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms,
+                           profile, config_cornering, config_braking, config_acceleration, config_duration,
+                           config_enable
+                    FROM devices WHERE ?1 IS NULL OR address = upper(?1) OR mac_ending = lower(?1) ORDER BY address
+                    """, [SQLiteValue(name)]), DeviceRows.record)
+        }
+        return checked(
+            try database.rows(
                 """
                 SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
                        calibrated, calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
                        config_cornering, config_braking, config_acceleration, config_duration, config_enable
-                FROM devices WHERE ?1 IS NULL OR address = upper(?1) OR mac_ending = lower(?1) ORDER BY address
-                """, [SQLiteValue(name)]
-            ).map(DeviceRows.record)
-        }
-        return try database.rows(
-            """
-            SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
-                   calibrated, calibrated_at, calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
-                   config_cornering, config_braking, config_acceleration, config_duration, config_enable
-            FROM devices
-            WHERE forgotten_at IS NULL AND (?1 IS NULL OR address = upper(?1) OR mac_ending = lower(?1))
-            ORDER BY address
-            """, [SQLiteValue(name)]
-        ).map(DeviceRows.record)
+                FROM devices
+                WHERE forgotten_at IS NULL AND (?1 IS NULL OR address = upper(?1) OR mac_ending = lower(?1))
+                ORDER BY address
+                """, [SQLiteValue(name)]), DeviceRows.record)
     }
+
+    /// `rows` through a checking row builder: the rows it keeps, its
+    /// findings logged (`takeStoredFindings`).
+    func checked<T>(
+        _ rows: [[SQLiteValue]], _ build: ([SQLiteValue], inout [StoredFinding]) -> T?
+    ) -> [T] {
+        var findings: [StoredFinding] = []
+        let kept = rows.compactMap { build($0, &findings) }
+        storedFindingLog.add(findings)
+        return kept
+    }
+
+    public func takeStoredFindings() -> (findings: [StoredFinding], more: Int) { storedFindingLog.take() }
 
     /// Devices whose provisioning began on this bench but did not finish:
     /// a write step was attempted, and no profile is recorded. With the
@@ -135,7 +149,7 @@ extension Inventory {
               AND (?2 IS NULL OR o.started_at >= ?2)
             ORDER BY o.id DESC LIMIT ?3
             """, [SQLiteValue(device), SQLiteValue(since.map(Self.timestamp)), .integer(Int64(limit) + 1)])
-        return (rows.prefix(limit).map(DeviceRows.outcome), rows.count > limit)
+        return (checked(Array(rows.prefix(limit)), DeviceRows.outcome), rows.count > limit)
     }
 
     /// How many runs are marked simulated (`runs.simulated`); 0 in a file

@@ -31,6 +31,10 @@ public protocol InventoryReader: Sendable {
     /// Battery readings, step outcomes counted per day, bench and device,
     /// and failed or skipped steps, from `since` on: what `report` draws.
     func history(since: Date?) async throws -> FleetHistory
+    /// The stored values that failed their checks in what was read since
+    /// the last call, each once (at most `StoredFindingLog.limit`, then how
+    /// many more), and forgets them (docs/inventory.md, "Values read back").
+    func takeStoredFindings() async -> (findings: [StoredFinding], more: Int)
 }
 
 extension InventoryReader {
@@ -61,88 +65,164 @@ public struct DeviceTable: Sendable {
 
 /// Rows of device columns into records, shared by the SQLite inventory and
 /// the server: both select the columns in the orders documented here.
+/// Every value goes through a `RowCheck` (docs/inventory.md, "Values read
+/// back"): one that fails reads as unknown, a row whose key fails is left
+/// out, and each failure is added to `findings`.
 public enum DeviceRows {
     /// Columns: address, last_seen, major, minor, model, serial,
     /// hardware_revision, firmware, battery, calibrated, calibrated_at,
     /// calibration_x, calibration_y, calibration_z, time_offset_ms, profile,
     /// config_cornering, config_braking, config_acceleration,
     /// config_duration, config_enable.
-    public static func record(_ row: [SQLiteValue]) -> DeviceRecord {
-        var record = DeviceRecord(
-            address: row[0].text ?? "",
-            seenAt: row[1].text.flatMap(Inventory.parseTimestamp) ?? Date(timeIntervalSince1970: 0))
-        if let major = row[2].integer, let minor = row[3].integer {
-            record.identity = BeaconIdentity(major: UInt16(clamping: major), minor: UInt16(clamping: minor))
+    public static func record(_ row: [SQLiteValue], findings: inout [StoredFinding]) -> DeviceRecord? {
+        var check = RowCheck("devices", key: [row[0]])
+        defer { findings += check.findings }
+        // Without its address or when it was last seen, no record can be
+        // shown (a made-up time would be a value the inventory never held).
+        let address = check.text(row[0], "address", required: true)
+        let seenAt = check.date(row[1], "last_seen", required: true)
+        guard let address, let seenAt else { return nil }
+        var record = DeviceRecord(address: address, seenAt: seenAt)
+        record.identity = identity(row[2], row[3], &check)
+        record.model = check.text(row[4], "model")
+        record.serial = check.text(row[5], "serial")
+        record.hardwareRevision = check.text(row[6], "hardware_revision")
+        record.firmware = check.text(row[7], "firmware").flatMap { try? FirmwareVersion($0) }
+        record.battery = check.integer(row[8], "battery", as: UInt8.self)
+        if let calibrated = check.integer(row[9], "calibrated"), let vector = vector(row[11], row[12], row[13], &check)
+        {
+            record.calibration = CalibrationState(calibrated: calibrated != 0, calibratedAt: 0, vector: vector)
         }
-        record.model = row[4].text
-        record.serial = row[5].text
-        record.hardwareRevision = row[6].text
-        record.firmware = row[7].text.flatMap { try? FirmwareVersion($0) }
-        record.battery = row[8].integer.map { UInt8(clamping: $0) }
-        if let calibrated = row[9].integer {
-            record.calibration = CalibrationState(
-                calibrated: calibrated != 0, calibratedAt: 0,
-                vector: Vector(
-                    x: Int16(clamping: row[11].integer ?? 0), y: Int16(clamping: row[12].integer ?? 0),
-                    z: Int16(clamping: row[13].integer ?? 0)))
-        }
-        record.calibratedAt = row[10].text.flatMap(Inventory.parseTimestamp)
-        record.timeOffset = row[14].integer
-        record.profile = row[15].text
-        record.config = config(row[16...20])
+        record.calibratedAt = check.date(row[10], "calibrated_at")
+        record.timeOffset = check.integer(row[14], "time_offset_ms")
+        record.profile = check.text(row[15], "profile")
+        record.config = config(row[16...20], &check)
         return record
     }
 
     /// Columns: address, profile, battery, firmware, calibrated,
     /// calibrated_at, calibration_x, calibration_y, calibration_z,
     /// config_cornering, config_braking, config_acceleration,
-    /// config_duration, config_enable, config_read_at, last_seen.
-    public static func auditSubject(_ row: [SQLiteValue]) -> AuditSubject {
-        var subject = AuditSubject(address: row[0].text ?? "")
-        subject.assignedProfile = row[1].text
-        subject.battery = row[2].integer.map { UInt8(clamping: $0) }
-        subject.firmware = row[3].text.flatMap { try? FirmwareVersion($0) }
-        subject.calibrated = row[4].integer.map { $0 != 0 }
-        subject.calibratedAt = row[5].text.flatMap(Inventory.parseTimestamp)
-        if let x = row[6].integer, let y = row[7].integer, let z = row[8].integer {
-            subject.calibrationVector = Vector(x: Int16(clamping: x), y: Int16(clamping: y), z: Int16(clamping: z))
+    /// config_duration, config_enable, config_read_at, last_seen; then,
+    /// where the query has them, major and minor held, the major and minor
+    /// meant (`identities`, or the server's `identity_claims`) and why, and
+    /// the benches that know it.
+    ///
+    /// The failures of a row kept are the subject's (`storedFindings`: the
+    /// audit lists them among the device's findings); those of a row left
+    /// out (its address fails) go to `findings`.
+    public static func auditSubject(_ row: [SQLiteValue], findings: inout [StoredFinding]) -> AuditSubject? {
+        var check = RowCheck("devices", key: [row[0]])
+        guard let address = check.text(row[0], "address", required: true) else {
+            findings += check.findings
+            return nil
         }
-        subject.config = config(row[9...13])
-        subject.configReadAt = row[14].text.flatMap(Inventory.parseTimestamp)
-        subject.lastSeen = row[15].text.flatMap(Inventory.parseTimestamp)
-        // Then, where the query has them: the identity held, the one meant
-        // and why, and (a server) the benches that know it.
-        if row.count > 17, let major = row[16].integer, let minor = row[17].integer {
-            subject.identity = BeaconIdentity(
-                major: UInt16(truncatingIfNeeded: major), minor: UInt16(truncatingIfNeeded: minor))
+        var subject = AuditSubject(address: address)
+        subject.assignedProfile = check.text(row[1], "profile")
+        subject.battery = check.integer(row[2], "battery", as: UInt8.self)
+        subject.firmware = check.text(row[3], "firmware").flatMap { try? FirmwareVersion($0) }
+        subject.calibrated = check.integer(row[4], "calibrated").map { $0 != 0 }
+        subject.calibratedAt = check.date(row[5], "calibrated_at")
+        if row[6] != .null { subject.calibrationVector = vector(row[6], row[7], row[8], &check) }
+        subject.config = config(row[9...13], &check)
+        subject.configReadAt = check.date(row[14], "config_read_at")
+        subject.lastSeen = check.date(row[15], "last_seen", required: true)
+        if row.count > 17 { subject.identity = identity(row[16], row[17], &check) }
+        if row.count > 20 {
+            // The identities table (a bench) or identity_claims (the server).
+            var meant = RowCheck(row.count > 21 ? "identity_claims" : "identities", key: [row[0]])
+            subject.meantIdentity = identity(row[18], row[19], &meant)
+            if subject.meantIdentity != nil {
+                if case .text(let why) = row[20], isMeantSource(why) {
+                    subject.meantIdentitySource = why
+                } else if row[20] != .null {
+                    meant.fail("source", row[20], "is not a source (profile NAME, explicit, found, server)")
+                }
+            }
+            check.add(meant.findings)
         }
-        if row.count > 20, let major = row[18].integer, let minor = row[19].integer {
-            subject.meantIdentity = BeaconIdentity(
-                major: UInt16(truncatingIfNeeded: major), minor: UInt16(truncatingIfNeeded: minor))
-            subject.meantIdentitySource = row[20].text
-        }
-        if row.count > 21, let benches = row[21].text {
+        if row.count > 21, let benches = check.text(row[21], "benches") {
             subject.benches = benches.trimmingCharacters(in: CharacterSet(charactersIn: "{}")).split(separator: ",")
-                .map { String($0.prefix(8)) }
+                .map { Visible.text($0.prefix(8), limit: 8) }
         }
+        // The audit names each failure as a finding of the device.
+        subject.storedFindings = check.findings.map(\.auditFinding)
         return subject
     }
 
     /// Columns: id, run_id, device, step, status, detail, error,
-    /// started_at, duration_ms, and (the server) bench_id.
-    public static func outcome(_ row: [SQLiteValue]) -> OutcomeRecord {
-        OutcomeRecord(
-            id: row[0].integer ?? 0, run: row[1].integer ?? 0, device: row[2].text, step: row[3].text ?? "",
-            status: row[4].text ?? "", detail: row[5].text, error: row[6].text, startedAt: row[7].text ?? "",
-            durationMilliseconds: row[8].integer, bench: row.count > 9 ? row[9].text : nil)
+    /// started_at, duration_ms, and (the server) bench_id. A row without
+    /// a usable id, run, step, status or start is left out.
+    public static func outcome(_ row: [SQLiteValue], findings: inout [StoredFinding]) -> OutcomeRecord? {
+        let server = row.count > 9
+        var check = RowCheck("outcomes", key: server ? [row[9], row[0]] : [row[0]])
+        defer { findings += check.findings }
+        let id = check.integer(row[0], server ? "local_id" : "id", required: true)
+        let run = check.integer(row[1], "run_id", required: true)
+        let device = check.text(row[2], "device")
+        let step = check.text(row[3], "step", required: true)
+        let status = check.text(row[4], "status", required: true)
+        let detail = check.text(row[5], "detail")
+        let error = check.text(row[6], "error")
+        let startedAt = check.text(row[7], "started_at", required: true)
+        let duration = check.integer(row[8], "duration_ms")
+        let bench = server ? check.text(row[9], "bench_id", required: true) : nil
+        guard let id, let run, let step, let status, let startedAt, !server || bench != nil else { return nil }
+        return OutcomeRecord(
+            id: id, run: run, device: device, step: step, status: status, detail: detail, error: error,
+            startedAt: startedAt, durationMilliseconds: duration, bench: bench)
     }
 
-    /// The five `config_*` columns, in their order, when all are set.
-    static func config(_ columns: ArraySlice<SQLiteValue>) -> DrivingBehaviourConfig? {
-        let values = columns.compactMap(\.integer).map { UInt16(clamping: $0) }
-        guard values.count == 5 else { return nil }
+    /// Why an identity is meant, as the audit queries spell it: `explicit`,
+    /// `found`, `server`, `profile NAME`, or (the server) `claimed by bench
+    /// ID8`.
+    static func isMeantSource(_ text: String) -> Bool {
+        if ["explicit", "found", "server"].contains(text) { return true }
+        if text.hasPrefix("profile ") { return ProfileLoader.isValidName(String(text.dropFirst(8))) }
+        if text.hasPrefix("claimed by bench ") {
+            let bench = text.dropFirst(17)
+            return !bench.isEmpty && bench.count <= 8
+                && bench.unicodeScalars.allSatisfy { $0.properties.isASCIIHexDigit || $0 == "-" }
+        }
+        return false
+    }
+
+    /// A major and a minor, when both are set and in range.
+    static func identity(_ major: SQLiteValue, _ minor: SQLiteValue, _ check: inout RowCheck) -> BeaconIdentity? {
+        let major = check.integer(major, "major", as: UInt16.self)
+        let minor = check.integer(minor, "minor", as: UInt16.self)
+        guard let major, let minor else { return nil }
+        return BeaconIdentity(major: major, minor: minor)
+    }
+
+    /// A calibration vector, when all three components are in range.
+    static func vector(_ x: SQLiteValue, _ y: SQLiteValue, _ z: SQLiteValue, _ check: inout RowCheck) -> Vector? {
+        let x = check.integer(x, "calibration_x", as: Int16.self, required: true)
+        let y = check.integer(y, "calibration_y", as: Int16.self, required: true)
+        let z = check.integer(z, "calibration_z", as: Int16.self, required: true)
+        guard let x, let y, let z else { return nil }
+        return Vector(x: x, y: y, z: z)
+    }
+
+    static let configColumns = [
+        "config_cornering", "config_braking", "config_acceleration", "config_duration", "config_enable",
+    ]
+
+    /// The five `config_*` columns, in their order, when all are set and
+    /// each is within the wire contract's range.
+    static func config(_ columns: ArraySlice<SQLiteValue>, _ check: inout RowCheck) -> DrivingBehaviourConfig? {
+        let values = zip(columns, configColumns).map { value, name in check.integer(value, name, as: UInt16.self) }
+        let numbers = values.compactMap { $0 }
+        guard numbers.count == 5 else { return nil }
         return DrivingBehaviourConfig(
-            cornering: values[0], braking: values[1], acceleration: values[2], duration: values[3],
-            enable: .init(rawValue: values[4]))
+            cornering: numbers[0], braking: numbers[1], acceleration: numbers[2], duration: numbers[3],
+            enable: .init(rawValue: numbers[4]))
+    }
+}
+
+extension StoredFinding {
+    /// As an audit lists it, among the device's findings.
+    public var auditFinding: AuditFinding {
+        .storedValue(table: table, row: row, field: field, value: value, reason: reason)
     }
 }

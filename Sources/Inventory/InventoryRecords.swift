@@ -139,8 +139,14 @@ public struct PulledIncident: Sendable, Equatable, Codable {
     }
 
     /// `samples` parsed: each `[x, y, z]` in mG (empty when unreadable).
-    public var sampleVectors: [[Int]] {
-        (try? JSONDecoder().decode([[Int]].self, from: Data(samples.utf8))) ?? []
+    public var sampleVectors: [[Int]] { Self.vectors(samples) ?? [] }
+
+    /// A stored `samples` array: each `[x, y, z]` within Int16, or nil.
+    static func vectors(_ text: String) -> [[Int]]? {
+        guard let vectors = try? JSONDecoder().decode([[Int]].self, from: Data(text.utf8)),
+            vectors.allSatisfy({ $0.count == 3 && $0.allSatisfy { Int(Int16.min)...Int(Int16.max) ~= $0 } })
+        else { return nil }
+        return vectors
     }
 }
 
@@ -287,6 +293,7 @@ extension Inventory {
             SQLiteValue(query.pulledSince.map(Self.timestamp)), .integer(fetch), .integer(RecordTime.wallClockFloor),
         ]
         var candidates: [PulledRecord] = []
+        var findings: [StoredFinding] = []
         if query.kinds.contains(.trip) {
             candidates += try database.rows(
                 """
@@ -301,13 +308,7 @@ extension Inventory {
                   AND (?4 IS NULL OR pulled_at >= ?4)
                 ORDER BY sort_ms DESC, device, start_ms DESC LIMIT ?5
                 """, parameters
-            ).map { row in
-                .trip(
-                    PulledTrip(
-                        device: row[0].text ?? "", startMilliseconds: row[1].integer ?? 0,
-                        endMilliseconds: row[2].integer ?? 0, beaconIndex: row[3].integer ?? 0,
-                        pulledAt: Self.date(row[4])))
-            }
+            ).compactMap { RecordRows.trip($0, findings: &findings).map(PulledRecord.trip) }
         }
         if query.kinds.contains(.event) {
             candidates += try database.rows(
@@ -325,14 +326,7 @@ extension Inventory {
                   AND (?4 IS NULL OR pulled_at >= ?4)
                 ORDER BY sort_ms DESC, device, at_ms DESC, beacon_index DESC LIMIT ?5
                 """, parameters
-            ).map { row in
-                .event(
-                    PulledEvent(
-                        device: row[0].text ?? "", atMilliseconds: row[1].integer ?? 0, type: row[2].text ?? "",
-                        durationMilliseconds: row[3].integer ?? 0, averageMilliG: row[4].integer ?? 0,
-                        maximumMilliG: row[5].integer ?? 0, x: row[6].integer ?? 0, y: row[7].integer ?? 0,
-                        z: row[8].integer ?? 0, beaconIndex: row[9].integer ?? 0, pulledAt: Self.date(row[10])))
-            }
+            ).compactMap { RecordRows.event($0, findings: &findings).map(PulledRecord.event) }
         }
         if query.kinds.contains(.incident) {
             candidates += try database.rows(
@@ -349,19 +343,77 @@ extension Inventory {
                   AND (?4 IS NULL OR pulled_at >= ?4)
                 ORDER BY sort_ms DESC, device, at_ms DESC, incident_id DESC LIMIT ?5
                 """, parameters
-            ).map { row in
-                .incident(
-                    PulledIncident(
-                        device: row[0].text ?? "", incidentID: row[1].integer ?? 0, atMilliseconds: row[2].integer ?? 0,
-                        maximumResultant: row[3].integer ?? 0, averageResultant: row[4].integer ?? 0,
-                        x: row[5].integer ?? 0, y: row[6].integer ?? 0, z: row[7].integer ?? 0,
-                        samples: row[8].text ?? "[]", pulledAt: Self.date(row[9])))
-            }
+            ).compactMap { RecordRows.incident($0, findings: &findings).map(PulledRecord.incident) }
         }
+        storedFindingLog.add(findings)
         return RecordPage.cut(candidates, limit: query.limit)
     }
 
+    /// A stored time, or the epoch when it is none.
     static func date(_ value: SQLiteValue) -> Date {
         value.text.flatMap(parseTimestamp) ?? Date(timeIntervalSince1970: 0)
+    }
+}
+
+/// Rows of `trips`, `events` and `incidents` into records, shared by the
+/// SQLite inventory and the server (whose rows end with `bench_id`), in
+/// the column orders of `Inventory.records`. Every value goes through a
+/// `RowCheck`: a row with a value that fails is left out (a record is
+/// listed whole or not at all) and each failure added to `findings`.
+public enum RecordRows {
+    /// Columns: device, start_ms, end_ms, beacon_index, pulled_at (, bench_id).
+    public static func trip(_ row: [SQLiteValue], findings: inout [StoredFinding]) -> PulledTrip? {
+        var check = RowCheck("trips", key: Array(row[0..<3]) + Array(row[5...]))
+        defer { findings += check.findings }
+        let device = check.text(row[0], "device", required: true)
+        let start = check.integer(row[1], "start_ms", required: true)
+        let end = check.integer(row[2], "end_ms", required: true)
+        let index = check.integer(row[3], "beacon_index", required: true)
+        let pulledAt = check.date(row[4], "pulled_at", required: true)
+        let bench = row.count > 5 ? check.text(row[5], "bench_id", required: true) : nil
+        guard check.isClean, let device, let start, let end, let index, let pulledAt else { return nil }
+        return PulledTrip(
+            device: device, startMilliseconds: start, endMilliseconds: end, beaconIndex: index, pulledAt: pulledAt,
+            bench: bench)
+    }
+
+    /// Columns: device, at_ms, type, duration_ms, average_mg, maximum_mg,
+    /// x_mg, y_mg, z_mg, beacon_index, pulled_at (, bench_id).
+    public static func event(_ row: [SQLiteValue], findings: inout [StoredFinding]) -> PulledEvent? {
+        var check = RowCheck("events", key: [row[0], row[1], row[2], row[9]] + Array(row[11...]))
+        defer { findings += check.findings }
+        let device = check.text(row[0], "device", required: true)
+        let at = check.integer(row[1], "at_ms", required: true)
+        let type = check.text(row[2], "type", required: true)
+        let names = ["duration_ms", "average_mg", "maximum_mg", "x_mg", "y_mg", "z_mg", "beacon_index"]
+        let numbers = zip(row[3...9], names).compactMap { check.integer($0, $1, required: true) }
+        let pulledAt = check.date(row[10], "pulled_at", required: true)
+        let bench = row.count > 11 ? check.text(row[11], "bench_id", required: true) : nil
+        guard check.isClean, let device, let at, let type, numbers.count == 7, let pulledAt else { return nil }
+        return PulledEvent(
+            device: device, atMilliseconds: at, type: type, durationMilliseconds: numbers[0],
+            averageMilliG: numbers[1], maximumMilliG: numbers[2], x: numbers[3], y: numbers[4], z: numbers[5],
+            beaconIndex: numbers[6], pulledAt: pulledAt, bench: bench)
+    }
+
+    /// Columns: device, incident_id, at_ms, max_resultant, avg_resultant,
+    /// x_mg, y_mg, z_mg, samples, pulled_at (, bench_id).
+    public static func incident(_ row: [SQLiteValue], findings: inout [StoredFinding]) -> PulledIncident? {
+        var check = RowCheck("incidents", key: [row[0], row[1], row[2]] + Array(row[10...]))
+        defer { findings += check.findings }
+        let device = check.text(row[0], "device", required: true)
+        let names = ["incident_id", "at_ms", "max_resultant", "avg_resultant", "x_mg", "y_mg", "z_mg"]
+        let numbers = zip(row[1...7], names).compactMap { check.integer($0, $1, required: true) }
+        let samples = check.text(row[8], "samples", required: true)
+        if let samples, PulledIncident.vectors(samples) == nil {
+            check.fail("samples", row[8], "is not a JSON array of [x, y, z] mG (each -32768–32767)")
+        }
+        let pulledAt = check.date(row[9], "pulled_at", required: true)
+        let bench = row.count > 10 ? check.text(row[10], "bench_id", required: true) : nil
+        guard check.isClean, let device, numbers.count == 7, let samples, let pulledAt else { return nil }
+        return PulledIncident(
+            device: device, incidentID: numbers[0], atMilliseconds: numbers[1], maximumResultant: numbers[2],
+            averageResultant: numbers[3], x: numbers[4], y: numbers[5], z: numbers[6], samples: samples,
+            pulledAt: pulledAt, bench: bench)
     }
 }

@@ -283,11 +283,13 @@ public enum ServerAssignments {
     /// the merged fleet (`fleet_devices`: the latest observation of each
     /// fact across benches) and the identity claimed for the device. A row
     /// that fails the checks (`PulledRows`) is one finding, its field
-    /// named, desired "unusable server row: …".
+    /// named, desired "unusable server row: …". `stored`: the observed
+    /// values that failed their checks (read as unknown; docs/inventory.md,
+    /// "Values read back").
     public static func drift(
         url: String, profiles: [String: Profile]
     ) throws(SyncError) -> (
-        findings: [DriftFinding], assigned: Int
+        findings: [DriftFinding], assigned: Int, stored: [StoredFinding]
     ) {
         let server = try PostgresConnection(url)
         try InventorySync.prepareSchema(server, creating: false)
@@ -303,9 +305,10 @@ public enum ServerAssignments {
             """
         ).rows
         var observed: [String: ObservedState] = [:]
+        var stored: [StoredFinding] = []
         for row in rows {
             guard let address = row[0].text, row[13].text != nil else { continue }
-            observed[address] = ObservedState(row: Array(row[1...12]))
+            observed[address] = ObservedState(row: Array(row[1...12]), address: row[0], findings: &stored)
         }
         let unusable = pulled.refused.map {
             DriftFinding(
@@ -314,7 +317,7 @@ public enum ServerAssignments {
         }
         return (
             assignments.flatMap { DesiredState.drift($0, observed[$0.address], profiles: profiles) } + unusable,
-            assignments.count + pulled.refused.count
+            assignments.count + pulled.refused.count, stored
         )
     }
 

@@ -12,6 +12,21 @@ public actor ServerInventory: InventoryReader {
     private let url: String
     private var connection: PostgresConnection
     public nonisolated let location: String
+    /// Stored values that failed their checks (`takeStoredFindings`).
+    private var storedFindingLog = StoredFindingLog()
+
+    public func takeStoredFindings() -> (findings: [StoredFinding], more: Int) { storedFindingLog.take() }
+
+    /// `rows` through a checking row builder (Inventory's, shared with a
+    /// bench's inventory): the rows it keeps, its findings logged.
+    private func checked<T>(
+        _ rows: [[SQLiteValue]], _ build: ([SQLiteValue], inout [StoredFinding]) -> T?
+    ) -> [T] {
+        var findings: [StoredFinding] = []
+        let kept = rows.compactMap { build($0, &findings) }
+        storedFindingLog.add(findings)
+        return kept
+    }
 
     /// Connects and checks the schema: a server no bench has synced to is
     /// an error, one an older beaconbench wrote is migrated first (which
@@ -41,7 +56,7 @@ public actor ServerInventory: InventoryReader {
     }
 
     public func devices() throws -> [DeviceRecord] {
-        try reading { server throws(SyncError) in
+        let rows = try reading { server throws(SyncError) in
             try server.query(
                 """
                 SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
@@ -49,13 +64,14 @@ public actor ServerInventory: InventoryReader {
                     config_cornering, config_braking, config_acceleration, config_duration, config_enable, benches
                 FROM fleet_devices ORDER BY address
                 """
-            ).rows.map(Self.record)
+            ).rows
         }
+        return checked(rows, Self.record)
     }
 
     public func device(_ addressOrEnding: String) throws -> DeviceRecord? {
-        try reading { server throws(SyncError) in
-            guard let address = try Self.address(of: addressOrEnding, on: server) else { return nil }
+        let rows = try reading { server throws(SyncError) -> [[SQLiteValue]] in
+            guard let address = try Self.address(of: addressOrEnding, on: server) else { return [] }
             return try server.query(
                 """
                 SELECT address, last_seen, major, minor, model, serial, hardware_revision, firmware, battery,
@@ -63,8 +79,9 @@ public actor ServerInventory: InventoryReader {
                     config_cornering, config_braking, config_acceleration, config_duration, config_enable, benches
                 FROM fleet_devices WHERE address = $1
                 """, [address]
-            ).rows.first.map(Self.record)
+            ).rows
         }
+        return checked(Array(rows.prefix(1)), Self.record).first
     }
 
     /// The address a name stands for: itself, or the device with that MAC
@@ -77,9 +94,11 @@ public actor ServerInventory: InventoryReader {
         return found.first?.first ?? nil
     }
 
-    static func record(_ row: [SQLiteValue]) -> DeviceRecord {
-        var record = DeviceRows.record(row)
-        record.benches = row[21].text?.split(separator: " ").map(String.init)
+    static func record(_ row: [SQLiteValue], findings: inout [StoredFinding]) -> DeviceRecord? {
+        guard var record = DeviceRows.record(row, findings: &findings) else { return nil }
+        var check = RowCheck("devices", key: [row[0]])
+        record.benches = check.text(row[21], "benches")?.split(separator: " ").map { StoredRule.visible($0, limit: 64) }
+        findings += check.findings
         return record
     }
 
@@ -103,7 +122,7 @@ public actor ServerInventory: InventoryReader {
                 """, [address, since.map(Self.timestamp), String(limit + 1)]
             ).rows
         }
-        return (rows.prefix(limit).map(DeviceRows.outcome), rows.count > limit)
+        return (checked(Array(rows.prefix(limit)), DeviceRows.outcome), rows.count > limit)
     }
 
     /// The inventory's timestamp form (`2026-11-30T09:41:07.123Z`), which
@@ -117,6 +136,10 @@ public actor ServerInventory: InventoryReader {
 
     /// Pulled records of every bench, newest first (as `Inventory.records`):
     /// a record two benches pulled is listed once, as the first pulled it.
+    /// A record without a real time sorts by `pulled_at`, computed from its
+    /// digits (`m`) rather than cast: a cast fails the whole query on one
+    /// row whose text is no time; this way such a row sorts last (or near
+    /// its date, 2026-02-30) and its check (`RecordRows`) leaves it out.
     public func records(_ query: RecordQuery) throws -> RecordPage {
         let fetch = query.limit.map { String(max(0, $0) + 1) }
         let milliseconds = { (date: Date) in String(Int64((date.timeIntervalSince1970 * 1000).rounded(.down))) }
@@ -125,16 +148,23 @@ public actor ServerInventory: InventoryReader {
             query.pulledSince.map(Self.timestamp), fetch, String(RecordTime.wallClockFloor),
         ]
         var candidates: [PulledRecord] = []
+        var findings: [StoredFinding] = []
         try reading { server throws(SyncError) in
             candidates = []  // a read repeated after a lost connection starts again
+            findings = []
             if query.kinds.contains(.trip) {
                 candidates += try server.query(
                     """
                     SELECT device, start_ms, end_ms, beacon_index, pulled_at, bench_id FROM (
                         SELECT DISTINCT ON (device, start_ms, end_ms) *,
                             CASE WHEN start_ms >= $6::bigint THEN start_ms
-                                ELSE (extract(epoch FROM pulled_at::timestamptz) * 1000)::bigint END AS sort_ms
-                        FROM trips
+                                ELSE (extract(epoch FROM (m[1] || '-01-01T00:00:00Z')::timestamptz
+                                + make_interval(months => m[2]::int - 1, days => m[3]::int - 1, hours => m[4]::int,
+                                    mins => m[5]::int, secs => (m[6] || '.' || coalesce(m[7], '0'))::float8))
+                                * 1000)::bigint END AS sort_ms
+                        FROM trips LEFT JOIN LATERAL regexp_match(pulled_at,
+                            '^([1-9][0-9]{3})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.]([0-9]{1,9}))?Z$')
+                            AS m ON true
                         WHERE $1::text IS NULL OR device = upper($1)
                            OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
                         ORDER BY device, start_ms, end_ms, pulled_at, bench_id
@@ -143,13 +173,7 @@ public actor ServerInventory: InventoryReader {
                       AND ($4::text IS NULL OR pulled_at >= $4)
                     ORDER BY sort_ms DESC, device, start_ms DESC LIMIT $5::bigint
                     """, parameters
-                ).rows.map { row in
-                    .trip(
-                        PulledTrip(
-                            device: row[0].text ?? "", startMilliseconds: row[1].integer ?? 0,
-                            endMilliseconds: row[2].integer ?? 0, beaconIndex: row[3].integer ?? 0,
-                            pulledAt: Self.date(row[4]), bench: row[5].text))
-                }
+                ).rows.compactMap { RecordRows.trip($0, findings: &findings).map(PulledRecord.trip) }
             }
             if query.kinds.contains(.event) {
                 candidates += try server.query(
@@ -159,8 +183,13 @@ public actor ServerInventory: InventoryReader {
                     FROM (
                         SELECT DISTINCT ON (device, at_ms, type, beacon_index) *,
                             CASE WHEN at_ms >= $6::bigint THEN at_ms
-                                ELSE (extract(epoch FROM pulled_at::timestamptz) * 1000)::bigint END AS sort_ms
-                        FROM events
+                                ELSE (extract(epoch FROM (m[1] || '-01-01T00:00:00Z')::timestamptz
+                                + make_interval(months => m[2]::int - 1, days => m[3]::int - 1, hours => m[4]::int,
+                                    mins => m[5]::int, secs => (m[6] || '.' || coalesce(m[7], '0'))::float8))
+                                * 1000)::bigint END AS sort_ms
+                        FROM events LEFT JOIN LATERAL regexp_match(pulled_at,
+                            '^([1-9][0-9]{3})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.]([0-9]{1,9}))?Z$')
+                            AS m ON true
                         WHERE $1::text IS NULL OR device = upper($1)
                            OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
                         ORDER BY device, at_ms, type, beacon_index, pulled_at, bench_id
@@ -169,15 +198,7 @@ public actor ServerInventory: InventoryReader {
                       AND ($4::text IS NULL OR pulled_at >= $4)
                     ORDER BY sort_ms DESC, device, at_ms DESC, beacon_index DESC LIMIT $5::bigint
                     """, parameters
-                ).rows.map { row in
-                    .event(
-                        PulledEvent(
-                            device: row[0].text ?? "", atMilliseconds: row[1].integer ?? 0, type: row[2].text ?? "",
-                            durationMilliseconds: row[3].integer ?? 0, averageMilliG: row[4].integer ?? 0,
-                            maximumMilliG: row[5].integer ?? 0, x: row[6].integer ?? 0, y: row[7].integer ?? 0,
-                            z: row[8].integer ?? 0, beaconIndex: row[9].integer ?? 0, pulledAt: Self.date(row[10]),
-                            bench: row[11].text))
-                }
+                ).rows.compactMap { RecordRows.event($0, findings: &findings).map(PulledRecord.event) }
             }
             if query.kinds.contains(.incident) {
                 candidates += try server.query(
@@ -187,8 +208,13 @@ public actor ServerInventory: InventoryReader {
                     FROM (
                         SELECT DISTINCT ON (device, incident_id, at_ms) *,
                             CASE WHEN at_ms >= $6::bigint THEN at_ms
-                                ELSE (extract(epoch FROM pulled_at::timestamptz) * 1000)::bigint END AS sort_ms
-                        FROM incidents
+                                ELSE (extract(epoch FROM (m[1] || '-01-01T00:00:00Z')::timestamptz
+                                + make_interval(months => m[2]::int - 1, days => m[3]::int - 1, hours => m[4]::int,
+                                    mins => m[5]::int, secs => (m[6] || '.' || coalesce(m[7], '0'))::float8))
+                                * 1000)::bigint END AS sort_ms
+                        FROM incidents LEFT JOIN LATERAL regexp_match(pulled_at,
+                            '^([1-9][0-9]{3})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.]([0-9]{1,9}))?Z$')
+                            AS m ON true
                         WHERE $1::text IS NULL OR device = upper($1)
                            OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
                         ORDER BY device, incident_id, at_ms, pulled_at, bench_id
@@ -197,26 +223,15 @@ public actor ServerInventory: InventoryReader {
                       AND ($4::text IS NULL OR pulled_at >= $4)
                     ORDER BY sort_ms DESC, device, at_ms DESC, incident_id DESC LIMIT $5::bigint
                     """, parameters
-                ).rows.map { row in
-                    .incident(
-                        PulledIncident(
-                            device: row[0].text ?? "", incidentID: row[1].integer ?? 0,
-                            atMilliseconds: row[2].integer ?? 0, maximumResultant: row[3].integer ?? 0,
-                            averageResultant: row[4].integer ?? 0, x: row[5].integer ?? 0, y: row[6].integer ?? 0,
-                            z: row[7].integer ?? 0, samples: row[8].text ?? "[]", pulledAt: Self.date(row[9]),
-                            bench: row[10].text))
-                }
+                ).rows.compactMap { RecordRows.incident($0, findings: &findings).map(PulledRecord.incident) }
             }
         }
+        storedFindingLog.add(findings)
         return RecordPage.cut(candidates, limit: query.limit)
     }
 
-    static func date(_ value: SQLiteValue) -> Date {
-        value.text.flatMap(Inventory.parseTimestamp) ?? Date(timeIntervalSince1970: 0)
-    }
-
     public func auditSubjects() throws -> [AuditSubject] {
-        try reading { server throws(SyncError) in
+        let rows = try reading { server throws(SyncError) in
             try server.query(
                 """
                 SELECT f.address, f.profile, f.battery, f.firmware, f.calibrated, f.calibrated_at, f.calibration_x,
@@ -226,46 +241,57 @@ public actor ServerInventory: InventoryReader {
                     f.benches::text
                 FROM fleet_devices f LEFT JOIN identity_claims c ON c.address = f.address ORDER BY f.address
                 """
-            ).rows.map(DeviceRows.auditSubject)
+            ).rows
         }
+        return checked(rows, DeviceRows.auditSubject)
     }
 
     public func deviceTable() throws -> DeviceTable {
-        try reading { server throws(SyncError) in
+        let table = try reading { server throws(SyncError) in
             let (columns, rows) = try server.query("SELECT * FROM fleet_devices ORDER BY address")
             return DeviceTable(columns: columns, rows: rows)
         }
+        for row in table.rows {
+            storedFindingLog.add(RowCheck.findings(table: "devices", columns: table.columns, row: row, key: "address"))
+        }
+        return table
     }
 
     public func history(since: Date?) throws -> FleetHistory {
         let since = since.map(Self.timestamp)
-        return try reading { server throws(SyncError) in
+        let limit = String(FleetHistory.stepMillisecondsLimit)
+        let (readings, activity, problems) = try reading { server throws(SyncError) in
             let readings = try server.query(
                 """
-                SELECT device, at, battery FROM readings
+                SELECT device, at, battery, bench_id, local_id FROM readings
                 WHERE battery IS NOT NULL AND ($1::text IS NULL OR at >= $1) ORDER BY device, at
                 """, [since]
-            ).rows.compactMap(Inventory.reading)
+            ).rows
             let activity = try server.query(
                 """
-                SELECT substr(started_at, 1, 10), left(bench_id, 8), device, count(*)::bigint,
-                    (count(*) FILTER (WHERE status = 'failed'))::bigint, coalesce(sum(duration_ms), 0)::bigint
+                SELECT substr(started_at, 1, 10), device, count(*)::bigint,
+                    (count(*) FILTER (WHERE status = 'failed'))::bigint,
+                    coalesce(sum(duration_ms) FILTER (WHERE duration_ms BETWEEN 0 AND $2::bigint), 0)::bigint,
+                    left(bench_id, 8) || '/' || min(local_id)::text,
+                    (count(*) FILTER (WHERE duration_ms IS NOT NULL AND duration_ms NOT BETWEEN 0 AND $2::bigint))::bigint,
+                    left(bench_id, 8)
                 FROM outcomes WHERE status <> 'running' AND ($1::text IS NULL OR started_at >= $1)
-                GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
-                """, [since]
-            ).rows.map { row in
-                ActivityCount(
-                    day: row[0].text ?? "", bench: row[1].text ?? "", device: row[2].text,
-                    steps: Int(row[3].integer ?? 0), failed: Int(row[4].integer ?? 0),
-                    milliseconds: Int(row[5].integer ?? 0))
-            }
+                GROUP BY 1, 2, left(bench_id, 8) ORDER BY 1, 8, 2
+                """, [since, limit]
+            ).rows
             let problems = try server.query(
                 """
-                SELECT device, step, status, coalesce(error, detail, '') FROM outcomes
+                SELECT device, step, status, coalesce(error, detail, ''), bench_id, local_id FROM outcomes
                 WHERE status IN ('failed', 'skipped') AND ($1::text IS NULL OR started_at >= $1)
                 """, [since]
-            ).rows.map(Inventory.problem)
-            return FleetHistory(readings: readings, activity: activity, problems: problems)
+            ).rows
+            return (readings, activity, problems)
         }
+        return FleetHistory(
+            readings: checked(readings, Inventory.reading),
+            activity: checked(activity) { row, findings in
+                Inventory.activity(row, bench: StoredRule.visible(row[7].text ?? "", limit: 8), findings: &findings)
+            },
+            problems: checked(problems, Inventory.problem))
     }
 }

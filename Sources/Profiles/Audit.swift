@@ -33,6 +33,9 @@ public struct AuditSubject: Sendable, Equatable {
     public var factoryDefault: Bool?
     /// The benches that know it (a server inventory).
     public var benches: [String]?
+    /// Values of its stored rows that failed their checks (each a
+    /// `storedValue` finding; the field reads as unknown).
+    public var storedFindings: [AuditFinding] = []
 
     public init(address: String) { self.address = address }
 
@@ -67,6 +70,10 @@ public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible 
     /// Its last observed state differs from its desired state (`assign`):
     /// one finding per field, with when it was observed.
     case drift(field: String, desired: String, observed: String?, observedAt: String?)
+    /// A value of its row in the inventory or on the server failed its
+    /// check (range, type, form): it was read as unknown. `value` is shown
+    /// visibly and bounded.
+    case storedValue(table: String, row: String, field: String, value: String, reason: String)
 
     /// A short, stable code for tables, CSV and scripts.
     public var code: String {
@@ -86,6 +93,7 @@ public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible 
         case .identityDiffers: "identity-differs"
         case .duplicateIdentity: "duplicate-identity"
         case .drift: "drift"
+        case .storedValue: "stored-value"
         }
     }
 
@@ -113,6 +121,8 @@ public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible 
                 "\(field) is \($0) (read \(observedAt ?? "at an unknown time")), its assignment says \(desired)"
             }
                 ?? "\(field) was never read back; its assignment says \(desired)"
+        case .storedValue(let table, let row, let field, let value, let reason):
+            "stored value: \(table) row \(row), \(field): \(value) \(reason) (read as unknown)"
         }
     }
 }
@@ -141,9 +151,9 @@ public enum Auditor {
         notSeenAfterDays: Int? = nil
     ) -> AuditReport {
         let name = named ?? subject.assignedProfile
-        var findings: [AuditFinding] = []
-        if let notSeenAfterDays, let lastSeen = subject.lastSeen {
-            let days = Int(now.timeIntervalSince(lastSeen) / 86_400)
+        var findings: [AuditFinding] = subject.storedFindings
+        if let notSeenAfterDays, let lastSeen = subject.lastSeen, let days = wholeDays(now.timeIntervalSince(lastSeen))
+        {
             if days >= notSeenAfterDays { findings.append(.notSeen(days: days)) }
         }
         guard let name else {
@@ -166,8 +176,9 @@ public enum Auditor {
             findings.append(.notCalibrated)
         }
         if subject.calibrated == true {
-            if let maximum = requirements.maximumCalibrationAgeDays, let at = subject.calibratedAt {
-                let days = Int(now.timeIntervalSince(at) / 86_400)
+            if let maximum = requirements.maximumCalibrationAgeDays, let at = subject.calibratedAt,
+                let days = wholeDays(now.timeIntervalSince(at))
+            {
                 if days > maximum { findings.append(.calibrationTooOld(days: days, maximum: maximum)) }
             }
             if let vector = subject.calibrationVector, !plausibleGravity.contains(vector.magnitude) {
@@ -240,6 +251,12 @@ public enum Auditor {
             }
         }
         return reports
+    }
+
+    /// Whole days in `seconds` (toward zero), or nil when that is no
+    /// integer (a time far outside any a stored row may hold).
+    public static func wholeDays(_ seconds: TimeInterval) -> Int? {
+        Int(exactly: (seconds / 86_400).rounded(.towardZero))
     }
 
     public static func flags(_ enable: DrivingBehaviourConfig.EnableFlags) -> String {

@@ -26,6 +26,9 @@ enum FuzzTarget: String, CaseIterable {
     case grammar
     /// Rows pulled from the shared server (`PulledRows`).
     case rows
+    /// Rows read back from the inventory or the server: the row builders
+    /// and their checks (StoredValues.swift), and the timestamp parser.
+    case storedRow = "stored-row"
 
     /// The command lines the `grammar` target writes its text after (the
     /// first byte picks).
@@ -112,6 +115,8 @@ enum FuzzTarget: String, CaseIterable {
             let prefix = Self.grammarLines[Int(bytes.first ?? 0) % Self.grammarLines.count]
             let parser = BatchParser(file: "fuzz.batch", overrides: [:], profiles: ["car", "van"])
             _ = try? parser.parse(prefix + text)
+        case .storedRow:
+            Self.exerciseStoredRow(bytes)
         case .gattText:
             let text = DeviceInformationText.decode(bytes)
             Self.require(text.utf8.count <= DeviceInformationText.maximumLength * 3, "unbounded text")
@@ -210,6 +215,54 @@ enum FuzzTarget: String, CaseIterable {
             require(written == String(text.prefix(10)), "'\(text)' was read as \(written ?? "nothing")")
         } else {
             require(date <= now && now.timeIntervalSince(date) <= 36_500 * 86_400 + 1, "age '\(text)' out of bounds")
+        }
+    }
+
+    /// The first byte picks a row builder; the rest are the row's values,
+    /// each a tag byte (NULL, integer, real, text, blob) and its payload
+    /// (8 bytes; or a length byte and that many bytes), NULL past the end.
+    /// Fails if a finding could reach a terminal raw or is unbounded.
+    static func exerciseStoredRow(_ bytes: [UInt8]) {
+        var rest = bytes.dropFirst()[...]
+        var row: [SQLiteValue] = []
+        while let tag = rest.first, row.count < 24 {
+            rest = rest.dropFirst()
+            switch tag % 5 {
+            case 0: row.append(.null)
+            case 1, 2:
+                var number: UInt64 = 0
+                for byte in rest.prefix(8) { number = number << 8 | UInt64(byte) }
+                rest = rest.dropFirst(8)
+                row.append(tag % 5 == 1 ? .integer(Int64(bitPattern: number)) : .real(Double(bitPattern: number)))
+            default:
+                let count = Int(rest.first ?? 0)
+                let payload = Array(rest.dropFirst().prefix(count))
+                rest = rest.dropFirst(count + 1)
+                row.append(tag % 5 == 3 ? .text(String(decoding: payload, as: UTF8.self)) : .blob(payload))
+            }
+        }
+        while row.count < 24 { row.append(.null) }
+        var findings: [StoredFinding] = []
+        switch bytes.first.map({ $0 % 11 }) {
+        case 0: _ = DeviceRows.record(Array(row[0..<21]), findings: &findings)
+        case 1: _ = DeviceRows.auditSubject(Array(row[0..<22]), findings: &findings)
+        case 2: _ = DeviceRows.outcome(Array(row[0..<(row[23] == .null ? 9 : 10)]), findings: &findings)
+        case 3: _ = RecordRows.trip(Array(row[0..<6]), findings: &findings)
+        case 4: _ = RecordRows.event(Array(row[0..<12]), findings: &findings)
+        case 5: _ = RecordRows.incident(Array(row[0..<11]), findings: &findings)
+        case 6: _ = Assignment.stored(Array(row[0..<11]), findings: &findings)
+        case 7: _ = Inventory.reading(Array(row[0..<4]), findings: &findings)
+        case 8: _ = ObservedState(row: Array(row[0..<12]), address: row[12], findings: &findings)
+        case 9: _ = Inventory.activity(Array(row[0..<7]), bench: "fuzz", findings: &findings)
+        default:
+            if case .text(let text) = row[0] { _ = Inventory.parseTimestamp(text) }
+            _ = RowCheck.findings(
+                table: "devices", columns: ["address", "battery", "last_seen", "profile", "config_enable"],
+                row: Array(row[0..<5]), key: "address")
+        }
+        for finding in findings {
+            checkVisible(finding.description, limit: 400)
+            require(finding.description.utf8.count < 2_000, "an unbounded finding")
         }
     }
 
@@ -323,6 +376,29 @@ enum FuzzTarget: String, CaseIterable {
             return rows.map { row in
                 Array(row.map { $0.map { Array($0.utf8) } ?? [0x1E] }.joined(separator: [0x1F]))
             }
+        case .storedRow:
+            func integer(_ value: Int64) -> [UInt8] {
+                [1] + (0..<8).reversed().map { UInt8(truncatingIfNeeded: UInt64(bitPattern: value) >> (8 * $0)) }
+            }
+            func text(_ value: String) -> [UInt8] {
+                [3, UInt8(min(255, value.utf8.count))] + Array(value.utf8.prefix(255))
+            }
+            let address = text("C0:FE:00:00:00:01")
+            let time = text("2026-11-30T09:41:07.123Z")
+            return [
+                [0] + address + time + integer(100) + integer(7) + text("SB-1") + text("S1") + text("A") + text("1.0.8")
+                    + integer(80) + integer(1) + time + integer(0) + integer(10) + integer(1000)
+                    + integer(1_764_000_000_000) + text("car") + integer(350) + integer(350) + integer(450)
+                    + integer(300) + integer(7),
+                [2] + integer(5) + integer(1) + address + text("apply car") + text("failed") + [0] + text("boom") + time
+                    + integer(1200),
+                [3] + address + integer(1_764_000_100_000) + integer(1_764_000_900_000) + integer(1) + time,
+                [6] + address + text("van") + integer(200) + text("fixed") + integer(7) + text(#"{"cornering":300}"#)
+                    + time + text("test") + text("local"),
+                [7] + address + time + integer(Int64.max) + integer(1),
+                [10] + text("2026-02-30T00:00:00.000Z"),
+                [0] + text("\u{1B}[2J") + [4, 2, 0, 0xFF] + [2] + Array(repeating: 0x7F, count: 8),
+            ]
         case .gattText:
             return [
                 Array("1.0.8".utf8), Array("SB-1\u{0}\u{0}\u{0}".utf8), [0x1B, 0x5D, 0x30, 0x3B, 0x07, 0x00, 0x1B],

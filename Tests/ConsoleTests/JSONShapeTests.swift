@@ -2,6 +2,7 @@ import BeaconSimulator
 import Console
 import DBusBinding
 import Foundation
+import Inventory
 import TestSupport
 import Testing
 
@@ -173,6 +174,14 @@ struct JSONShapeTests {
             let verbose = try await bench.beaconbench(["-v", "--json"], stdin: "scan 1s\nselect all\ninfo\n")
             #expect(verbose.status == 0, "\(verbose.stderr)")
             lines += verbose.stdout.split(separator: "\n").map(String.init)
+            // A stored value that fails its check (docs/inventory.md): a `stored_value` line.
+            do {
+                let database = try Database(path: bench.inventoryPath)
+                _ = try database.run("UPDATE devices SET battery = 1000 WHERE rowid = (SELECT min(rowid) FROM devices)")
+            }
+            let spoiled = try await bench.beaconbench(["inventory", "list", "--json"])
+            #expect(spoiled.status == 2, "\(spoiled.stderr)")
+            lines += spoiled.stdout.split(separator: "\n").map(String.init)
 
             var seen = Set<String>()
             for line in lines {

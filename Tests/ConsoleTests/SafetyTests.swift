@@ -9,7 +9,7 @@ struct SafetyTests {
     /// normally; scripts/fuzz builds it with libFuzzer).
     @Test(arguments: [
         "batch", "profile", "records", "adverts", "dbus-value", "display", "csv", "expansion", "gatt-text", "grammar",
-        "rows",
+        "rows", "stored-row",
     ])
     func savedFuzzInputsStillPass(target: String) async throws {
         let fuzz = ConsoleFixture.repository + "/Tests/Fuzz"

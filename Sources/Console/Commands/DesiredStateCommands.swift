@@ -306,7 +306,9 @@ extension Session {
         if invocation.inventoryIsServer, let url = invocation.inventoryPath {
             // The office: every assignment against the merged fleet.
             do {
-                (findings, assigned) = try ServerAssignments.drift(url: url, profiles: profiles)
+                let stored: [StoredFinding]
+                (findings, assigned, stored) = try ServerAssignments.drift(url: url, profiles: profiles)
+                pendingStoredFindings += stored
             } catch {
                 throw ConsoleFailure(.infrastructure, "drift: \(error.message)")
             }

@@ -52,6 +52,7 @@ public enum ResultKind: String, Sendable, CaseIterable {
     case profile, profileCheck = "profile_check", sync, command
     case trip, event, incident, forgotten, check, report
     case assignment, drift, station, stationSummary = "station_summary"
+    case storedValue = "stored_value"
 }
 
 /// The version of the JSON output: raised when a field changes meaning or
