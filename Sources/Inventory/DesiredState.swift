@@ -200,7 +200,9 @@ public struct ConfigOverrides: Sendable, Equatable, CustomStringConvertible {
         do {
             return .success(try ConfigOverrides(checkedJSON: json, source: "overrides"))
         } catch {
-            return .failure(OverridesError(description: error.keyPath.isEmpty ? error.message : "\(error.keyPath): \(error.message)"))
+            return .failure(
+                OverridesError(
+                    description: error.keyPath.isEmpty ? error.message : "\(error.keyPath): \(error.message)"))
         }
     }
 
