@@ -128,11 +128,10 @@ public enum InventorySync {
             var cursor: Int64 = 0
             // This bench's highest id here: what a local id the server
             // holds for this bench can be (rows are never deleted here).
-            let here =
-                table.newest == nil
-                ? 0
-                : try await local(inventory, "SELECT coalesce(max(id), 0) FROM \(table.name)", []).first?.first?
-                    .integer ?? 0
+            var here: Int64 = 0
+            if let localNewest = table.localNewest {
+                here = try await local(inventory, localNewest, []).first?.first?.integer ?? 0
+            }
             if let newest = table.newest {
                 let cell = try server.exec(newest, [benchID]).first?.first ?? nil
                 let (checked, refused) = trustedCursor(cell, table: table.name, bench: benchID, here: here)

@@ -306,6 +306,9 @@ enum ServerSchema {
         /// bench (`$1`), the cursor a sync resumes after. Nil: the table is
         /// sent whole, paged by rowid (which is not sent).
         var newest: String?
+        /// The same table's highest id in the bench's own inventory (what a
+        /// local id the server holds for this bench can be); with `newest`.
+        var localNewest: String? = nil
         /// Tables whose rows can still change: the local ids the server
         /// holds as `running` (`$1` the bench), and the local rows to send
         /// again for them (`?1` a JSON array of ids).
@@ -373,6 +376,7 @@ enum ServerSchema {
                 FROM runs WHERE id > ?1 AND (?3 OR simulated = 0) ORDER BY id LIMIT ?2
                 """,
             newest: "SELECT coalesce(max(local_id), 0) FROM runs WHERE bench_id = $1",
+            localNewest: "SELECT coalesce(max(id), 0) FROM runs",
             running: (
                 onServer: "SELECT local_id FROM runs WHERE bench_id = $1 AND status = 'running'",
                 local: """
@@ -403,6 +407,7 @@ enum ServerSchema {
                 ORDER BY id LIMIT ?2
                 """,
             newest: "SELECT coalesce(max(local_id), 0) FROM outcomes WHERE bench_id = $1",
+            localNewest: "SELECT coalesce(max(id), 0) FROM outcomes",
             running: (
                 onServer: "SELECT local_id FROM outcomes WHERE bench_id = $1 AND status = 'running'",
                 local: """
@@ -435,6 +440,7 @@ enum ServerSchema {
                 ORDER BY id LIMIT ?2
                 """,
             newest: "SELECT coalesce(max(local_id), 0) FROM readings WHERE bench_id = $1",
+            localNewest: "SELECT coalesce(max(id), 0) FROM readings",
             upsert: """
                 INSERT INTO readings (bench_id, local_id, device, at, battery, rssi, firmware)
                 SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::bigint[], $6::bigint[],

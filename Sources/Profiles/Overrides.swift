@@ -32,9 +32,11 @@ extension ProfileLoader {
         // JSONSyntax refuses a key written twice (Foundation's parser
         // would keep the last) and an exponent, as in a profile.
         if let failure = JSONSyntax.firstError(in: bytes) {
+            let place = "line \(failure.line), column \(failure.column)"
             throw ProfileError(
                 file: source, keyPath: "",
-                message: "is not valid JSON (line \(failure.line), column \(failure.column): \(failure.reason))")
+                message: failure.isStrictRule
+                    ? "\(failure.reason) (\(place))" : "is not valid JSON (\(place): \(failure.reason))")
         }
         let reader = Reader(file: source)
         do {
