@@ -145,7 +145,8 @@ extension BluetoothClient {
         guard let device = device(address: address, adapter: adapter), let adapterPath = device.adapter else {
             throw BlueZError(.deviceNotFound, device: address, step: "connect")
         }
-        if !(device.connected && device.servicesResolved) {
+        let wasUp = device.connected && device.servicesResolved
+        if !wasUp {
             let lock = connectLock(for: adapterPath)
             await lock.acquire()
             // Connected may be true already: an orphaned connection.
@@ -172,8 +173,24 @@ extension BluetoothClient {
             }
             guard current.connected else { throw BlueZError(.disconnected, device: address, step: "connect") }
         }
-        let services = Set(gattObjects(under: device.path, interface: "org.bluez.GattService1").map(\.uuid))
-        for uuid in policy.requiredServices where !services.contains(uuid) {
+        func missing() -> String? {
+            let services = Set(gattObjects(under: device.path, interface: "org.bluez.GattService1").map(\.uuid))
+            return policy.requiredServices.first { !services.contains($0) }
+        }
+        if wasUp, missing() != nil {
+            // Found connected and resolved from before, but a service is
+            // gone: the link is going down (bluetoothd removes the GATT
+            // objects before it says Connected false). Wait for either.
+            try? await waitUntil(
+                {
+                    guard let current = self.device(address: address, adapter: device.adapter) else { return true }
+                    return !current.connected || missing() == nil
+                }, timeout: .seconds(2), step: "wait for services", device: address)
+            guard self.device(address: address, adapter: device.adapter)?.connected ?? false else {
+                throw BlueZError(.disconnected, device: address, step: "connect")
+            }
+        }
+        if let uuid = missing() {
             throw BlueZError(.missingAttribute("service \(uuid)"), device: address, step: "connect")
         }
         return DeviceSession(client: self, address: address, path: device.path)
