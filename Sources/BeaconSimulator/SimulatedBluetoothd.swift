@@ -12,6 +12,9 @@ public actor SimulatedBluetoothd {
     let options: SimulatorOptions
     private var beacons: [String: BeaconFirmware] = [:]
     private var beaconOrder: [String] = []
+    /// Devices whose disconnect is still taking their GATT tree down, and
+    /// the connects waiting for it (by address).
+    private var tearingDown: [String: [CheckedContinuation<Void, Never>]] = [:]
     private var adapters: [Adapter] = []
     /// Separate generators, so that how often discovery updates RSSI (a
     /// matter of timing) never shifts which operation a fault strikes.
@@ -506,6 +509,12 @@ public actor SimulatedBluetoothd {
         adapters[index].devices[address]?.removal?.cancel()
         try? await Task.sleep(for: options.latency.connect)
         adapters[index].connectPending = false
+        // A disconnect still removing the last connection's GATT objects
+        // (its awaits let this connect in): wait for it, or its removals
+        // would take this connection's new objects with them.
+        if tearingDown[address] != nil {
+            await withCheckedContinuation { tearingDown[address, default: []].append($0) }
+        }
         guard adapters[index].powered, adapters[index].devices[address] != nil, beacons[address]?.state.inRange == true,
             !fires(.connectAbort, address)
         else { throw BusError(.bluez.failed, "le-connection-abort-by-local") }
@@ -566,10 +575,12 @@ public actor SimulatedBluetoothd {
         device.characteristics = [:]
         device.notifying = []
         adapters[index].devices[address] = device
+        tearingDown[address] = tearingDown[address] ?? []
         await setDeviceProperties(index, address, ["ServicesResolved": false])
         for path in paths.reversed() { try? await bus.unexport(at: path) }
         try? await bus.unexport(["org.bluez.Battery1"], at: device.path)
         await setDeviceProperties(index, address, ["Connected": false])
+        for waiting in tearingDown.removeValue(forKey: address) ?? [] { waiting.resume() }
         if adapters[index].discoveryClients.isEmpty { scheduleRemoval(index, address) }
     }
 

@@ -93,8 +93,9 @@ public struct Invocation: Sendable, Equatable {
         `beaconbench COMMAND --help` shows one command.
 
         exit status: 0 all went well; 1 bad usage or input (nothing was touched);
-        2 some devices failed (or an audit found problems); 3 the bus, BlueZ, the
-        adapter or the inventory is unusable; 130 interrupted (Ctrl-C); 143 stopped
+        2 some devices failed, an audit found problems, or values read back from the
+        inventory or the server failed their checks; 3 the bus, BlueZ, the adapter
+        or the inventory is unusable; 130 interrupted (Ctrl-C); 143 stopped
         by SIGTERM (sync says what it sent).
 
         Type `help` in the REPL, `man beaconbench`, or see docs/batch-language.md.

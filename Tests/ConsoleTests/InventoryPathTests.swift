@@ -23,7 +23,7 @@ struct InventoryPathTests {
         try await runTool(
             "/bin/sh",
             ["-c", "cd \"$0\" && exec \"$@\"", directory, builtProduct("beaconbench"), "--inventory", inventory]
-                + arguments, environment: bench.environment, timeout: 30)
+                + arguments, environment: bench.environment, timeout: 120)
     }
 
     /// Everything under `directory`, with each file's bytes.
@@ -100,11 +100,11 @@ struct InventoryPathTests {
         let before = Self.tree(work)
         let device = OutputFileTests.snapshot("/dev/null")
         for command in Self.commands {
-            let started = Date()
+            // A command that blocked (on a FIFO) is killed at the tool's
+            // cap and fails the status check below with what it printed.
             let refused = try await Self.tool(bench, in: work, inventory: path, command)
             #expect(refused.status == 3, "\(kind) \(command): \(refused.status) \(refused.stderr)")
             #expect(refused.stderr.contains(message), "\(kind) \(command): \(refused.stderr)")
-            #expect(Date().timeIntervalSince(started) < 20, "\(kind) \(command) took long")
             #expect(Self.tree(work) == before, "\(kind) \(command): \(Self.tree(work).keys.sorted())")
         }
         #expect(OutputFileTests.snapshot("/dev/null") == device)

@@ -119,10 +119,10 @@ struct ProfileDirectoryTests {
         defer { bench.stop() }
         #expect(mkfifo(directory + "/car.json", 0o644) == 0)
         for arguments in [["inventory", "list"], ["profiles", "check"]] {
-            let started = Date()
-            let run = try await Self.beaconbench(bench, in: bench.directory, arguments, timeout: 30)
-            let waited = Date().timeIntervalSince(started)
-            #expect(waited < 25, "\(arguments.joined(separator: " ")) waited \(Int(waited)) s on the FIFO car.json")
+            // Blocked on the FIFO, the command would be killed at the cap
+            // (SIGTERM): not the refusal (exit 1, the message) checked here.
+            let run = try await Self.beaconbench(bench, in: bench.directory, arguments, timeout: 120)
+            #expect(run.status != 143 && run.status != 15, "\(arguments) was still waiting on the FIFO car.json")
             Self.expectRefused(run, "\(directory)/car.json: is a FIFO, not a regular file", bench)
         }
     }

@@ -196,7 +196,7 @@ struct StoredValueHostilityTests {
                 builtProduct("beaconbench"),
                 (json ? ["--json"] : []) + ["--bus", fixture.busAddress, "--inventory", path],
                 environment: fixture.environment,
-                stdin: Self.readCommands(report: fixture.directory + "/report-\(index).html"), timeout: 60)
+                stdin: Self.readCommands(report: fixture.directory + "/report-\(index).html"), timeout: 300)
             problems += Self.problems(output, name, allowed: [0, 2])
             if output.stderr.contains("stored value: ") { withFindings += 1 }
             for suffix in ["", "-wal", "-shm", "-reserve"] {
@@ -256,7 +256,7 @@ struct StoredValueHostilityTests {
         // A clean bench first: the server then holds rows to spoil.
         let clean = try await runTool(
             builtProduct("beaconbench"), ["--inventory", base, "sync", "--to", server.url],
-            environment: fixture.environment, timeout: 120)
+            environment: fixture.environment, timeout: 300)
         #expect(clean.status == 0, "\(clean.stderr)")
         var problems: [String] = []
         for (index, entry) in Self.catalogue.enumerated() where index % 3 == 0 || entry.name == "control" {
@@ -273,7 +273,7 @@ struct StoredValueHostilityTests {
             }
             let sync = try await runTool(
                 builtProduct("beaconbench"), ["--inventory", path, "sync", "--to", server.url],
-                environment: fixture.environment, timeout: 120)
+                environment: fixture.environment, timeout: 300)
             problems += Self.problems(sync, "sync of \(entry.name)")
         }
         // The server's tables, each column of its first row spoiled.
@@ -304,7 +304,7 @@ struct StoredValueHostilityTests {
             ] {
                 let output = try await runTool(
                     builtProduct("beaconbench"), ["--inventory", server.url] + arguments,
-                    environment: fixture.environment, timeout: 60)
+                    environment: fixture.environment, timeout: 300)
                 problems += Self.problems(
                     output, "server round \(round): \(arguments.joined(separator: " "))", allowed: [0, 2])
                 if arguments == ["inventory", "list"], round == 0 {

@@ -98,8 +98,9 @@ enum Manual {
         }
         roff += """
             .SH EXIT STATUS
-            0 all went well; 1 bad usage or input (nothing was touched); 2 some devices failed (or an audit
-            found problems); 3 the bus, BlueZ, the adapter or the inventory is unusable; 130 interrupted (Ctrl\\-C);
+            0 all went well; 1 bad usage or input (nothing was touched); 2 some devices failed, an audit
+            found problems, or values read back from the inventory or the server failed their checks; 3 the
+            bus, BlueZ, the adapter or the inventory is unusable; 130 interrupted (Ctrl\\-C);
             143 stopped by SIGTERM (sync says what it sent).
             .SH FILES
             .TP
