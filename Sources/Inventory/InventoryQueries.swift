@@ -90,10 +90,7 @@ extension Inventory {
     func checked<T>(
         _ rows: [[SQLiteValue]], _ build: ([SQLiteValue], inout [StoredFinding]) -> T?
     ) -> [T] {
-        var findings: [StoredFinding] = []
-        let kept = rows.compactMap { build($0, &findings) }
-        storedFindingLog.add(findings)
-        return kept
+        storedFindingLog.keep(rows, build)
     }
 
     public func takeStoredFindings() -> (findings: [StoredFinding], more: Int) { storedFindingLog.take() }

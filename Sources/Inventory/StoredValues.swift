@@ -325,6 +325,17 @@ public struct StoredFindingLog: Sendable {
         }
     }
 
+    /// The rows `build` makes of `rows` (it leaves out those it cannot
+    /// make), its findings logged.
+    public mutating func keep<T>(
+        _ rows: [[SQLiteValue]], _ build: ([SQLiteValue], inout [StoredFinding]) -> T?
+    ) -> [T] {
+        var new: [StoredFinding] = []
+        let kept = rows.compactMap { build($0, &new) }
+        add(new)
+        return kept
+    }
+
     /// The findings so far, and the log emptied.
     public mutating func take() -> (findings: [StoredFinding], more: Int) {
         defer { self = StoredFindingLog() }

@@ -22,10 +22,7 @@ public actor ServerInventory: InventoryReader {
     private func checked<T>(
         _ rows: [[SQLiteValue]], _ build: ([SQLiteValue], inout [StoredFinding]) -> T?
     ) -> [T] {
-        var findings: [StoredFinding] = []
-        let kept = rows.compactMap { build($0, &findings) }
-        storedFindingLog.add(findings)
-        return kept
+        storedFindingLog.keep(rows, build)
     }
 
     /// Connects and checks the schema: a server no bench has synced to is
