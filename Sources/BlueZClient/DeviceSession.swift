@@ -193,7 +193,10 @@ extension BluetoothClient {
         if let uuid = missing() {
             throw BlueZError(.missingAttribute("service \(uuid)"), device: address, step: "connect")
         }
-        return DeviceSession(client: self, address: address, path: device.path)
+        guard self.device(address: address, adapter: device.adapter)?.servicesResolved ?? false else {
+            throw BlueZError(.disconnected, device: address, step: "connect")
+        }
+        return DeviceSession(client: self, address: address, path: device.path, epoch: linkEpoch(of: device.path))
     }
 
 }
@@ -205,11 +208,28 @@ public struct DeviceSession: Sendable {
     public let client: BluetoothClient
     public let address: String
     public let path: ObjectPath
+    /// The device's link epoch when this connection's services resolved:
+    /// GATT paths are looked up only while it is still current (never
+    /// across connections; docs/reliability.md, "GATT paths").
+    let epoch: Int
+
+    init(client: BluetoothClient, address: String, path: ObjectPath, epoch: Int) {
+        self.client = client
+        self.address = address
+        self.path = path
+        self.epoch = epoch
+    }
 
     private static let characteristicInterface: InterfaceName = "org.bluez.GattCharacteristic1"
 
     /// The object path of the characteristic with `uuid`.
     public func characteristic(_ uuid: String) async throws -> ObjectPath {
+        // This connection's map only: after ServicesResolved false,
+        // Connected false or a GATT object removed, the old paths (which
+        // bluetoothd may still export, Cache=always) are not this link's.
+        guard await client.linkIsCurrent(path, epoch: epoch) else {
+            throw BlueZError(.disconnected, device: address, step: "find", characteristic: uuid)
+        }
         guard
             let found = await client.gattObject(
                 under: path, interface: "org.bluez.GattCharacteristic1", uuid: uuid.lowercased())
