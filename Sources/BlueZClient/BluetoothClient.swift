@@ -447,6 +447,39 @@ public actor BluetoothClient {
         return ContinuousClock.now - heard < within
     }
 
+    /// Links up on `adapter` (devices connected under it), `excluding` one
+    /// device's address.
+    public func linksUp(on adapter: ObjectPath, excluding address: String? = nil) -> Int {
+        let excluded = address?.uppercased()
+        var count = 0
+        for (path, deviceAddress) in addressByDevicePath where deviceAddress != excluded {
+            guard let device = objects[path]?["org.bluez.Device1"], device["Connected"]?.bool == true,
+                device["Adapter"]?.objectPath == adapter
+            else { continue }
+            count += 1
+        }
+        return count
+    }
+
+    /// Waits until fewer than `limit` links are up on `adapter`, at most
+    /// `timeout` (then returns all the same: the caller retries).
+    public func waitForLinks(below limit: Int, on adapter: ObjectPath, timeout: Duration) async {
+        try? await waitUntil(
+            { self.linksUp(on: adapter) < limit }, timeout: timeout, step: "wait for a free link", device: nil)
+    }
+
+    /// The last advert heard from any device on `adapter` since this
+    /// client's discovery began there.
+    public func lastAdvert(on adapter: ObjectPath) -> ContinuousClock.Instant? {
+        guard let since = discoveryStartedAt[adapter] else { return nil }
+        var last: ContinuousClock.Instant?
+        for (path, heard) in heardAt where heard >= since && heard > (last ?? since - .seconds(1)) {
+            guard objects[path]?["org.bluez.Device1"]?["Adapter"]?.objectPath == adapter else { continue }
+            last = heard
+        }
+        return last
+    }
+
     /// Waits until the adapter is there (after bluetoothd restarted, the
     /// registry fills again only when its objects have been read).
     public func waitForAdapter(named name: String?, timeout: Duration) async throws -> Adapter {
