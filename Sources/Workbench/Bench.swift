@@ -70,6 +70,14 @@ public actor Bench {
     public var seenTimeout: Duration = .seconds(10)
 
     public func setSeenTimeout(_ timeout: Duration) { seenTimeout = timeout }
+    /// `--no-adapter-reset` clears it: a wedged adapter is never power-cycled.
+    public var adapterResets = true
+    public func setAdapterResets(_ allowed: Bool) { adapterResets = allowed }
+    /// The adapters' addresses when the bench opened (address → path): an
+    /// adapter is followed by its address (hci0 replugged is hci1).
+    private var knownAdapters: [String: ObjectPath] = [:]
+    /// The address of the adapter asked for by name, once found.
+    private var namedAddress: String?
 
     public init(client: BluetoothClient, inventory: Inventory, adapterName: String?) {
         self.client = client
@@ -94,7 +102,51 @@ public actor Bench {
             await connection.close()
             throw error
         }
-        return Bench(client: client, inventory: inventory, adapterName: adapter)
+        let bench = Bench(client: client, inventory: inventory, adapterName: adapter)
+        await bench.learnAdapters()
+        return bench
+    }
+
+    private func learnAdapters() async {
+        for adapter in await client.adapters() where Device.isValidAddress(adapter.address) {
+            knownAdapters[adapter.address.uppercased()] = adapter.path
+        }
+        if let adapterName, let named = try? await client.adapter(named: adapterName) {
+            namedAddress = named.address.uppercased()
+        }
+    }
+
+    /// The adapters known when the bench opened that are absent now
+    /// (address → the path each had).
+    public func absentAdapters() async -> [String: ObjectPath] {
+        var absent: [String: ObjectPath] = [:]
+        for (address, path) in knownAdapters where await client.adapter(address: address) == nil {
+            absent[address] = path
+        }
+        return absent
+    }
+
+    /// Whether an adapter went away or came back under another path since
+    /// the bench opened (a scan then may have missed beacons).
+    public func adaptersChanged() async -> Bool {
+        for (address, path) in knownAdapters where await client.adapter(address: address)?.path != path {
+            return true
+        }
+        return false
+    }
+
+    /// Waits until every adapter known when the bench opened is back (by
+    /// address), at most `timeout`; returns those still absent.
+    public func waitForAdapters(timeout: Duration) async -> [String: ObjectPath] {
+        let deadline = ContinuousClock.now + timeout
+        for address in knownAdapters.keys {
+            _ = try? await client.waitForAdapter(
+                address: address, powered: true, timeout: max(.zero, deadline - ContinuousClock.now))
+        }
+        for (address, _) in knownAdapters {
+            if let current = await client.adapter(address: address) { knownAdapters[address] = current.path }
+        }
+        return await absentAdapters()
     }
 
     public func close() async {
@@ -103,11 +155,19 @@ public actor Bench {
     }
 
     public func adapter() async throws -> Adapter {
-        try await client.waitForAdapter(named: adapterName, timeout: .seconds(5))
+        // The adapter asked for by name is followed by its address.
+        if let namedAddress {
+            return try await client.waitForAdapter(address: namedAddress, timeout: .seconds(5))
+        }
+        return try await client.waitForAdapter(named: adapterName, timeout: .seconds(5))
     }
 
     /// The adapters once bluetoothd has read them again (10 s at most).
     func adaptersAfterRestart() async throws -> [Adapter] {
+        if let namedAddress {
+            _ = try await client.waitForAdapter(address: namedAddress, timeout: .seconds(10))
+            return try await adapters()
+        }
         _ = try await client.waitForAdapter(named: adapterName, timeout: .seconds(10))
         return try await adapters()
     }
@@ -330,10 +390,15 @@ public actor Bench {
             }
         }
         defer { keeper.cancel() }
+        let recovery = RecoveryCoordinator(
+            client: client, inventory: inventory, run: run, concurrency: concurrency,
+            options: RecoveryOptions(adapterResets: adapterResets, keepDiscovery: discovering, everyAdvert: false),
+            note: { progress(.note(address: "", $0)) })
+        await recovery.start()
         let runner = FleetRunner(
             client: client, inventory: inventory, run: run, concurrency: concurrency, dryRun: dryRun,
             profiles: profiles, adapters: try await adapters().map(\.path), sharedIdentities: sharedIdentities,
-            seenTimeout: seenTimeout, progress: progress)
+            seenTimeout: seenTimeout, recovery: recovery, progress: progress)
         // On the bus connection's thread: each device's steps are calls and
         // signals on it, and every reply then resumes its step there, with
         // no other thread woken (the inventory's SQLite work runs there too;
@@ -341,6 +406,7 @@ public actor Bench {
         let result = await withTaskExecutorPreference(client.bus.taskExecutor) {
             await runner.runFleet(steps, on: addresses)
         }
+        await recovery.stop()
         if discovering { try? await Task { try await self.endDiscovery() }.value }
         return result
     }
