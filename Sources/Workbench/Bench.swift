@@ -273,6 +273,18 @@ public actor Bench {
         }
     }
 
+    /// The SBeacons present now: connected, or heard within `window` since
+    /// this client's discovery began on their adapter. A device object
+    /// bluetoothd kept from before (its temporary timeout, or storage), its
+    /// cached RSSI included, is not present.
+    public func present(window: Duration = Recovery.presenceTimeout) async -> [SeenBeacon] {
+        var heard: Set<ObjectPath> = []
+        for device in await client.devices() where await client.isPresent(device, within: window) {
+            heard.insert(device.path)
+        }
+        return await beacons { $0.connected || heard.contains($0.path) }
+    }
+
     private func beacons(where keep: (Device) -> Bool) async -> [SeenBeacon] {
         let paths = Set(((try? await adapters()) ?? []).map(\.path))
         // One entry per beacon, however many adapters see it: the strongest.
