@@ -142,6 +142,39 @@ public enum SimulatorControl {
                     try await daemon.restart()
                     return []
                 },
+                .init(name: "SetFaultPlan", inputs: [.init("json", .string)]) { call in
+                    let plan: FaultPlan
+                    do {
+                        plan = try FaultPlan(json: call.body[0].string ?? "")
+                    } catch let error as FaultPlanError {
+                        throw BusError(.invalidArgs, "SetFaultPlan: \(error)")
+                    }
+                    await daemon.setPlan(plan, keepingCommandLineFaults: true)
+                    return []
+                },
+                .init(name: "FaultPlan", outputs: [.init("json", .string)]) { _ in
+                    [.string(await daemon.currentPlan.json)]
+                },
+                .init(name: "FiredRules", outputs: [.init("json", .string)]) { _ in
+                    [.string(try json(await daemon.currentPlan.report))]
+                },
+                .init(name: "Release", inputs: [.init("hold", .string)], outputs: [.init("released", .uint32)]) {
+                    call in
+                    [.uint32(UInt32(try await daemon.release(call.body[0].string ?? "")))]
+                },
+                .init(
+                    name: "WaitFor", inputs: [.init("condition", .string), .init("timeoutMs", .uint32)],
+                    outputs: [.init("json", .string)]
+                ) { call in
+                    [
+                        .string(
+                            try await daemon.waitFor(
+                                call.body[0].string ?? "", timeoutMs: Int(call.body[1].uint32 ?? 0)))
+                    ]
+                },
+                .init(name: "Counters", outputs: [.init("json", .string)]) { _ in
+                    [.string(try json(await daemon.counters))]
+                },
             ])
     }
 }
@@ -231,6 +264,7 @@ extension SimulatedBluetoothd {
             if let inRange = object["inRange"] as? Bool { state.inRange = inRange }
             if let rssi = object["rssi"] as? Int { state.rssi = Int16(clamping: rssi) }
         }
+        if let faults { ensureBeaconRateRules(for: faults.keys) }
         if object["inRange"] as? Bool == false { await leftRange(address) }
     }
 }
