@@ -461,6 +461,18 @@ public actor BluetoothClient {
         return count
     }
 
+    /// Other links up on the adapter when this client last sent Connect to
+    /// a device (the count a controller's slot refusal is about).
+    private var linksAtConnect: [String: Int] = [:]
+
+    func noteConnectSent(_ address: String, adapter: ObjectPath) {
+        linksAtConnect[address.uppercased()] = linksUp(on: adapter, excluding: address)
+    }
+
+    /// Other links that were up on its adapter when this client last sent
+    /// Connect to `address` (nil: it sent none).
+    public func linksWhenConnectSent(_ address: String) -> Int? { linksAtConnect[address.uppercased()] }
+
     /// Waits until fewer than `limit` links are up on `adapter`, at most
     /// `timeout` (then returns all the same: the caller retries).
     public func waitForLinks(below limit: Int, on adapter: ObjectPath, timeout: Duration) async {

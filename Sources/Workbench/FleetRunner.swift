@@ -574,46 +574,28 @@ public actor FleetRunner {
         var attempts = 1
         var fruitless = 0
         var pause = retryBackoff
-        // Failures that were not the beacon's (slot, busy, adapter): not
-        // charged, and the time they took not counted against the deadline.
-        var uncharged = 0
-        var unchargedTime = Duration.zero
+        // Failures that were not the beacon's (slot, busy, adapter) are
+        // retried inside the connect, uncharged; the time they took is not
+        // counted against the deadline.
+        let giveUp = GiveUpReason()
         defer { Task { await self.recovery.connectSettled(address) } }
         while true {
             let done = tally.completed
             do {
-                try await attemptSteps(address, steps, &tally)
+                try await attemptSteps(address, steps, &tally, giveUp: giveUp)
                 break
             } catch {
-                let stoppingNow = error is InventoryFailure || error is RunStopped
-                if tally.connecting, !stoppingNow, !Task.isCancelled {
-                    tally.connecting = false
-                    let judged = ContinuousClock.now
-                    let verdict = await recovery.connectFailed(
-                        address, error: error, adapterPath: tally.adapterPath, linksAtStart: tally.linksAtStart)
-                    switch verdict {
-                    case .uncharged where uncharged < Self.unchargedLimit:
-                        uncharged += 1
-                        unchargedTime += ContinuousClock.now - judged
-                        recap.retries += 1
-                        continue
-                    case .recovered:
-                        // Removed and heard again: a fresh budget (at most
-                        // once per device per run: the policy's bound).
-                        fruitless = -1
-                    case .giveUp(let reason):
-                        if let key = tally.inFlight, let id = tally.rows[key] {
-                            _ = try? await record {
-                                try await inventory.finishStep(
-                                    id, .failed, error: "\(error); \(reason)", retries: tally.retries[key] ?? 0)
-                            }
+                if let reason = giveUp.take() {
+                    // The adapter is given up (wedged again, gone for good).
+                    if let key = tally.inFlight, let id = tally.rows[key] {
+                        _ = try? await record {
+                            try await inventory.finishStep(
+                                id, .failed, error: "\(error); \(reason)", retries: tally.retries[key] ?? 0)
                         }
-                        recap.failed = 1
-                        recap.reason = "\(reason) (\(error))"
-                        break
-                    default: break
                     }
-                    if recap.failed > 0 { break }
+                    recap.failed = 1
+                    recap.reason = "\(reason) (\(error))"
+                    break
                 }
                 // A connection that got steps done resets the count: only
                 // `deviceAttempts` connections in a row without progress (or
@@ -635,7 +617,7 @@ public actor FleetRunner {
                 let again =
                     !stopping && fruitless < deviceAttempts && attempts < 3 * deviceAttempts
                     && Self.worthAnotherConnection(error)
-                    && ContinuousClock.now - began - unchargedTime < deviceDeadline
+                    && ContinuousClock.now - began - giveUp.unchargedTime < deviceDeadline
                     && !Task.isCancelled
                 if !stopping, let key = tally.inFlight, let id = tally.rows[key] {
                     if again {
@@ -732,7 +714,9 @@ public actor FleetRunner {
     /// One connection and the steps over it, each outcome committed; what
     /// the beacon tells is recorded after each step, whether it succeeded
     /// or not.
-    private nonisolated func attemptSteps(_ address: String, _ steps: [DeviceStep], _ tally: inout Tally) async throws {
+    private nonisolated func attemptSteps(
+        _ address: String, _ steps: [DeviceStep], _ tally: inout Tally, giveUp: GiveUpReason
+    ) async throws {
         if await isStopped { throw RunStopped() }
         // A failure now is the connection's (first time) or the next step's (a reconnect).
         let key = tally.connected && tally.completed < steps.count ? tally.completed : Tally.connectKey
@@ -752,6 +736,25 @@ public actor FleetRunner {
         if let adapterPath { tally.linksAtStart = await client.linksUp(on: adapterPath, excluding: address) }
         let linksAtStart = tally.linksAtStart
         let observations = Observations()
+        // Each failed Connect is judged by the recovery policies.
+        var policy = self.policy
+        let recovery = self.recovery
+        let judgedPath = adapterPath
+        policy.judge = { error in
+            let judged = ContinuousClock.now
+            let verdict = await recovery.connectFailed(
+                address, error: error, adapterPath: judgedPath, linksAtStart: linksAtStart)
+            switch verdict {
+            case .charged: return .ordinary
+            case .uncharged:
+                giveUp.addUncharged(ContinuousClock.now - judged)
+                return .retryUncharged
+            case .recovered: return .retryAfresh
+            case .giveUp(let reason):
+                giveUp.set(reason)
+                return .giveUp
+            }
+        }
         try await client.withConnection(to: address, on: adapter, policy: policy) { session in
             tally.connecting = false
             await recovery.connectSucceeded(address, adapterPath: adapterPath, linksAtStart: linksAtStart)
@@ -1143,6 +1146,21 @@ public actor FleetRunner {
         record.config = info.config
         return record
     }
+}
+
+/// Why a device's connect was given up by the recovery policies (an
+/// adapter given up), and the time its uncharged retries took.
+final class GiveUpReason: Sendable {
+    private let state = Mutex<(reason: String?, uncharged: Duration)>((nil, .zero))
+    func set(_ reason: String) { state.withLock { $0.reason = reason } }
+    func take() -> String? {
+        state.withLock { state in
+            defer { state.reason = nil }
+            return state.reason
+        }
+    }
+    func addUncharged(_ duration: Duration) { state.withLock { $0.uncharged += duration } }
+    var unchargedTime: Duration { state.withLock { $0.uncharged } }
 }
 
 /// What a beacon told during one step, kept until the step ends.

@@ -289,12 +289,18 @@ public actor RecoveryCoordinator {
                 return bluez.map { "\($0.reason)" } ?? "\(error)"
             }())
         let found = await client.device(address: device)
-        if let adapterPath {
+        if let sent = await client.linksWhenConnectSent(device) {
+            // The links up when the Connect was sent: what a controller's
+            // slot refusal is about.
+            failure.linksUp = sent
+        } else if let adapterPath {
             failure.linksUp = max(linksAtStart, await client.linksUp(on: adapterPath, excluding: device))
         }
         failure.adapterAbsentOrWedged = adapterAddress.map(isAbsent) ?? false
         if case .adapterNotFound? = bluez?.reason { failure.adapterAbsentOrWedged = true }
-        if bluez?.reason == .deviceNotFound, found == nil { failure.deviceRemovedDuringConnect = true }
+        if bluez?.reason == .deviceNotFound, found == nil, await client.linksWhenConnectSent(device) != nil {
+            failure.deviceRemovedDuringConnect = true
+        }
         if options.presenceKnown {
             failure.heardRecently = false
             if let found { failure.heardRecently = await client.isPresent(found, within: Recovery.presenceTimeout) }
@@ -317,6 +323,13 @@ public actor RecoveryCoordinator {
         case .stale:
             guard let due = stale.staleFailure(device, kind: failure.kind) else { return .charged(.stale) }
             return await removeStale(device, detail: due) ? .recovered : .charged(.stale)
+        case .slot where failure.deviceRemovedDuringConnect:
+            // Out of slots, its object went (as some controllers do): it
+            // comes back with its next advert.
+            guard (try? await client.waitForDevice(address: device, timeout: Recovery.reappearTimeout)) != nil else {
+                return .charged(.gone)
+            }
+            return .uncharged(.slot)
         case .slot:
             if let adapterPath, let below = judgement.waitBelow {
                 await client.waitForLinks(below: below, on: adapterPath, timeout: Recovery.slotBackoff)
@@ -382,7 +395,10 @@ public actor RecoveryCoordinator {
     public func connectSucceeded(_ device: String, adapterPath: ObjectPath?, linksAtStart: Int) async {
         stale.succeeded(device)
         busy.succeeded(device)
-        if let address = address(of: adapterPath) { slots.succeeded(adapter: address, linksUp: linksAtStart) }
+        if let address = address(of: adapterPath) {
+            let links = await client.linksWhenConnectSent(device) ?? linksAtStart
+            slots.succeeded(adapter: address, linksUp: links)
+        }
         await connectSettled(device)
     }
 
