@@ -1,0 +1,95 @@
+import BeaconSimulator
+import DBusBinding
+import Foundation
+import TestSupport
+import Testing
+
+/// The built `beaconbench` recovering under the simulator's fault plans
+/// (docs/reliability.md, "Recovering without an operator"): the recap's
+/// `recovery` lines, the outcome log's `recover` rows, and the simulator's
+/// counters saying nothing was done more than its policy allows.
+@Suite("recovering without an operator", .serialized)
+struct RecoveryTests {
+    /// Writes `plan` to a file and runs `body` on a fleet of `count` new
+    /// beacons (the last two cannot be provisioned) with it.
+    static func withPlan(
+        _ plan: String, count: Int, simulatorOptions: [String] = [], _ body: (ConsoleFixture) async throws -> Void
+    ) async throws {
+        let scratch = FileManager.default.temporaryDirectory.appendingPathComponent("plan-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let path = scratch + "/plan.json"
+        try plan.write(toFile: path, atomically: true, encoding: .utf8)
+        try await withNewFleet(count: count, simulatorOptions: ["--fault-plan", path] + simulatorOptions, body)
+    }
+
+    static func counters(_ bench: ConsoleFixture) async throws -> [String: Any] {
+        let connection = try await BusConnection.connect(.address(bench.busAddress))
+        let reply = try await connection.call(
+            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Counters", [])
+        await connection.close()
+        return try #require(
+            try JSONSerialization.jsonObject(with: Data((reply.body.first?.string ?? "").utf8)) as? [String: Any])
+    }
+
+    /// Every line fits docs/json.md.
+    static func checkShapes(_ stdout: String) throws {
+        let kinds = try JSONShapeTests.documentedKinds()
+        for line in stdout.split(separator: "\n").map(String.init) {
+            for problem in JSONShapeTests.problems(line, kinds) { Issue.record(Comment(rawValue: problem)) }
+        }
+    }
+
+    @Test func aStaleBeaconIsRemovedOnceAndTheBatchConverges() async throws {
+        let stale = "C0:FE:00:00:00:02"
+        let plan = #"""
+            {"rules": [{"id": "m1", "hook": "connect.requested", "target": {"address": "\#(stale)"},
+              "trigger": {"nth": 1}, "action": {"kind": "stale"}}]}
+            """#
+        try await Self.withPlan(plan, count: 5) { bench in
+            let run = try await bench.beaconbench(["run", bench.batch("provision-new.batch"), "--json"], timeout: 300)
+            #expect(run.status == 0, "\(run.stderr)")
+            try Self.checkShapes(run.stdout)
+            let summary = try #require(ConsoleFixture.summary(run.stdout), "\(run.stdout)")
+            #expect(summary["failed"] as? Int == 0, "\(summary)")
+            #expect(summary["changed"] as? Int == 3, "\(summary)")
+            let recoveries = ConsoleFixture.jsonLines(run.stdout, kind: "recovery")
+            #expect(recoveries.count == 1, "\(recoveries)")
+            #expect(recoveries.first?["action"] as? String == "remove-device")
+            #expect(recoveries.first?["status"] as? String == "ok")
+            #expect(recoveries.first?["device"] as? String == stale)
+            #expect(
+                recoveries.first?["detail"] as? String == "remove-device after 3 × le-connection-abort-by-local")
+            let counters = try await Self.counters(bench)
+            #expect(counters["removeDevice"] as? [String: Int] == [stale: 1], "\(counters)")
+            // The outcome log has the row.
+            let log = try await bench.beaconbench(["log", "--json", "--limit", "200"])
+            let rows = ConsoleFixture.jsonLines(log.stdout, kind: "outcome").filter {
+                $0["step"] as? String == "recover"
+            }
+            #expect(rows.count == 1, "\(log.stdout)")
+            #expect(rows.first?["device"] as? String == stale)
+            #expect(rows.first?["status"] as? String == "ok")
+        }
+    }
+
+    @Test func nineBeaconsOnATwoSlotAdapterConvergeAtConcurrencyTwo() async throws {
+        let plan = #"{"adapters": [{"index": 0, "slots": 2, "slotFailure": "abort"}], "rules": []}"#
+        try await Self.withPlan(plan, count: 11) { bench in
+            let run = try await bench.beaconbench(
+                ["--concurrency", "5", "run", bench.batch("provision-new.batch"), "--json"], timeout: 300)
+            #expect(run.status == 0, "\(run.stderr)")
+            try Self.checkShapes(run.stdout)
+            let summary = try #require(ConsoleFixture.summary(run.stdout), "\(run.stdout)")
+            #expect(summary["failed"] as? Int == 0, "\(summary)")
+            #expect(summary["changed"] as? Int == 9, "\(summary)")
+            let recoveries = ConsoleFixture.jsonLines(run.stdout, kind: "recovery")
+            let lowered = recoveries.filter { $0["action"] as? String == "concurrency" }
+            #expect(lowered.count == 1, "\(recoveries)")
+            #expect((lowered.first?["detail"] as? String)?.hasPrefix("concurrency 5 → 2 on hci") == true)
+            #expect(lowered.first?["device"] is NSNull)
+            let counters = try await Self.counters(bench)
+            #expect((counters["removeDevice"] as? [String: Int] ?? [:]).isEmpty, "\(counters)")
+        }
+    }
+}
