@@ -48,6 +48,15 @@ public enum Recovery {
     /// Busy with discovery off: how long to wait for the device's
     /// Connected to change.
     public static let busyWait: Duration = .seconds(5)
+    /// A connect failure on an adapter under suspicion (discovery refused
+    /// since its last advert, or nothing heard on it at all while
+    /// discovering with every advert): adapter class, retried uncharged
+    /// after this pause while the wedge detector decides.
+    public static let suspectAdapterPause: Duration = .seconds(1)
+    /// Discovering, connects failing, and no advert on the adapter for this
+    /// long: discovery is stopped and started again (a wedged controller
+    /// then refuses, which is the wedge detector's evidence).
+    public static let quietRestart: Duration = .seconds(5)
 
     // MARK: Classification
 
@@ -169,11 +178,17 @@ public enum Recovery {
         /// A stale-class failure on `device`: the detail of a removal when
         /// one is due (`remove-device after 3 × le-connection-abort-by-local`),
         /// else nil. Other classes neither count nor reset the count.
-        public mutating func staleFailure(_ device: String, kind: String) -> String? {
+        /// `mayRemove` false (the device was not heard since its first
+        /// failure of the streak, where that is known: a wedged adapter
+        /// hears nothing, and removing a device there cures nothing): the
+        /// failure counts, the removal waits for a failure where it may.
+        public mutating func staleFailure(_ device: String, kind: String, mayRemove: Bool = true) -> String? {
             let device = device.uppercased()
             consecutive[device, default: 0] += 1
             lastKind[device] = kind
-            guard consecutive[device, default: 0] >= Recovery.staleLimit, !removed.contains(device) else { return nil }
+            guard consecutive[device, default: 0] >= Recovery.staleLimit, !removed.contains(device), mayRemove else {
+                return nil
+            }
             removed.insert(device)
             let count = consecutive[device, default: 0]
             consecutive[device] = 0
@@ -341,6 +356,13 @@ public enum Recovery {
             guard current.refusals.count >= Recovery.wedgeDiscoveryRefusals else { return false }
             return current.connectFailures.count >= Recovery.wedgeConnectFailures
                 || current.waitingForDiscovery != nil
+        }
+
+        /// When the adapter's current trouble began (nil: none since its
+        /// last advert), and the discovery refusals since.
+        public func trouble(_ adapter: String) -> (since: ContinuousClock.Instant, refusals: Int)? {
+            guard let current = evidence[adapter.uppercased()], let since = current.since else { return nil }
+            return (since, current.refusals.count)
         }
 
         /// Whether a power cycle of `adapter` may be done now; if not, why.

@@ -64,6 +64,9 @@ public actor RecoveryCoordinator {
     /// Adapters this run works with, by address → the path each had last.
     private var adapterPaths: [String: ObjectPath] = [:]
     private var absentSince: [String: (at: ContinuousClock.Instant, wall: Date)] = [:]
+    /// Paths adapters had before they moved → their address (work begun
+    /// on the old path is still judged as the adapter's).
+    private var formerPaths: [ObjectPath: String] = [:]
     /// Adapters whose discovery is paused for a busy connect → the devices
     /// whose connect waits for it.
     private var paused: [String: Set<String>] = [:]
@@ -72,6 +75,13 @@ public actor RecoveryCoordinator {
     /// Why the run must stop (an adapter gone for good): exit status 3.
     public private(set) var adapterFailure: String?
     private var watcher: Task<Void, Never>?
+    /// When discovery was last restarted on a quiet adapter, by address.
+    private var quietRestarts: [String: ContinuousClock.Instant] = [:]
+    /// When discovery was last started on an adapter and has not shown
+    /// Discovering true yet, by address.
+    private var startedAt: [String: ContinuousClock.Instant] = [:]
+    /// When each device's current stale streak began.
+    private var streakStart: [String: ContinuousClock.Instant] = [:]
 
     public init(
         client: BluetoothClient, inventory: Inventory, run: Int64, concurrency: Int,
@@ -112,7 +122,7 @@ public actor RecoveryCoordinator {
     /// The address of the adapter at `path` (nil: not one of ours).
     func address(of path: ObjectPath?) -> String? {
         guard let path else { return nil }
-        return adapterPaths.first { $0.value == path }?.key
+        return adapterPaths.first { $0.value == path }?.key ?? formerPaths[path]
     }
 
     /// Whether the adapter with `address` is absent now.
@@ -152,6 +162,7 @@ public actor RecoveryCoordinator {
                 continue
             }
             if absentSince.removeValue(forKey: address) != nil || adapter.path != lastPath {
+                if adapter.path != lastPath { formerPaths[lastPath] = address }
                 adapterPaths[address] = adapter.path
                 if adapter.path != lastPath {
                     await adapterMoved(adapter, from: lastPath)
@@ -198,15 +209,35 @@ public actor RecoveryCoordinator {
             wedge.advertHeard(address, at: heard)
         }
         guard options.keepDiscovery, paused[address, default: []].isEmpty, adapter.powered else { return }
-        if !adapter.discovering {
+        // Discovering, connects failing, nothing heard: restart discovery
+        // (a wedged controller then refuses it).
+        if adapter.discovering, let trouble = wedge.trouble(address), now - trouble.since >= Recovery.quietRestart,
+            now - (quietRestarts[address] ?? trouble.since) >= Recovery.quietRestart,
+            await client.lastAdvert(on: adapter.path).map({ now - $0 >= Recovery.quietRestart }) ?? true
+        {
+            quietRestarts[address] = now
+            try? await client.stopDiscovery(on: adapter)
+            note("\(adapter.name) \(address): connects failing and nothing heard; restarting discovery")
             do {
                 try await client.startDiscovery(on: adapter, everyAdvert: options.everyAdvert)
-                if await client.adapter(address: address)?.discovering != true {
-                    wedge.discoveryRefused(address, at: now)
-                }
+                startedAt[address] = now
             } catch {
                 wedge.discoveryRefused(address, at: now)
             }
+        } else if !adapter.discovering {
+            // A start that succeeded but left Discovering false a second
+            // later counts as refused (a wedged controller answers "in
+            // progress", which the client takes as discovery already on).
+            if let started = startedAt[address], now - started < .seconds(1) { return }
+            if startedAt.removeValue(forKey: address) != nil { wedge.discoveryRefused(address, at: now) }
+            do {
+                try await client.startDiscovery(on: adapter, everyAdvert: options.everyAdvert)
+                startedAt[address] = now
+            } catch {
+                wedge.discoveryRefused(address, at: now)
+            }
+        } else {
+            startedAt[address] = nil
         }
         guard wedge.isWedged(address, powered: adapter.powered, at: now), givenUp[address] == nil else { return }
         switch wedge.mayReset(address, at: now, resetsAllowed: options.adapterResets) {
@@ -297,6 +328,24 @@ public actor RecoveryCoordinator {
             failure.linksUp = max(linksAtStart, await client.linksUp(on: adapterPath, excluding: device))
         }
         failure.adapterAbsentOrWedged = adapterAddress.map(isAbsent) ?? false
+        // Absent now, or back under another path since the connect began
+        // (its devices went with it): the adapter's failure.
+        if let adapterAddress, await client.adapter(address: adapterAddress)?.path != adapterPath {
+            failure.adapterAbsentOrWedged = true
+        }
+        // Under suspicion: discovery refused since the adapter's last advert,
+        // or (discovering with every advert) nothing heard on it at all.
+        var suspect = false
+        if let adapterAddress, let adapterPath, givenUp[adapterAddress] == nil {
+            if let trouble = wedge.trouble(adapterAddress), trouble.refusals > 0 { suspect = true }
+            if options.presenceKnown, let since = await client.discoveringSince(adapterPath),
+                now - since >= Recovery.presenceTimeout,
+                await client.lastAdvert(on: adapterPath).map({ now - $0 >= Recovery.presenceTimeout }) ?? true
+            {
+                suspect = true
+            }
+        }
+        if suspect { failure.adapterAbsentOrWedged = true }
         if case .adapterNotFound? = bluez?.reason { failure.adapterAbsentOrWedged = true }
         if bluez?.reason == .deviceNotFound, found == nil, await client.linksWhenConnectSent(device) != nil {
             failure.deviceRemovedDuringConnect = true
@@ -321,7 +370,18 @@ public actor RecoveryCoordinator {
         }
         switch judgement.failureClass {
         case .stale:
-            guard let due = stale.staleFailure(device, kind: failure.kind) else { return .charged(.stale) }
+            let key = device.uppercased()
+            if stale.consecutive[key, default: 0] == 0 { streakStart[key] = now }
+            // Where presence is known, remove only a device heard since its
+            // streak began (the stale kind keeps advertising; a wedged
+            // adapter hears nothing).
+            var mayRemove = true
+            if options.presenceKnown, let start = streakStart[key] {
+                mayRemove = found?.lastHeard.map { $0 >= start } ?? false
+            }
+            guard let due = stale.staleFailure(device, kind: failure.kind, mayRemove: mayRemove) else {
+                return .charged(.stale)
+            }
             return await removeStale(device, detail: due) ? .recovered : .charged(.stale)
         case .slot where failure.deviceRemovedDuringConnect:
             // Out of slots, its object went (as some controllers do): it
@@ -361,6 +421,9 @@ public actor RecoveryCoordinator {
                 try? await Task.sleep(for: Recovery.busyBackoff)
             }
             return .uncharged(.busy)
+        case .adapter where suspect:
+            try? await Task.sleep(for: Recovery.suspectAdapterPause)
+            return .uncharged(.adapter)
         case .adapter:
             if let adapterAddress {
                 _ = try? await client.waitForAdapter(

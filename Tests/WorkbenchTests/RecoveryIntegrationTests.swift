@@ -185,4 +185,86 @@ struct RecoveryIntegrationTests {
             }
         }
     }
+
+    /// A fleet run over the fixture's client with the recovery of a bench:
+    /// discovery kept on (every advert), adapters watched.
+    static func provision(
+        _ bench: BenchFixture, _ fleet: [BeaconState], concurrency: Int = 4
+    ) async throws -> (FleetResult, Inventory) {
+        let inventory = try FleetRunnerTests.inventory()
+        let run = try await inventory.beginRun(.init(command: "provision"))
+        let recovery = RecoveryCoordinator(
+            client: bench.client, inventory: inventory, run: run, concurrency: concurrency,
+            options: RecoveryOptions(adapterResets: true, keepDiscovery: true, everyAdvert: true))
+        await recovery.start()
+        let result = await FleetRunner(
+            client: bench.client, inventory: inventory, run: run, concurrency: concurrency, recovery: recovery
+        ).runFleet(FleetRunnerTests.provision, on: fleet.map(\.address))
+        await recovery.stop()
+        return (result, inventory)
+    }
+
+    static func expectConverged(_ bench: BenchFixture, _ fleet: [BeaconState], _ result: FleetResult) async throws {
+        for recap in result.recaps { #expect(recap.failed == 0 && recap.changed > 0, "\(recap)") }
+        for state in fleet {
+            #expect(try await bench.truth(state).config == FleetRunnerTests.profiles["car"]!.config)
+        }
+    }
+
+    @Test func connectBusyWhileDiscoveringPausesDiscoveryOnce() async throws {
+        let fleet = Self.sound(4, seed: 61)
+        let plan = try FaultPlan(
+            json: #"""
+                {"rules": [{"id": "m6", "hook": "connect.requested", "target": {"any": true},
+                  "when": {"discovering": true}, "trigger": {"every": true},
+                  "action": {"kind": "busy-while-discovering"}}]}
+                """#)
+        try await withBench(fleet: fleet, configure: { $0.faultPlan = plan }) { bench throws in
+            let adapter = try await bench.client.adapter(named: nil)
+            let (result, inventory) = try await Self.provision(bench, fleet)
+            try await Self.expectConverged(bench, fleet, result)
+            let rows = try await Self.recoverRows(inventory)
+            #expect(rows.map(\.detail) == ["pause-discovery hci0 \(adapter.address.uppercased())"], "\(rows)")
+            #expect(rows.allSatisfy { $0.device == nil })
+            #expect(await bench.daemon.counters.removeDevice.isEmpty)
+        }
+    }
+
+    @Test func anAdapterReplugedAsHci1IsFollowed() async throws {
+        let fleet = Self.sound(4, seed: 67)
+        let plan = try FaultPlan(
+            json: #"""
+                {"rules": [{"id": "m4", "hook": "connect.requested", "target": {"address": "\#(fleet[2].address)"},
+                  "trigger": {"nth": 1}, "action": {"kind": "replug", "goneMs": 1500, "newIndex": "next"}}]}
+                """#)
+        try await withBench(fleet: fleet, configure: { $0.faultPlan = plan }) { bench throws in
+            let adapter = try await bench.client.adapter(named: nil)
+            let (result, inventory) = try await Self.provision(bench, fleet)
+            try await Self.expectConverged(bench, fleet, result)
+            let rows = try await Self.recoverRows(inventory)
+            #expect(
+                rows.map(\.detail) == ["follow-adapter \(adapter.address.uppercased()) hci0 → hci1"], "\(rows)")
+            #expect(try await bench.client.adapter(named: nil).name == "hci1")
+            #expect(result.adapterFailure == nil)
+        }
+    }
+
+    @Test func aWedgedAdapterIsPowerCycledOnceAndTheFleetConverges() async throws {
+        let fleet = Self.sound(3, seed: 71)
+        let plan = try FaultPlan(
+            json: #"""
+                {"rules": [{"id": "m3", "hook": "connect.requested", "target": {"adapter": 0}, "trigger": {"nth": 1},
+                  "action": {"kind": "wedge", "discoveryError": "in-progress", "connect": {"abortAfterMs": 500}}}]}
+                """#)
+        try await withBench(fleet: fleet, configure: { $0.faultPlan = plan }) { bench throws in
+            let adapter = try await bench.client.adapter(named: nil)
+            let (result, inventory) = try await Self.provision(bench, fleet, concurrency: 3)
+            try await Self.expectConverged(bench, fleet, result)
+            let counters = await bench.daemon.counters
+            #expect(counters.powerCycles == [adapter.address: 1], "\(counters)")
+            #expect(counters.removeDevice.isEmpty, "a wedge is not a stale device: \(counters)")
+            let rows = try await Self.recoverRows(inventory)
+            #expect(rows.map(\.detail) == ["power-cycle hci0 \(adapter.address.uppercased())"], "\(rows)")
+        }
+    }
 }

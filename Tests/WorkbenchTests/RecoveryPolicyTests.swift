@@ -63,6 +63,13 @@ struct RecoveryPolicyTests {
         #expect(stale.staleFailure("C1:00:00:00:00:01", kind: Self.abort) != nil)
     }
 
+    @Test func aRemovalWaitsUntilItMayBeDone() {
+        var stale = Recovery.StaleCounter()
+        for _ in 0..<4 { #expect(stale.staleFailure("A", kind: Self.abort, mayRemove: false) == nil) }
+        #expect(stale.staleFailure("A", kind: Self.abort) == "remove-device after 5 × \(Self.abort)")
+        #expect(stale.staleFailure("A", kind: Self.abort) == nil)
+    }
+
     @Test func aSuccessBetweenFailuresStartsTheCountAgain() {
         var stale = Recovery.StaleCounter()
         _ = stale.staleFailure("A", kind: Self.abort)
