@@ -473,6 +473,14 @@ public actor BluetoothClient {
     /// Connect to `address` (nil: it sent none).
     public func linksWhenConnectSent(_ address: String) -> Int? { linksAtConnect[address.uppercased()] }
 
+    /// Waits until every powered adapter reads Discovering, at most
+    /// `timeout` (then returns all the same).
+    public func waitForDiscovering(timeout: Duration) async {
+        try? await waitUntil(
+            { self.adapters().allSatisfy { $0.discovering || !$0.powered } }, timeout: timeout,
+            step: "wait for discovery", device: nil)
+    }
+
     /// Waits until fewer than `limit` links are up on `adapter`, at most
     /// `timeout` (then returns all the same: the caller retries).
     public func waitForLinks(below limit: Int, on adapter: ObjectPath, timeout: Duration) async {

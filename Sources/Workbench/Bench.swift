@@ -55,6 +55,13 @@ public enum WatchEvent: Sendable, Equatable {
     case malformed(address: String, String)
 }
 
+/// An adapter that reads Powered but will not discover, after what the
+/// policy allows (docs/reliability.md, "Wedged adapter").
+public struct AdapterWedged: Error, CustomStringConvertible {
+    public var text: String
+    public var description: String { text }
+}
+
 /// The workbench as the console meets it: the adapters of one bluetoothd,
 /// the inventory, discovery, device selection, fleet runs and watching.
 public actor Bench {
@@ -78,6 +85,18 @@ public actor Bench {
     private var knownAdapters: [String: ObjectPath] = [:]
     /// The address of the adapter asked for by name, once found.
     private var namedAddress: String?
+    /// Power cycles done by this bench (scans and runs), by adapter
+    /// address: at most one per `Recovery.resetInterval`.
+    private var resets: [String: ContinuousClock.Instant] = [:]
+    /// Recoveries done outside a fleet run (a scan's), for the next recap.
+    private var pendingRecoveries: [RecoveryRecord] = []
+    /// The recoveries done outside fleet runs since the last call.
+    public func takeRecoveries() -> [RecoveryRecord] {
+        defer { pendingRecoveries = [] }
+        return pendingRecoveries
+    }
+
+    func noteResets(_ more: [String: ContinuousClock.Instant]) { resets.merge(more) { max($0, $1) } }
 
     public init(client: BluetoothClient, inventory: Inventory, adapterName: String?) {
         self.client = client
@@ -191,7 +210,9 @@ public actor Bench {
         seconds: Double, rssiFloor: Int16? = nil, onFound: @Sendable (SeenBeacon) -> Void = { _ in }
     ) async throws -> [SeenBeacon] {
         for adapter in try await adapters() where !adapter.powered { try await client.setPowered(adapter, true) }
-        try await beginDiscovery(rssiFloor: rssiFloor)
+        if try await !discoverOrRecover(seconds: seconds, rssiFloor: rssiFloor) {
+            return await seen().filter { beacon in rssiFloor.map { (beacon.rssi ?? -128) >= $0 } ?? true }
+        }
         var reported = Set<String>()
         let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
         // The list is read again only when a device came, went or changed
@@ -219,6 +240,99 @@ public actor Bench {
         // Stopped even when the scan was cancelled (Ctrl-C).
         try await Task { try await self.endDiscovery() }.value
         return await seen().filter { beacon in rssiFloor.map { (beacon.rssi ?? -128) >= $0 } ?? true }
+    }
+
+    /// Starts discovery for a scan. An adapter that reads Powered but
+    /// refuses discovery (or accepts it and never shows Discovering) is
+    /// tried again every second for the scan's length (at least 3 times);
+    /// if discovery never ran, the adapter is wedged: it is power-cycled
+    /// (once per `Recovery.resetInterval`, never with
+    /// `--no-adapter-reset`) and discovery started again. Returns whether
+    /// discovery runs (false: a wedged adapter that could not be cycled,
+    /// said in a recovery); throws what is not a refusal.
+    private func discoverOrRecover(seconds: Double, rssiFloor: Int16?) async throws -> Bool {
+        func refused(_ error: any Error) -> Bool {
+            guard let error = error as? BlueZError, case .bus(let bus) = error.reason else { return false }
+            return [.bluez.notReady, .bluez.inProgress, .bluez.failed].contains(bus.name)
+        }
+        func running() async throws -> Bool {
+            try await adapters().allSatisfy { $0.discovering || !$0.powered }
+        }
+        var began = false
+        do {
+            try await beginDiscovery(rssiFloor: rssiFloor)
+            began = true
+        } catch  where refused(error) {}
+        var refusals = 0
+        let deadline = ContinuousClock.now + max(.seconds(3), .milliseconds(Int64(seconds * 1000)))
+        while true {
+            // Discovering=true follows a start that worked within moments.
+            await client.waitForDiscovering(timeout: .seconds(1))
+            if try await running() {
+                if !began {
+                    try await beginDiscovery(rssiFloor: rssiFloor)
+                    began = true
+                }
+                return true
+            }
+            refusals += 1
+            if ContinuousClock.now >= deadline, refusals >= Recovery.wedgeDiscoveryRefusals { break }
+            if Task.isCancelled { return began }
+            do {
+                if began {
+                    for adapter in try await adapters() where !adapter.discovering {
+                        try await client.startDiscovery(on: adapter, rssiFloor: rssiFloor)
+                    }
+                } else {
+                    try await beginDiscovery(rssiFloor: rssiFloor)
+                    began = true
+                }
+            } catch  where refused(error) {}
+        }
+        // Discovery never ran on a powered adapter: wedged.
+        for adapter in try await adapters() where adapter.powered && !adapter.discovering {
+            let address = adapter.address.uppercased()
+            let now = ContinuousClock.now
+            if !adapterResets || resets[address].map({ now - $0 < Recovery.resetInterval }) ?? false {
+                let why = adapterResets ? "reset already tried" : "--no-adapter-reset"
+                await recordRecovery(
+                    RecoveryRecord(
+                        action: "adapter-wedged", ok: false, device: nil, adapter: address,
+                        detail: "wedged \(adapter.name) \(address)", error: why))
+                continue
+            }
+            resets[address] = now
+            var failure: String?
+            do {
+                try await client.powerCycle(
+                    adapter, offTimeout: Recovery.powerOffTimeout, offTime: Recovery.powerOffTime,
+                    onTimeout: Recovery.powerOnTimeout)
+                if let current = await client.adapter(address: address) {
+                    try await client.startDiscovery(on: current, rssiFloor: rssiFloor)
+                }
+            } catch {
+                failure = "\(error)"
+            }
+            await recordRecovery(
+                RecoveryRecord(
+                    action: "power-cycle", ok: failure == nil, device: nil, adapter: address,
+                    detail: "power-cycle \(adapter.name) \(address)", error: failure))
+        }
+        await client.waitForDiscovering(timeout: .seconds(2))
+        if !began { began = (try? await beginDiscovery(rssiFloor: rssiFloor)) != nil }
+        if try await running() { return began }
+        if began { try? await endDiscovery() }
+        let wedged = try await adapters().filter { $0.powered && !$0.discovering }
+            .map { "\($0.name) \($0.address.uppercased())" }.joined(separator: ", ")
+        throw AdapterWedged(
+            text: "adapter \(wedged) is wedged: discovery refused for \(Int(seconds)) s"
+                + (pendingRecoveries.last.flatMap(\.error).map { "; not power-cycled (\($0))" }
+                    ?? "; a power cycle did not cure it"))
+    }
+
+    /// Kept for the caller (`takeRecoveries`), which records it in its run.
+    private func recordRecovery(_ record: RecoveryRecord) async {
+        pendingRecoveries.append(record)
     }
 
     /// Discovery stays on while any scan or fleet run needs it: a device
@@ -405,7 +519,7 @@ public actor Bench {
         let recovery = RecoveryCoordinator(
             client: client, inventory: inventory, run: run, concurrency: concurrency,
             options: RecoveryOptions(adapterResets: adapterResets, keepDiscovery: discovering, everyAdvert: false),
-            note: { progress(.note(address: "", $0)) })
+            resets: resets, note: { progress(.note(address: "", $0)) })
         await recovery.start()
         let runner = FleetRunner(
             client: client, inventory: inventory, run: run, concurrency: concurrency, dryRun: dryRun,
@@ -419,6 +533,7 @@ public actor Bench {
             await runner.runFleet(steps, on: addresses)
         }
         await recovery.stop()
+        noteResets(await recovery.resets())
         if discovering { try? await Task { try await self.endDiscovery() }.value }
         return result
     }

@@ -85,7 +85,8 @@ public actor RecoveryCoordinator {
 
     public init(
         client: BluetoothClient, inventory: Inventory, run: Int64, concurrency: Int,
-        options: RecoveryOptions = RecoveryOptions(), note: @escaping @Sendable (String) -> Void = { _ in }
+        options: RecoveryOptions = RecoveryOptions(), resets: [String: ContinuousClock.Instant] = [:],
+        note: @escaping @Sendable (String) -> Void = { _ in }
     ) {
         self.client = client
         self.inventory = inventory
@@ -93,7 +94,11 @@ public actor RecoveryCoordinator {
         self.options = options
         self.note = note
         slots = Recovery.SlotLearner(ceiling: concurrency)
+        for (address, at) in resets { wedge.reset(address, at: at) }
     }
+
+    /// When each adapter was last power-cycled (by address).
+    public func resets() -> [String: ContinuousClock.Instant] { wedge.lastReset }
 
     // MARK: Adapters
 

@@ -92,4 +92,38 @@ struct RecoveryTests {
             #expect((counters["removeDevice"] as? [String: Int] ?? [:]).isEmpty, "\(counters)")
         }
     }
+
+    static let wedgeAtTheFirstScan = #"""
+        {"rules": [{"id": "m3", "hook": "discovery.start", "target": {"adapter": 0}, "trigger": {"nth": 1},
+          "action": {"kind": "wedge", "discoveryError": "not-ready", "connect": {"abortAfterMs": 2000}}}]}
+        """#
+
+    @Test func anAdapterWedgedAtTheScanIsPowerCycledOnceAndTheBatchConverges() async throws {
+        try await Self.withPlan(Self.wedgeAtTheFirstScan, count: 5) { bench in
+            let run = try await bench.beaconbench(["run", bench.batch("provision-new.batch"), "--json"], timeout: 300)
+            #expect(run.status == 0, "\(run.stderr)")
+            try Self.checkShapes(run.stdout)
+            let summary = try #require(ConsoleFixture.summary(run.stdout), "\(run.stdout)")
+            #expect(summary["failed"] as? Int == 0, "\(summary)")
+            #expect(summary["changed"] as? Int == 3, "\(summary)")
+            let recoveries = ConsoleFixture.jsonLines(run.stdout, kind: "recovery")
+            #expect(recoveries.map { $0["action"] as? String } == ["power-cycle"], "\(recoveries)")
+            let counters = try await Self.counters(bench)
+            let cycles = counters["powerCycles"] as? [String: Int] ?? [:]
+            #expect(cycles.count == 1 && cycles.values.first == 1, "\(counters)")
+            #expect((counters["removeDevice"] as? [String: Int] ?? [:]).isEmpty, "\(counters)")
+        }
+    }
+
+    @Test func withNoAdapterResetAWedgedAdapterIsNotCycledAndTheScanSaysWhy() async throws {
+        try await Self.withPlan(Self.wedgeAtTheFirstScan, count: 3) { bench in
+            let run = try await bench.beaconbench(
+                ["--no-adapter-reset", "run", bench.batch("provision-new.batch")], timeout: 300)
+            #expect(run.status == 3, "\(run.stdout) \(run.stderr)")
+            #expect(run.stderr.contains("is wedged"), "\(run.stderr)")
+            #expect(run.stderr.contains("--no-adapter-reset"), "\(run.stderr)")
+            let counters = try await Self.counters(bench)
+            #expect((counters["powerCycles"] as? [String: Int] ?? [:]).isEmpty, "\(counters)")
+        }
+    }
 }
