@@ -55,6 +55,12 @@ public enum WatchEvent: Sendable, Equatable {
     case malformed(address: String, String)
 }
 
+/// An adapter that went away and did not come back in time.
+public struct AdapterGone: Error, CustomStringConvertible {
+    public var text: String
+    public var description: String { text }
+}
+
 /// An adapter that reads Powered but will not discover, after what the
 /// policy allows (docs/reliability.md, "Wedged adapter").
 public struct AdapterWedged: Error, CustomStringConvertible {
@@ -207,7 +213,8 @@ public actor Bench {
     /// seen; then stops discovery (unless a fleet run still needs it).
     /// Cancellation ends the scan early, without an error.
     public func scan(
-        seconds: Double, rssiFloor: Int16? = nil, onFound: @Sendable (SeenBeacon) -> Void = { _ in }
+        seconds: Double, rssiFloor: Int16? = nil, again: Bool = true,
+        onFound: @Sendable (SeenBeacon) -> Void = { _ in }
     ) async throws -> [SeenBeacon] {
         for adapter in try await adapters() where !adapter.powered { try await client.setPowered(adapter, true) }
         if try await !discoverOrRecover(seconds: seconds, rssiFloor: rssiFloor) {
@@ -236,6 +243,21 @@ public actor Bench {
                 }
             }
             try? await Task.sleep(for: min(.milliseconds(200), deadline - ContinuousClock.now))
+        }
+        // An adapter that went away during the scan (or came back under
+        // another path) makes it no scan: wait for it (30 s), scan again.
+        if !Task.isCancelled, await adaptersChanged() {
+            let wentAt = Date()
+            let absent = await waitForAdapters(timeout: Recovery.adapterReturnTimeout)
+            try? await Task { try await self.endDiscovery() }.value
+            if let (address, path) = absent.first {
+                throw AdapterGone(
+                    text: "adapter \(address) (\(path.components.last ?? "")) went away during the scan"
+                        + " (\(RecoveryCoordinator.clock(wentAt))) and did not return within"
+                        + " \(Int(Recovery.adapterReturnTimeout.components.seconds)) s")
+            }
+            guard again else { return await seen() }
+            return try await scan(seconds: seconds, rssiFloor: rssiFloor, again: false, onFound: onFound)
         }
         // Stopped even when the scan was cancelled (Ctrl-C).
         try await Task { try await self.endDiscovery() }.value

@@ -126,4 +126,54 @@ struct RecoveryTests {
             #expect((counters["powerCycles"] as? [String: Int] ?? [:]).isEmpty, "\(counters)")
         }
     }
+
+    @Test func aRunCarriesOnWhenHci0ComesBackAsHci1() async throws {
+        let plan = #"""
+            {"rules": [{"id": "m4", "hook": "connect.requested", "target": {"address": "C0:FE:00:00:00:03"},
+              "trigger": {"nth": 1}, "action": {"kind": "replug", "goneMs": 1500, "newIndex": "next"}}]}
+            """#
+        try await Self.withPlan(plan, count: 6) { bench in
+            let run = try await bench.beaconbench(["run", bench.batch("provision-new.batch"), "--json"], timeout: 300)
+            #expect(run.status == 0, "\(run.stderr)")
+            try Self.checkShapes(run.stdout)
+            let summary = try #require(ConsoleFixture.summary(run.stdout), "\(run.stdout)")
+            #expect(summary["failed"] as? Int == 0, "\(summary)")
+            #expect(summary["changed"] as? Int == 4, "\(summary)")
+            let follows = ConsoleFixture.jsonLines(run.stdout, kind: "recovery").filter {
+                $0["action"] as? String == "follow-adapter"
+            }
+            #expect(follows.count == 1, "\(run.stdout)")
+            #expect((follows.first?["detail"] as? String)?.hasSuffix("hci0 → hci1") == true, "\(follows)")
+        }
+    }
+
+    @Test func anAdapterGoneForGoodDuringTheScanIsNotNothingToDo() async throws {
+        // hci0 goes 2 s into the scan and stays away past the 30 s allowed.
+        let plan = #"""
+            {"rules": [{"id": "gone", "hook": "time", "target": {"adapter": 0}, "trigger": {"atMs": 2000},
+              "action": {"kind": "replug", "goneMs": 120000, "newIndex": "next"}}]}
+            """#
+        try await Self.withPlan(plan, count: 3) { bench in
+            let run = try await bench.beaconbench(["run", bench.batch("provision-new.batch")], timeout: 300)
+            #expect(run.status == 3, "\(run.stdout) \(run.stderr)")
+            #expect(run.stderr.contains("went away"), "\(run.stderr)")
+            #expect(!run.stderr.contains("nothing to do"), "\(run.stderr)")
+        }
+    }
+
+    @Test func anAdapterBackUnderANewNameDuringTheScanIsScannedAgain() async throws {
+        // hci0 goes 2 s into the scan and comes back as hci1 3 s later,
+        // knowing none of the new beacons (never connected).
+        let plan = #"""
+            {"rules": [{"id": "replug", "hook": "time", "target": {"adapter": 0}, "trigger": {"atMs": 2000},
+              "action": {"kind": "replug", "goneMs": 3000, "newIndex": "next"}}]}
+            """#
+        try await Self.withPlan(plan, count: 4) { bench in
+            let run = try await bench.beaconbench(["run", bench.batch("provision-new.batch"), "--json"], timeout: 300)
+            #expect(run.status == 0, "\(run.stderr)")
+            let summary = try #require(ConsoleFixture.summary(run.stdout), "\(run.stdout) \(run.stderr)")
+            #expect(summary["changed"] as? Int == 2, "\(summary)")
+            #expect(summary["failed"] as? Int == 0, "\(summary)")
+        }
+    }
 }
