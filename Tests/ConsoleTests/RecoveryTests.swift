@@ -176,4 +176,60 @@ struct RecoveryTests {
             #expect(summary["failed"] as? Int == 0, "\(summary)")
         }
     }
+
+    @Test func aStationTakesNoCachedObjectForABeaconOnTheBench() async throws {
+        // Beacons 1–3 were heard at −42 dBm 20 s ago and left: bluetoothd
+        // still has their objects and RSSI. Beacons 4 and 5 are on the
+        // bench; 6 (battery 20 %) and 7 (firmware 1.0.6) too.
+        let left = (1...3).map(StationTests.address)
+        let rules = left.enumerated().map { index, address in
+            #"{"id": "m7-\#(index)", "hook": "time", "target": {"address": "\#(address)"}, "trigger": {"atMs": 0},"#
+                + #" "action": {"kind": "vanish", "keepObject": true, "preheard": {"rssi": -42, "agoMs": 20000}}}"#
+        }
+        try await Self.withPlan(#"{"rules": [\#(rules.joined(separator: ","))]}"#, count: 7) { bench in
+            let output = try await bench.beaconbench(
+                ["--json", "station", "--profile", "car", "--rssi-min", "-60", "--count", "4"], timeout: 240)
+            #expect(output.status == 0, "\(output.stderr)")
+            let lines = ConsoleFixture.jsonLines(output.stdout, kind: "station")
+            let verdicts = Dictionary(
+                lines.map { ($0["device"] as? String ?? "", $0["verdict"] as? String ?? "") }
+            ) { first, _ in first }
+            for address in left { #expect(verdicts[address] == nil, "a beacon that left was taken: \(verdicts)") }
+            for number in [4, 5] { #expect(verdicts[StationTests.address(number)] == "converged", "\(verdicts)") }
+            for number in [6, 7] { #expect(verdicts[StationTests.address(number)] == "skipped", "\(verdicts)") }
+            // No connect was tried on them: no outcome names them.
+            let log = try await bench.beaconbench(["log", "--json", "--limit", "500"])
+            let named = Set(
+                ConsoleFixture.jsonLines(log.stdout, kind: "outcome").compactMap { $0["device"] as? String })
+            for address in left { #expect(!named.contains(address), "\(address) was worked on") }
+        }
+    }
+
+    @Test func aBeaconHeardButNotServedBeforeItLeftIsMissed() async throws {
+        try await withNewFleet(count: 3, simulatorOptions: ["--latency", "realistic"]) { bench in
+            try await StationTests.clearTheBench(bench)
+            async let station = bench.beaconbench(
+                ["--json", "--concurrency", "1", "station", "--profile", "car", "--rssi-min", "-60", "--for", "25s"],
+                timeout: 240)
+            try await StationTests.bringIn(bench, 1, rssi: -45)
+            try await StationTests.bringIn(bench, 2, rssi: -55)
+            // Beacon 1 is being served (one slot): beacon 2 waits, then leaves.
+            #expect(
+                try await StationTests.waitFor(bench) { $0[StationTests.address(1)]?.connected == true },
+                "beacon 1 was never connected")
+            try await StationTests.update(bench, StationTests.address(2), #"{"inRange": false}"#)
+            let output = try await station
+            #expect(output.status == 2, "a missed beacon is a failure: \(output.stderr)")
+            let lines = ConsoleFixture.jsonLines(output.stdout, kind: "station")
+            let missed = lines.first { $0["device"] as? String == StationTests.address(2) }
+            #expect(missed?["verdict"] as? String == "missed", "\(output.stdout)")
+            // Left while queued, or — when its turn came within the 3 s it
+            // still counted as near — while its connect was under way.
+            let reason = missed?["reason"] as? String ?? ""
+            #expect(
+                reason == "left while queued (slots busy)" || reason.hasPrefix("left during connect"), "\(reason)")
+            let summary = try #require(ConsoleFixture.jsonLines(output.stdout, kind: "station_summary").first)
+            #expect(summary["missed"] as? Int == 1, "\(summary)")
+        }
+    }
 }
