@@ -58,7 +58,7 @@ enum JSONValue: Codable, Equatable, Sendable {
 
     var text: String {
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return String(decoding: (try? encoder.encode(self)) ?? Data("null".utf8), as: UTF8.self)
     }
 }
@@ -273,7 +273,7 @@ extension FaultPlan {
         let beacon: Set<Hook> = all.subtracting([.discoveryStart, .adapterPower])
         switch kind {
         case "fail": return all.subtracting([.time, .discoveryAdvert, .linkUp])
-        case "stall": return all.subtracting([.time, .discoveryAdvert])
+        case "stall": return all.subtracting([.time])
         case "drop-link": return [.linkUp, .servicesResolved, .attRead, .attWrite, .writeLanded, .notify, .time]
         case "vanish", "shift-gatt": return beacon
         case "stale": return [.connectRequested, .linkUp, .servicesResolved, .attRead, .attWrite, .writeLanded, .time]
