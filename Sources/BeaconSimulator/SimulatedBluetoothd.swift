@@ -85,6 +85,8 @@ public actor SimulatedBluetoothd {
         public var slotRefusals = 0
         /// Connects that failed because the device was stale.
         public var staleRefusals = 0
+
+        public init() {}
     }
 
     struct StaleDevice {

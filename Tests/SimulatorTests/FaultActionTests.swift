@@ -20,21 +20,16 @@ extension SimulatorFixture {
 
     /// `WaitFor(condition, ms)`: the JSON of the state reached.
     @discardableResult
-    func waitFor(_ condition: String, ms: UInt32 = 120_000) async throws -> String {
-        let reply = try await control(
-            "WaitFor", [.string(condition), .uint32(ms)], timeout: .milliseconds(Int64(ms) + 10_000))
-        return reply.body.first?.string ?? ""
+    func waitFor(_ condition: String, ms: Int = 120_000) async throws -> String {
+        try await SimulatorControl.Client(client).waitFor(condition, timeout: .milliseconds(ms))
     }
 
     func counters() async throws -> SimulatedBluetoothd.Counters {
-        let reply = try await control("Counters")
-        return try JSONDecoder().decode(
-            SimulatedBluetoothd.Counters.self, from: Data((reply.body.first?.string ?? "").utf8))
+        try await SimulatorControl.Client(client).counters()
     }
 
     func firedRules() async throws -> FaultPlan.Report {
-        let reply = try await control("FiredRules")
-        return try JSONDecoder().decode(FaultPlan.Report.self, from: Data((reply.body.first?.string ?? "").utf8))
+        try await SimulatorControl.Client(client).firedRules()
     }
 
     func deviceSignals(_ state: BeaconState, adapter: ObjectPath = adapter) async throws -> AsyncStream<BusSignal> {
@@ -388,11 +383,58 @@ struct FaultActionTests {
                         #"{"seed": 5, "rules": [{"id": "r", "hook": "att.read", "trigger": {"nth": 1}, "action": {"kind": "fail"}}]}"#
                     )
                 ])
-            let text = try await fixture.control("FaultPlan").body.first?.string ?? ""
-            let plan = try FaultPlan(json: text)
+            let plan = try await SimulatorControl.Client(fixture.client).faultPlan()
             #expect(plan.seed == 5)
             // The --faults rules stay beside the new plan's.
             #expect(plan.rules.map(\.id) == ["r", "faults.att-error.read", "faults.att-error.write"])
+        }
+    }
+}
+
+/// `--fault-plan` on the built binary.
+@Suite("beaconbench-sim --fault-plan")
+struct FaultPlanBinaryTests {
+    @Test func aBadPlanStopsItNamingTheFileAndTheRuleAndAGoodOneIsInForceWhenItIsReady() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("plans-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let bad = directory.appendingPathComponent("bad.json").path
+        try
+            #"{"rules": [{"id": "m6", "hook": "connect.requested", "trigger": {"every": true}, "action": {"kind": "busy"}}]}"#
+            .write(toFile: bad, atomically: true, encoding: .utf8)
+        let run = try await runTool(
+            builtProduct("beaconbench-sim"), ["--bus", "unix:path=/nonexistent", "--fault-plan", bad])
+        #expect(run.status == 1)
+        #expect(run.stderr.hasPrefix("error: --fault-plan \(bad): rule \"m6\".action.kind: unknown kind 'busy'"))
+
+        let good = directory.appendingPathComponent("m7.json").path
+        try
+            #"{"rules": [{"id": "m7", "hook": "time", "target": {"beacon": 1}, "trigger": {"atMs": 0}, "action": {"kind": "vanish", "ms": null, "preheard": {"rssi": -42, "agoMs": 20000}}}]}"#
+            .write(toFile: good, atomically: true, encoding: .utf8)
+        try await withResource(
+            {
+                try SimulatorProcess.start(
+                    executable: builtProduct("beaconbench-sim"),
+                    arguments: ["--count", "3", "--seed", "7", "--slots", "2", "--fault-plan", good])
+            }, stop: { $0.stop() }
+        ) { simulator in
+            let connection = try await BusConnection.connect(.address(simulator.bus.address))
+            let control = SimulatorControl.Client(connection)
+            let fleet = try JSONDecoder().decode(
+                [SimulatorControl.Report].self,
+                from: Data(
+                    (try await connection.call(
+                        SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Beacons"
+                    ).body.first?.string ?? "").utf8))
+            let objects = try await connection.managedObjects(of: "org.bluez")
+            let devices = objects.compactMap { $0.value["org.bluez.Device1"] }
+            #expect(devices.count == 1, "only the preheard beacon is on the bus before any discovery")
+            #expect(devices.first?["Address"]?.string == fleet[1].address)
+            #expect(devices.first?["RSSI"]?.int16 == -42)
+            #expect(try await control.firedRules().fired == ["m7": 1])
+            #expect(try await control.faultPlan().rules.map(\.id) == ["m7"])
+            #expect(try await control.counters() == SimulatedBluetoothd.Counters())
+            await connection.close()
         }
     }
 }
