@@ -320,6 +320,10 @@ extension FaultPlan {
             }
             let hold = try a.string("hold")
             if until != nil, hold == nil { throw FaultPlanError("\(place).hold: a stall until released needs a name") }
+            if ms != nil, hold != nil { throw FaultPlanError("\(place).hold: only with \"until\": \"released\"") }
+            if let hold, hold.isEmpty || hold.count > 100 {
+                throw FaultPlanError("\(place).hold: 1–100 characters")
+            }
             return .stall(ms: ms, hold: hold)
         case "drop-link":
             try a.only(["kind", "reason", "writeLands"])

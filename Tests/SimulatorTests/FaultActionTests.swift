@@ -363,6 +363,23 @@ struct FaultActionTests {
         }
     }
 
+    @Test func aPowerWriteCanBeRefused() async throws {
+        try await withPlan(
+            #"{"rules": [{"id": "p", "hook": "adapter.power", "target": {"adapter": 0}, "trigger": {"nth": 1}, "action": {"kind": "fail", "error": "org.bluez.Error.Busy", "message": "Busy"}}]}"#
+        ) { fixture throws in
+            let refused = await #expect(throws: BusError.self) {
+                try await fixture.client.setProperty(
+                    "Powered", to: .boolean(false), interface: "org.bluez.Adapter1", at: SimulatorFixture.adapter,
+                    of: SimulatorFixture.bluez)
+            }
+            #expect(refused?.name.rawValue == "org.bluez.Error.Busy")
+            #expect(refused?.message == "Busy")
+            let powered = try await fixture.client.getProperty(
+                "Powered", interface: "org.bluez.Adapter1", at: SimulatorFixture.adapter, of: SimulatorFixture.bluez)
+            #expect(powered.bool == true)
+        }
+    }
+
     @Test func thePlanIsSetAndReadThroughTheControlInterface() async throws {
         try await withSimulator(configure: { $0.faults = [.attError: 0.5] }) { fixture throws in
             let bad = await #expect(throws: BusError.self) {

@@ -201,6 +201,10 @@ struct FaultPlanTests {
             "adapters[0].slotFailure: unknown value 'explode'"
         ),
         (#"{"rulez": []}"#, "plan: unknown field 'rulez'"),
+        (
+            #"{"rules": [{"id": "x", "hook": "att.read", "trigger": {"nth": 1}, "action": {"kind": "stall", "ms": 5, "hold": "h"}}]}"#,
+            #"rule "x".action.hold: only with "until": "released""#
+        ),
         ("{", "not valid JSON"),
     ])
     func badPlansAreRefusedNamingTheRuleAndTheField(json: String, expected: String) throws {
