@@ -36,7 +36,10 @@ struct FaultMatrixTests {
 
     /// One plan, from `BEACONBENCH_FAULT_PLAN`: the fleet is made with the
     /// plan's seed, as the failing case's was.
-    @Test(.enabled(if: ProcessInfo.processInfo.environment[replayVariable] != nil, "BEACONBENCH_FAULT_PLAN is set"))
+    @Test(
+        .enabled(
+            if: ProcessInfo.processInfo.environment[replayVariable] != nil, "runs only with BEACONBENCH_FAULT_PLAN set")
+    )
     func replay() async throws {
         let value = try #require(ProcessInfo.processInfo.environment[Self.replayVariable])
         let text =

@@ -231,6 +231,32 @@ struct FaultActionTests {
         }
     }
 
+    @Test func aReplugDuringTheScanEndsTheSessionAndTheAdapterComesBackElsewhere() async throws {
+        try await withPlan(
+            #"{"rules": [{"id": "mid-scan", "hook": "discovery.advert", "target": {"adapter": 0}, "trigger": {"nth": 5}, "times": 1, "action": {"kind": "replug", "goneMs": 50, "newIndex": 4}}]}"#
+        ) { fixture throws in
+            let objects = try await fixture.objectManagerSignals()
+            try await fixture.client.call(
+                SimulatorFixture.bluez, SimulatorFixture.adapter, "org.bluez.Adapter1", "StartDiscovery")
+            try await fixture.waitFor(#"{"adapterPresent": "00:1A:7D:DA:71:10", "path": "/org/bluez/hci4"}"#)
+            let seen = await collect(
+                objects,
+                until: { $0.member == "InterfacesAdded" && (try? InterfacesAdded($0))?.path == "/org/bluez/hci4" },
+                within: .seconds(120))
+            #expect(
+                seen.contains {
+                    $0.member == "InterfacesRemoved" && (try? InterfacesRemoved($0))?.path == SimulatorFixture.adapter
+                })
+            let adapter = try await fixture.client.getAllProperties(
+                interface: "org.bluez.Adapter1", at: "/org/bluez/hci4", of: SimulatorFixture.bluez)
+            #expect(adapter["Discovering"]?.bool == false)
+            // Nothing was ever connected: no device came back with it.
+            let all = try await fixture.client.managedObjects(of: SimulatorFixture.bluez)
+            #expect(!all.keys.contains { ObjectPath("/org/bluez/hci4").isAncestor(of: $0) })
+            #expect(try await fixture.firedRules().fired == ["mid-scan": 1])
+        }
+    }
+
     @Test func shiftedHandlesGiveNewPathsAtTheNextConnection() async throws {
         try await withPlan(
             """
