@@ -212,6 +212,11 @@ struct FaultPlanTests {
         #expect(error?.description.hasPrefix(expected) == true, "\(error?.description ?? "no error")")
     }
 
+    @Test func aDeeplyNestedPlanIsRefusedNotACrash() throws {
+        let deep = #"{"rules": "# + String(repeating: "[", count: 200_000) + String(repeating: "]", count: 200_000) + "}"
+        #expect(throws: FaultPlanError.self) { try FaultPlan(json: deep) }
+    }
+
     @Test func aHostileRuleIdIsShownEscaped() throws {
         let error = #expect(throws: FaultPlanError.self) {
             try FaultPlan(json: #"{"rules": [{"id": "ok", "hook": "x\u001b[2J", "trigger": {"nth": 1}}]}"#)
