@@ -339,6 +339,38 @@ struct FaultActionTests {
         }
     }
 
+    @Test func aBeaconThatStopsAdvertisingGoesAfterTheTemporaryTimeoutUnlessGivenConnect() async throws {
+        try await withSimulator(count: 3, configure: { $0.temporaryTimeout = .seconds(1) }) { fixture throws in
+            try await fixture.discoverAll()
+            let objects = try await fixture.objectManagerSignals()
+            let known = fixture.fleet[1]
+            try await fixture.connect(known)
+            try await fixture.client.call(
+                SimulatorFixture.bluez, fixture.devicePath(known), "org.bluez.Device1", "Disconnect")
+            for state in [known, fixture.fleet[0]] {
+                try await fixture.control("Update", [.string(state.address), .string(#"{"inRange": false}"#)])
+            }
+            // Discovery runs on; beacon 0, never given Connect, goes; beacon 1
+            // (left first, but given Connect) stays, as BlueZ keeps it.
+            let path = fixture.devicePath(fixture.fleet[0])
+            let removed = await collect(
+                objects,
+                until: { $0.member == "InterfacesRemoved" && (try? InterfacesRemoved($0))?.path == path },
+                within: .seconds(120))
+            #expect(removed.last.flatMap { try? InterfacesRemoved($0) }?.path == path)
+            #expect(
+                !removed.contains { signal in
+                    guard signal.member == "InterfacesRemoved", let removal = try? InterfacesRemoved(signal) else {
+                        return false
+                    }
+                    return removal.path == fixture.devicePath(known) && removal.interfaces.contains("org.bluez.Device1")
+                })
+            let all = try await fixture.client.managedObjects(of: SimulatorFixture.bluez)
+            #expect(all[fixture.devicePath(known)] != nil)
+            #expect(all[fixture.devicePath(fixture.fleet[2])] != nil)
+        }
+    }
+
     @Test func busyWhileDiscoveringRefusesConnectsUntilDiscoveryStops() async throws {
         try await withPlan(
             #"{"rules": [{"id": "m6", "hook": "connect.requested", "target": {"any": true}, "trigger": {"every": true}, "action": {"kind": "busy-while-discovering"}}]}"#

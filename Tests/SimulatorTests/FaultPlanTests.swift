@@ -213,7 +213,8 @@ struct FaultPlanTests {
     }
 
     @Test func aDeeplyNestedPlanIsRefusedNotACrash() throws {
-        let deep = #"{"rules": "# + String(repeating: "[", count: 200_000) + String(repeating: "]", count: 200_000) + "}"
+        let deep =
+            #"{"rules": "# + String(repeating: "[", count: 200_000) + String(repeating: "]", count: 200_000) + "}"
         #expect(throws: FaultPlanError.self) { try FaultPlan(json: deep) }
     }
 
