@@ -72,7 +72,7 @@ extension SimulatedBluetoothd {
     /// false → true is counted as a power cycle, and it clears a wedge that
     /// is not sticky.
     func powerWritten(_ index: Int, _ powered: Bool) async throws {
-        try await ask(.adapterPower, adapter: index)
+        if let failure = try await ask(.adapterPower, adapter: index).failure { throw failure }
         let wasOff = !adapters[index].powered
         try await setPowered(index, powered)
         if powered, wasOff {

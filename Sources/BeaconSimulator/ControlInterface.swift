@@ -268,3 +268,54 @@ extension SimulatedBluetoothd {
         if object["inRange"] as? Bool == false { await leftRange(address) }
     }
 }
+
+extension SimulatorControl {
+    /// The control interface's fault plan calls, for tests and tools that
+    /// drive a simulator over the bus (docs/simulator.md, "Control
+    /// interface").
+    public struct Client: Sendable {
+        public let connection: BusConnection
+
+        public init(_ connection: BusConnection) { self.connection = connection }
+
+        @discardableResult
+        func call(
+            _ method: MemberName, _ arguments: [BusValue] = [], timeout: Duration = .seconds(30)
+        ) async throws
+            -> String
+        {
+            let reply = try await connection.call(
+                busName, path, interfaceName, method, arguments, timeout: timeout)
+            return reply.body.first?.string ?? ""
+        }
+
+        /// `SetFaultPlan(s)`: replaces the plan (the `--faults` rules stay).
+        public func setFaultPlan(_ json: String) async throws { try await call("SetFaultPlan", [.string(json)]) }
+
+        /// `FaultPlan() → s`.
+        public func faultPlan() async throws -> FaultPlan { try FaultPlan(json: try await call("FaultPlan")) }
+
+        /// `FiredRules() → s`: firings per rule id and the last 100.
+        public func firedRules() async throws -> FaultPlan.Report {
+            try JSONDecoder().decode(FaultPlan.Report.self, from: Data(try await call("FiredRules").utf8))
+        }
+
+        /// `Release(s) → u`: how many held steps went on.
+        public func release(_ hold: String) async throws -> Int {
+            let reply = try await connection.call(busName, path, interfaceName, "Release", [.string(hold)])
+            return Int(reply.body.first?.uint32 ?? 0)
+        }
+
+        /// `WaitFor(s, u) → s`: the state reached, as JSON.
+        @discardableResult
+        public func waitFor(_ condition: String, timeout: Duration = .seconds(120)) async throws -> String {
+            let ms = UInt32(clamping: timeout.wholeMilliseconds)
+            return try await call("WaitFor", [.string(condition), .uint32(ms)], timeout: timeout + .seconds(10))
+        }
+
+        /// `Counters() → s`.
+        public func counters() async throws -> SimulatedBluetoothd.Counters {
+            try JSONDecoder().decode(SimulatedBluetoothd.Counters.self, from: Data(try await call("Counters").utf8))
+        }
+    }
+}

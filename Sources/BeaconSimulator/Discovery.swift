@@ -121,6 +121,7 @@ extension SimulatedBluetoothd {
                 if let device = adapters[index].devices[address] {
                     adapters[index].devices[address]?.removal?.cancel()
                     adapters[index].devices[address]?.removal = nil
+                    adapters[index].devices[address]?.lastHeard = .now
                     let jitter = Int16(Int(jitterRandom.next() % 7) - 3)
                     let rssi = state.rssi + jitter
                     // As bluetoothd: every change while some client has a
@@ -139,7 +140,25 @@ extension SimulatedBluetoothd {
                     await exportDevice(index, address, rssi: state.rssi)
                 }
             }
+            await expireUnheard(index)
             try? await Task.sleep(for: options.latency.advertInterval)
+        }
+    }
+
+    /// While discovering: a temporary device (never given Connect) not
+    /// heard for the temporary timeout goes (BlueZ' per-device timer,
+    /// restarted by every advert). One with a removal already scheduled (a
+    /// preheard one) keeps to it.
+    func expireUnheard(_ index: Int) async {
+        guard adapters[index].present else { return }
+        let now = ContinuousClock.now
+        for (address, device) in adapters[index].devices
+        where device.temporary && !device.connected && device.removal == nil
+            && now - device.lastHeard >= options.temporaryTimeout
+        {
+            adapters[index].devices[address] = nil
+            activity.discoverySignals += 1
+            try? await bus.unexport(at: device.path)
         }
     }
 
@@ -211,6 +230,8 @@ extension SimulatedBluetoothd {
         guard let state = beacons[address]?.state, adapters[index].present else { return }
         let path = Self.devicePath(adapters[index].path, address)
         adapters[index].devices[address] = Device(path: path, reportedRSSI: rssi)
+        // Reloaded from storage (no RSSI): a device once given Connect.
+        if rssi == nil { adapters[index].devices[address]?.temporary = false }
         // Name and Alias as bluetoothd makes them of the advertised name
         // (BlueZName): no Name at all when it comes to nothing.
         var properties: [String: BusValue] = [

@@ -282,6 +282,8 @@ public struct FaultPlan: Sendable, Equatable {
         var result: [(rule: String, action: Action)] = []
         for rule in rules
         where rule.hook == hook && Self.matches(rule.target, context) && Self.meets(rule.when, context) {
+            // busy-while-discovering carries its own condition.
+            if rule.action == .busyWhileDiscovering, !context.discovering { continue }
             if let times = rule.times, fired[rule.id, default: 0] >= times { continue }
             let instance = Self.instance(rule.target, context)
             let count = occurrences[rule.id, default: [:]][instance, default: 0] + 1

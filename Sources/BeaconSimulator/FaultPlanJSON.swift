@@ -58,7 +58,7 @@ enum JSONValue: Codable, Equatable, Sendable {
 
     var text: String {
         let encoder = JSONEncoder()
-        encoder.outputFormatting = [.sortedKeys]
+        encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
         return String(decoding: (try? encoder.encode(self)) ?? Data("null".utf8), as: UTF8.self)
     }
 }
@@ -273,7 +273,7 @@ extension FaultPlan {
         let beacon: Set<Hook> = all.subtracting([.discoveryStart, .adapterPower])
         switch kind {
         case "fail": return all.subtracting([.time, .discoveryAdvert, .linkUp])
-        case "stall": return all.subtracting([.time, .discoveryAdvert])
+        case "stall": return all.subtracting([.time])
         case "drop-link": return [.linkUp, .servicesResolved, .attRead, .attWrite, .writeLanded, .notify, .time]
         case "vanish", "shift-gatt": return beacon
         case "stale": return [.connectRequested, .linkUp, .servicesResolved, .attRead, .attWrite, .writeLanded, .time]
@@ -320,6 +320,10 @@ extension FaultPlan {
             }
             let hold = try a.string("hold")
             if until != nil, hold == nil { throw FaultPlanError("\(place).hold: a stall until released needs a name") }
+            if ms != nil, hold != nil { throw FaultPlanError("\(place).hold: only with \"until\": \"released\"") }
+            if let hold, hold.isEmpty || hold.count > 100 {
+                throw FaultPlanError("\(place).hold: 1–100 characters")
+            }
             return .stall(ms: ms, hold: hold)
         case "drop-link":
             try a.only(["kind", "reason", "writeLands"])

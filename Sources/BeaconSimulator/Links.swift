@@ -31,6 +31,8 @@ extension SimulatedBluetoothd {
         guard !adapters[index].connectPending else { throw BusError(.bluez.inProgress, "In Progress") }
         adapters[index].connectPending = true
         adapters[index].devices[address]?.removal?.cancel()
+        adapters[index].devices[address]?.removal = nil
+        adapters[index].devices[address]?.temporary = false
 
         // Mode 1, as batmon-ha#333 logged it: Connected true, the abort,
         // Connected false — until RemoveDevice.

@@ -85,6 +85,8 @@ public actor SimulatedBluetoothd {
         public var slotRefusals = 0
         /// Connects that failed because the device was stale.
         public var staleRefusals = 0
+
+        public init() {}
     }
 
     struct StaleDevice {
@@ -130,6 +132,12 @@ public actor SimulatedBluetoothd {
         var removal: Task<Void, Never>?
         /// The RSSI last announced (PropertiesChanged).
         var reportedRSSI: Int16?
+        /// When its last advert was heard (or the object made).
+        var lastHeard = ContinuousClock.now
+        /// BlueZ keeps a temporary device for its temporary timeout after
+        /// its last advert; a Connect makes it permanent (src/device.c
+        /// btd_device_set_temporary; our addresses are static random).
+        var temporary = true
     }
 
     public init(bus: BusConnection, options: SimulatorOptions, fleet: [BeaconState]) {

@@ -201,11 +201,21 @@ struct FaultPlanTests {
             "adapters[0].slotFailure: unknown value 'explode'"
         ),
         (#"{"rulez": []}"#, "plan: unknown field 'rulez'"),
+        (
+            #"{"rules": [{"id": "x", "hook": "att.read", "trigger": {"nth": 1}, "action": {"kind": "stall", "ms": 5, "hold": "h"}}]}"#,
+            #"rule "x".action.hold: only with "until": "released""#
+        ),
         ("{", "not valid JSON"),
     ])
     func badPlansAreRefusedNamingTheRuleAndTheField(json: String, expected: String) throws {
         let error = #expect(throws: FaultPlanError.self) { try FaultPlan(json: json) }
         #expect(error?.description.hasPrefix(expected) == true, "\(error?.description ?? "no error")")
+    }
+
+    @Test func aDeeplyNestedPlanIsRefusedNotACrash() throws {
+        let deep =
+            #"{"rules": "# + String(repeating: "[", count: 200_000) + String(repeating: "]", count: 200_000) + "}"
+        #expect(throws: FaultPlanError.self) { try FaultPlan(json: deep) }
     }
 
     @Test func aHostileRuleIdIsShownEscaped() throws {
