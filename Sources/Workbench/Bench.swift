@@ -603,6 +603,13 @@ public actor Bench {
             }
             results[address] = result
         }
+        // Adapters followed by address (hci0 back as hci1: discovery again).
+        let recovery = RecoveryCoordinator(
+            client: client, inventory: inventory, run: run, concurrency: concurrency,
+            options: RecoveryOptions(adapterResets: adapterResets, keepDiscovery: discovering, everyAdvert: false),
+            resets: resets)
+        await recovery.start()
+        defer { Task { await recovery.stop() } }
         let adapterPaths = ((try? await adapters()) ?? []).map(\.path)
         let slots = max(1, concurrency)
         let deadlineLength = Duration.milliseconds(Int64(seconds * 1000))

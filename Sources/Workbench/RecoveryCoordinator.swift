@@ -52,7 +52,9 @@ public struct RecoveryOptions: Sendable {
 public actor RecoveryCoordinator {
     let client: BluetoothClient
     let inventory: Inventory
-    let run: Int64
+    /// The inventory run recoveries are recorded under (nil: not recorded,
+    /// a `watch` without a run).
+    let run: Int64?
     public let options: RecoveryOptions
     let note: @Sendable (String) -> Void
 
@@ -84,7 +86,7 @@ public actor RecoveryCoordinator {
     private var streakStart: [String: ContinuousClock.Instant] = [:]
 
     public init(
-        client: BluetoothClient, inventory: Inventory, run: Int64, concurrency: Int,
+        client: BluetoothClient, inventory: Inventory, run: Int64?, concurrency: Int,
         options: RecoveryOptions = RecoveryOptions(), resets: [String: ContinuousClock.Instant] = [:],
         note: @escaping @Sendable (String) -> Void = { _ in }
     ) {
@@ -494,7 +496,7 @@ public actor RecoveryCoordinator {
     private func record(_ record: RecoveryRecord) async {
         records.append(record)
         let inventory = self.inventory
-        let run = self.run
+        guard let run = self.run else { return }
         if let id = try? await inventory.beginStep(run: run, device: record.device, step: "recover") {
             try? await inventory.finishStep(id, record.ok ? .ok : .failed, detail: record.detail, error: record.error)
         }
