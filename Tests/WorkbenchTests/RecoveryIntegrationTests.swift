@@ -267,4 +267,43 @@ struct RecoveryIntegrationTests {
             #expect(rows.map(\.detail) == ["power-cycle hci0 \(adapter.address.uppercased())"], "\(rows)")
         }
     }
+
+    @Test func gattHandlesThatShiftAreResolvedAfreshOnTheNextConnection() async throws {
+        let fleet = Self.sound(3, seed: 73)
+        let target = fleet[1].address
+        let plan = try FaultPlan(
+            json: #"""
+                {"rules": [
+                  {"id": "m5", "hook": "write.landed", "target": {"address": "\#(target)",
+                    "characteristic": "\#(SBeaconUUID.drivingBehaviourConfig)"},
+                   "trigger": {"nth": 1}, "action": {"kind": "shift-gatt", "delta": 16}},
+                  {"id": "m5b", "hook": "write.landed", "target": {"address": "\#(target)"}, "trigger": {"nth": 1},
+                   "action": {"kind": "drop-link", "reason": "remote"}}]}
+                """#)
+        try await withBench(fleet: fleet, configure: { $0.faultPlan = plan }) { bench throws in
+            let (result, inventory) = try await Self.provision(bench, fleet)
+            try await Self.expectConverged(bench, fleet, result)
+            #expect(try await Self.recoverRows(inventory).isEmpty, "nothing to recover: a reconnect resolves afresh")
+            let fired = await bench.daemon.currentPlan.fired
+            #expect(fired["m5"] == 1 && fired["m5b"] == 1, "the handles moved and the link dropped: \(fired)")
+        }
+    }
+
+    @Test func connectBusyWhileDiscoveringOnTheBuiltRunnerNeverChargesABeacon() async throws {
+        let fleet = Self.sound(5, seed: 79)
+        let plan = try FaultPlan(
+            json: #"""
+                {"rules": [{"id": "m6", "hook": "connect.requested", "target": {"any": true},
+                  "when": {"discovering": true}, "trigger": {"every": true},
+                  "action": {"kind": "busy-while-discovering"}}]}
+                """#)
+        try await withBench(fleet: fleet, configure: { $0.faultPlan = plan }) { bench throws in
+            let (result, _) = try await Self.provision(bench, fleet, concurrency: 5)
+            try await Self.expectConverged(bench, fleet, result)
+            // Busy failures are retried inside the connect, uncharged: no
+            // step row records a retry for them.
+            #expect(result.recaps.allSatisfy { $0.retries == 0 }, "\(result.recaps.map(\.retries))")
+            #expect((await bench.daemon.currentPlan.fired["m6"] ?? 0) >= 1, "Connect was answered busy")
+        }
+    }
 }
