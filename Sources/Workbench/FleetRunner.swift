@@ -687,10 +687,6 @@ public actor FleetRunner {
 
     private func releaseAdapter(_ adapter: Adapter) { busy[adapter.path, default: 1] -= 1 }
 
-    /// Failures not charged to one device (slot, busy, adapter) before they
-    /// are: a bound, so that nothing retries for ever.
-    static let unchargedLimit = 40
-
     /// After NotReady (the adapter switched off: rfkill, a controller
     /// reset): until an adapter is powered again, at most 15 s.
     private nonisolated func waitForPoweredAdapter() async {
