@@ -148,6 +148,7 @@ extension SimulatedBluetoothd {
         fresh.remembered = adapters[index].remembered
         fresh.present = false
         adapters[index] = fresh
+        wakeQueuedConnects(index)
         checkWaiters()
     }
 

@@ -15,6 +15,17 @@ extension SimulatedBluetoothd {
         return (limit?.slots ?? options.connectionsPerAdapter, limit?.slotFailure ?? .abort)
     }
 
+    /// The adapter's pending connect ended: the queued ones go on.
+    func endConnect(_ index: Int) {
+        adapters[index].connectPending = false
+        wakeQueuedConnects(index)
+    }
+
+    /// Wakes the connects queued on adapter `index` (each looks again).
+    func wakeQueuedConnects(_ index: Int) {
+        for waiting in connectQueue.removeValue(forKey: index) ?? [] { waiting.resume() }
+    }
+
     func connect(_ index: Int, _ address: String) async throws {
         activity.connects += 1
         counters.connects += 1
@@ -24,11 +35,23 @@ extension SimulatedBluetoothd {
             throw BusError(.bluez.doesNotExist, "Does Not Exist")
         }
         if device.connected { throw BusError(.bluez.alreadyConnected, "Already Connected") }
+        // bluetoothd: a Connect of a device already connecting is InProgress.
+        guard connecting.insert(address).inserted else { throw BusError(.bluez.inProgress, "In Progress") }
+        defer { connecting.remove(address) }
         if let failure = try await ask(.connectRequested, adapter: index, address: address).failure { throw failure }
         guard adapters[index].present, adapters[index].devices[address] != nil else {
             throw BusError(.bluez.doesNotExist, "Does Not Exist")
         }
-        guard !adapters[index].connectPending else { throw BusError(.bluez.inProgress, "In Progress") }
+        // The kernel queues the connects of other devices, one at a time per
+        // controller.
+        while adapters[index].connectPending {
+            await withCheckedContinuation { connectQueue[index, default: []].append($0) }
+        }
+        guard adapters[index].present, let queued = adapters[index].devices[address] else {
+            throw BusError(.bluez.doesNotExist, "Does Not Exist")
+        }
+        guard adapters[index].powered else { throw BusError(.bluez.notReady, "Resource Not Ready") }
+        if queued.connected { throw BusError(.bluez.alreadyConnected, "Already Connected") }
         adapters[index].connectPending = true
         adapters[index].devices[address]?.removal?.cancel()
         adapters[index].devices[address]?.removal = nil
@@ -41,23 +64,23 @@ extension SimulatedBluetoothd {
             if stale.flap { await setDeviceProperties(index, address, ["Connected": true]) }
             try? await Task.sleep(for: stale.afterMs.map { .milliseconds($0) } ?? options.latency.connect)
             if stale.flap { await setDeviceProperties(index, address, ["Connected": false]) }
-            adapters[index].connectPending = false
+            endConnect(index)
             throw Self.abortByLocal
         }
         // A wedged controller never completes the connection.
         if let wedge = adapters[index].wedge {
             try? await Task.sleep(for: .milliseconds(wedge.abortAfterMs))
-            adapters[index].connectPending = false
+            endConnect(index)
             throw Self.abortByLocal
         }
         // A beacon that is not there: the kernel's LE connect timeout.
         if beacons[address]?.state.inRange != true {
             try? await Task.sleep(for: options.latency.absentConnect)
-            adapters[index].connectPending = false
+            endConnect(index)
             throw Self.abortByLocal
         }
         try? await Task.sleep(for: options.latency.connect)
-        adapters[index].connectPending = false
+        endConnect(index)
         let (limit, slotFailure) = slots(index)
         if linksUp(index) >= limit {
             counters.slotRefusals += 1

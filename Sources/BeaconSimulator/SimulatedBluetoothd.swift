@@ -28,6 +28,12 @@ public actor SimulatedBluetoothd {
     /// Devices whose disconnect is still taking their GATT tree down, and
     /// the connects waiting for it (by address).
     var tearingDown: [String: [CheckedContinuation<Void, Never>]] = [:]
+    /// Connects waiting for their adapter's pending one (the kernel queues
+    /// LE connects: one at a time per controller), by adapter index.
+    var connectQueue: [Int: [CheckedContinuation<Void, Never>]] = [:]
+    /// Devices with a Connect under way: a second Connect of the same
+    /// device is answered InProgress, as bluetoothd does.
+    var connecting: Set<String> = []
     /// Adapters in the order they started: a plan's `adapter: N` is the Nth,
     /// whatever path it has now (a replug changes the path, not the slot).
     var adapters: [Adapter] = []
@@ -240,6 +246,7 @@ public actor SimulatedBluetoothd {
         // hold an adapter's index), with no devices and nothing connected.
         for index in adapters.indices {
             adapters[index] = Adapter(index: index, path: adapters[index].path, address: adapters[index].address)
+            wakeQueuedConnects(index)
         }
         stale = [:]
         try? await Task.sleep(for: downtime)

@@ -443,15 +443,27 @@ public actor RecoveryCoordinator {
         }
     }
 
-    /// RemoveDevice, then wait for the device to be heard again.
+    /// RemoveDevice, then wait for the device to be heard again. A removed
+    /// device comes back only with an advert heard while discovering: where
+    /// no discovery of ours runs (paused for a busy connect, or a run that
+    /// scanned first and stopped), it is started on the powered adapters for
+    /// the wait and stopped after.
     private func removeStale(_ device: String, detail: String) async -> Bool {
         var error: String?
+        var started: [Adapter] = []
         do {
             try await client.removeDevice(device)
+            for adapter in await client.adapters() where adapter.powered {
+                guard await client.discoveringSince(adapter.path) == nil else { continue }
+                if (try? await client.startDiscovery(on: adapter, everyAdvert: options.everyAdvert)) != nil {
+                    started.append(adapter)
+                }
+            }
             _ = try await client.waitForDevice(address: device, timeout: Recovery.reappearTimeout)
         } catch let failure {
             error = "\(failure)"
         }
+        for adapter in started { try? await client.stopDiscovery(on: adapter) }
         note("\(device): \(detail)")
         await record(
             RecoveryRecord(

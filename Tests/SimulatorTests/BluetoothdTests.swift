@@ -126,12 +126,16 @@ struct BluetoothdTests {
             }
         ) { fixture throws in
             try await fixture.discoverAll()
+            // The kernel queues LE connects: the second device's Connect
+            // waits for the first (both succeed); a second Connect of the
+            // same device while its first is under way is InProgress.
             async let first: Void = fixture.connect(fixture.fleet[0])
-            try await Task.sleep(for: .milliseconds(50))
-            let busy = await #expect(throws: BusError.self) { try await fixture.connect(fixture.fleet[1]) }
-            #expect(busy?.name == .bluez.inProgress)
+            async let second: Void = fixture.connect(fixture.fleet[1])
+            try await fixture.waitFor(#"{"connected": "\#(fixture.fleet[0].address)"}"#)
             try await first
-            try await fixture.connect(fixture.fleet[1])
+            try await second
+            let linked = try await fixture.client.managedObjects(of: SimulatorFixture.bluez)
+            #expect(linked[fixture.devicePath(fixture.fleet[1])]?["org.bluez.Device1"]?["Connected"]?.bool == true)
             let full = await #expect(throws: BusError.self) { try await fixture.connect(fixture.fleet[2]) }
             #expect(full?.name == .bluez.failed)
             #expect(full?.message == "le-connection-abort-by-local")

@@ -306,7 +306,7 @@ struct FaultActionTests {
             """
             {"rules": [
              {"id": "m7", "hook": "time", "target": {"beacon": 1}, "trigger": {"atMs": 0},
-              "action": {"kind": "vanish", "ms": null, "preheard": {"rssi": -42, "agoMs": 28000}}},
+              "action": {"kind": "vanish", "ms": null, "preheard": {"rssi": -42, "agoMs": 1000}}},
              {"id": "m7b", "hook": "time", "target": {"beacon": 3}, "trigger": {"atMs": 0},
               "action": {"kind": "vanish", "ms": null, "preheard": {"rssi": -50, "agoMs": 28000}}},
              {"id": "heard-b1", "hook": "discovery.advert", "target": {"beacon": 1}, "trigger": {"every": true},
@@ -316,6 +316,8 @@ struct FaultActionTests {
             """,
             count: 4, configure: { $0.latency.connectTimeout = .milliseconds(100) }
         ) { fixture throws in
+            // Beacon 1 has 29 s of its temporary timer left (time for the
+            // test to reach its Connect under load); beacon 3 has 2 s.
             let gone = fixture.fleet[1]
             let objects = try await fixture.objectManagerSignals()
             let device = try await fixture.client.getAllProperties(
@@ -418,6 +420,24 @@ struct FaultActionTests {
             #expect(timedOut?.name == .bluez.failed)
             #expect(timedOut?.message.contains(fixture.fleet[1].address) == true)
             #expect(try await fixture.counters().connects == 1)
+        }
+    }
+
+    /// As bluetoothd: a second Connect of a device whose first is under way
+    /// is InProgress (other devices' connects queue: BluetoothdTests).
+    @Test func aSecondConnectOfTheSameDeviceIsInProgress() async throws {
+        try await withPlan(
+            #"{"rules": [{"id": "hold", "hook": "connect.requested", "target": {"beacon": 0}, "trigger": {"nth": 1}, "action": {"kind": "stall", "until": "released", "hold": "first-connect"}}]}"#
+        ) { fixture throws in
+            try await fixture.discoverAll()
+            async let first: Void = fixture.connect(fixture.fleet[0])
+            try await fixture.waitFor(#"{"held": "first-connect"}"#)
+            let again = await #expect(throws: BusError.self) { try await fixture.connect(fixture.fleet[0]) }
+            #expect(again?.name == .bluez.inProgress)
+            #expect(again?.message == "In Progress")
+            try await fixture.control("Release", [.string("first-connect")])
+            try await first
+            #expect(try await fixture.waitFor(#"{"linksUp": 1, "adapter": 0}"#) == #"{"adapter":0,"linksUp":1}"#)
         }
     }
 
