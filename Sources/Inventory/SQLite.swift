@@ -157,13 +157,31 @@ public final class Database {
                 // A guard for this connection only: the file is not touched.
                 try execute("PRAGMA query_only = ON")
             } else {
-                try execute("PRAGMA journal_mode = WAL")
+                try Self.retryingBusy(for: busyTimeout) { try execute("PRAGMA journal_mode = WAL") }
                 try execute("PRAGMA foreign_keys = ON")
                 try execute("PRAGMA synchronous = NORMAL")
             }
         } catch {
             sqlite3_close_v2(handle)
             throw error
+        }
+    }
+
+    /// Runs `body` again while it fails SQLITE_BUSY, for up to `milliseconds`.
+    /// Switching a new file to WAL takes an exclusive lock, and SQLite may
+    /// answer BUSY at once, without its busy handler, when another connection
+    /// opening the same new file holds a lock (ConcurrentOpenTests: eight
+    /// processes creating one inventory).
+    static func retryingBusy(for milliseconds: Int32, _ body: () throws -> Void) throws {
+        let deadline = ContinuousClock.now + .milliseconds(Int(milliseconds))
+        var pause: UInt32 = 1000
+        while true {
+            do {
+                return try body()
+            } catch let error as SQLiteError where error.code & 0xFF == SQLITE_BUSY && ContinuousClock.now < deadline {
+                usleep(pause)
+                pause = min(pause * 2, 50_000)
+            }
         }
     }
 
