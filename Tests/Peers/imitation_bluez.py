@@ -28,6 +28,8 @@ Modes (combinable):
                             comes back as hci1, same address, powered; devices
                             ever connected come back without RSSI.
   --shift-gatt              GATT handles move between connections of a beacon.
+  --drop-after-write N      each beacon's link drops once, after its Nth write
+                            (so a run reconnects, and sees shifted handles).
   --busy-while-discovering  Connect → InProgress "In Progress" while any
                             discovery session is active.
   --cached K                K more beacons exist at start as device objects
@@ -570,9 +572,16 @@ class Characteristic(Gatt):
             except dbus.exceptions.DBusException as error:
                 return fail(error)
             self.daemon.count("writes")
-            self.daemon.counters["writesPerBeacon"][self.device.beacon.address] = \
-                self.daemon.counters["writesPerBeacon"].get(self.device.beacon.address, 0) + 1
+            address = self.device.beacon.address
+            written = self.daemon.counters["writesPerBeacon"].get(address, 0) + 1
+            self.daemon.counters["writesPerBeacon"][address] = written
             ok()
+            if written == self.daemon.args.drop_after_write:
+                # The link drops once, right after this write landed (a
+                # remote disconnect): the next connection resolves afresh.
+                self.daemon.log("drop link %s after write %d" % (address, written))
+                later(0.01, lambda: self.device.props["Connected"] and self.device.disconnect(
+                    "org.bluez.Reason.Remote", "Connection terminated by remote user"))
         later(self.daemon.att_delay(), answer)
 
     @dbus.service.method(CHAR, async_callbacks=("ok", "fail"))
@@ -942,6 +951,8 @@ def main():
     parser.add_argument("--replug-at-connect", type=int, default=0)
     parser.add_argument("--replug-gone", type=float, default=1.5)
     parser.add_argument("--shift-gatt", action="store_true")
+    parser.add_argument("--drop-after-write", type=int, default=0,
+                        help="drop each beacon's link once, right after its Nth successful write")
     parser.add_argument("--busy-while-discovering", action="store_true")
     parser.add_argument("--cached", type=int, default=0)
     parser.add_argument("--verbose", action="store_true")
