@@ -364,7 +364,7 @@ func littleEndian64(_ value: Int64) -> [UInt8] {
 
 /// A small deterministic generator (SplitMix64), so a seed gives the same
 /// fleet and the same faults on every machine.
-public struct SplitMix64: RandomNumberGenerator, Sendable {
+public struct SplitMix64: RandomNumberGenerator, Sendable, Equatable {
     private var state: UInt64
     public init(seed: UInt64) { state = seed }
     public mutating func next() -> UInt64 {

@@ -142,6 +142,39 @@ public enum SimulatorControl {
                     try await daemon.restart()
                     return []
                 },
+                .init(name: "SetFaultPlan", inputs: [.init("json", .string)]) { call in
+                    let plan: FaultPlan
+                    do {
+                        plan = try FaultPlan(json: call.body[0].string ?? "")
+                    } catch let error as FaultPlanError {
+                        throw BusError(.invalidArgs, "SetFaultPlan: \(error)")
+                    }
+                    await daemon.setPlan(plan, keepingCommandLineFaults: true)
+                    return []
+                },
+                .init(name: "FaultPlan", outputs: [.init("json", .string)]) { _ in
+                    [.string(await daemon.currentPlan.json)]
+                },
+                .init(name: "FiredRules", outputs: [.init("json", .string)]) { _ in
+                    [.string(try json(await daemon.currentPlan.report))]
+                },
+                .init(name: "Release", inputs: [.init("hold", .string)], outputs: [.init("released", .uint32)]) {
+                    call in
+                    [.uint32(UInt32(try await daemon.release(call.body[0].string ?? "")))]
+                },
+                .init(
+                    name: "WaitFor", inputs: [.init("condition", .string), .init("timeoutMs", .uint32)],
+                    outputs: [.init("json", .string)]
+                ) { call in
+                    [
+                        .string(
+                            try await daemon.waitFor(
+                                call.body[0].string ?? "", timeoutMs: Int(call.body[1].uint32 ?? 0)))
+                    ]
+                },
+                .init(name: "Counters", outputs: [.init("json", .string)]) { _ in
+                    [.string(try json(await daemon.counters))]
+                },
             ])
     }
 }
@@ -231,6 +264,58 @@ extension SimulatedBluetoothd {
             if let inRange = object["inRange"] as? Bool { state.inRange = inRange }
             if let rssi = object["rssi"] as? Int { state.rssi = Int16(clamping: rssi) }
         }
+        if let faults { ensureBeaconRateRules(for: faults.keys) }
         if object["inRange"] as? Bool == false { await leftRange(address) }
+    }
+}
+
+extension SimulatorControl {
+    /// The control interface's fault plan calls, for tests and tools that
+    /// drive a simulator over the bus (docs/simulator.md, "Control
+    /// interface").
+    public struct Client: Sendable {
+        public let connection: BusConnection
+
+        public init(_ connection: BusConnection) { self.connection = connection }
+
+        @discardableResult
+        func call(
+            _ method: MemberName, _ arguments: [BusValue] = [], timeout: Duration = .seconds(30)
+        ) async throws
+            -> String
+        {
+            let reply = try await connection.call(
+                busName, path, interfaceName, method, arguments, timeout: timeout)
+            return reply.body.first?.string ?? ""
+        }
+
+        /// `SetFaultPlan(s)`: replaces the plan (the `--faults` rules stay).
+        public func setFaultPlan(_ json: String) async throws { try await call("SetFaultPlan", [.string(json)]) }
+
+        /// `FaultPlan() → s`.
+        public func faultPlan() async throws -> FaultPlan { try FaultPlan(json: try await call("FaultPlan")) }
+
+        /// `FiredRules() → s`: firings per rule id and the last 100.
+        public func firedRules() async throws -> FaultPlan.Report {
+            try JSONDecoder().decode(FaultPlan.Report.self, from: Data(try await call("FiredRules").utf8))
+        }
+
+        /// `Release(s) → u`: how many held steps went on.
+        public func release(_ hold: String) async throws -> Int {
+            let reply = try await connection.call(busName, path, interfaceName, "Release", [.string(hold)])
+            return Int(reply.body.first?.uint32 ?? 0)
+        }
+
+        /// `WaitFor(s, u) → s`: the state reached, as JSON.
+        @discardableResult
+        public func waitFor(_ condition: String, timeout: Duration = .seconds(120)) async throws -> String {
+            let ms = UInt32(clamping: timeout.wholeMilliseconds)
+            return try await call("WaitFor", [.string(condition), .uint32(ms)], timeout: timeout + .seconds(10))
+        }
+
+        /// `Counters() → s`.
+        public func counters() async throws -> SimulatedBluetoothd.Counters {
+            try JSONDecoder().decode(SimulatedBluetoothd.Counters.self, from: Data(try await call("Counters").utf8))
+        }
     }
 }

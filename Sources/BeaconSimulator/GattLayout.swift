@@ -67,11 +67,16 @@ struct GattLayout {
     }
 
     /// Every node of a device's tree, parents before children, and the
-    /// characteristic paths by UUID.
-    static func nodes(under device: ObjectPath) -> (nodes: [Node], characteristics: [GattUUID: ObjectPath]) {
+    /// characteristic paths by UUID. `offset` moves every handle (a changed
+    /// GATT database, `shift-gatt`).
+    static func nodes(
+        under device: ObjectPath, offset: UInt16 = 0
+    )
+        -> (nodes: [Node], characteristics: [GattUUID: ObjectPath])
+    {
         var nodes: [Node] = []
         var characteristics: [GattUUID: ObjectPath] = [:]
-        var handle: UInt16 = 0x000A
+        var handle: UInt16 = 0x000A &+ min(offset, 0xF000)
         for service in services {
             let servicePath = try! device.appending("service" + hex4(handle))
             nodes.append(Node(handle: handle, path: servicePath, kind: .service(service)))

@@ -27,7 +27,13 @@ public struct SimulatorCommandLine: Sendable {
           --bus system|session|ADDRESS   the bus (default: system, which honours
                                          DBUS_SYSTEM_BUS_ADDRESS)
           --adapters N                   adapters hci0…hciN-1 (default 1)
-          --connections N                connection slots per adapter (default 5)
+          --slots N                      LE links each adapter holds (default 5;
+                                         --connections N is the old name); a
+                                         connect beyond them fails
+                                         le-connection-abort-by-local
+          --fault-plan FILE              a fault plan (JSON, docs/simulator.md):
+                                         rules that make BlueZ' failures happen
+                                         at chosen moments; checked at start
           --count N                      simulated beacons (default 10)
           --fresh                        every generated beacon new from the box
                                          (factory default; battery and firmware
@@ -40,10 +46,15 @@ public struct SimulatorCommandLine: Sendable {
                                          60 ms, calibration 1.5 s
           --connect-ms N, --resolve-ms N, --att-ms N, --calibration-ms N,
           --advert-ms N                  override one latency figure
+          --connect-timeout-ms N         how long a connect to a beacon that is
+                                         not there takes to fail (default: the
+                                         connect latency; a real radio: 20000)
           --temporary-timeout S          seconds an unconnected device stays after
                                          discovery stops (default 30, as BlueZ)
           --faults KIND=P,…              inject faults with probability P each
-                                         (`all=P` for every kind): connect-in-progress,
+                                         (`all=P` for every kind; shorthand for
+                                         fault plan rules faults.KIND):
+                                         connect-in-progress,
                                          connect-abort, services-never-resolved,
                                          disconnect-mid-operation, att-error,
                                          stalled-reply, dropped-notification,
@@ -80,6 +91,28 @@ public struct SimulatorCommandLine: Sendable {
         public let description: String
     }
 
+    /// Reads and checks a fault plan file.
+    /// - Throws: `UsageError` naming the file, and the rule and field.
+    static func loadPlan(_ path: String) throws -> FaultPlan {
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            throw UsageError(description: "--fault-plan \(path): cannot read it (\(error.localizedDescription))")
+        }
+        guard data.count <= 1 << 20 else {
+            throw UsageError(description: "--fault-plan \(path): larger than 1 MiB")
+        }
+        guard let text = String(data: data, encoding: .utf8) else {
+            throw UsageError(description: "--fault-plan \(path): not UTF-8")
+        }
+        do {
+            return try FaultPlan(json: text)
+        } catch let error as FaultPlanError {
+            throw UsageError(description: "--fault-plan \(path): \(error)")
+        }
+    }
+
     public init(arguments: [String]) throws {
         var rest = arguments[...]
         var parentDescriptor: Int32?
@@ -101,7 +134,10 @@ public struct SimulatorCommandLine: Sendable {
             case "--help", "-h": showHelp = true
             case "--bus": bus = BusAddress(parsing: try value(option))
             case "--adapters": options.adapters = try number(option, 1...16)
-            case "--connections": options.connectionsPerAdapter = try number(option, 1...64)
+            case "--slots", "--connections": options.connectionsPerAdapter = try number(option, 1...64)
+            case "--fault-plan":
+                let path = try value(option)
+                options.faultPlan = try Self.loadPlan(path)
             case "--count": count = try number(option, 0...100_000)
             case "--fresh": fresh = true
             case "--seed": options.seed = try number(option, 0...UInt64.max)
@@ -118,6 +154,8 @@ public struct SimulatorCommandLine: Sendable {
             case "--calibration-ms":
                 options.latency.calibration = .milliseconds(try number(option, 0...600_000) as Int)
             case "--advert-ms": options.latency.advertInterval = .milliseconds(try number(option, 10...600_000) as Int)
+            case "--connect-timeout-ms":
+                options.latency.connectTimeout = .milliseconds(try number(option, 0...600_000) as Int)
             case "--temporary-timeout": options.temporaryTimeout = .seconds(try number(option, 0...86_400) as Int)
             case "--faults":
                 do {

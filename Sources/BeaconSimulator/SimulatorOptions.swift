@@ -10,18 +10,26 @@ public struct Latency: Sendable, Hashable {
     public var calibration: Duration
     /// Between a device's adverts while discovering (RSSI updates).
     public var advertInterval: Duration
+    /// From Connect to its failure when the beacon is not there (the
+    /// kernel's LE connect timeout, 20 s on a real radio; nil: the connect
+    /// latency, as before `--connect-timeout-ms` existed).
+    public var connectTimeout: Duration?
+    /// `connectTimeout`, or the connect latency.
+    public var absentConnect: Duration { connectTimeout ?? connect }
 
     public static let none = Latency(
         connect: .zero, serviceResolution: .zero, attRequest: .zero, calibration: .zero,
-        advertInterval: .milliseconds(200))
+        advertInterval: .milliseconds(200), connectTimeout: nil)
     public static let realistic = Latency(
         connect: .milliseconds(1000), serviceResolution: .milliseconds(300), attRequest: .milliseconds(60),
-        calibration: .milliseconds(1500), advertInterval: .milliseconds(1000))
+        calibration: .milliseconds(1500), advertInterval: .milliseconds(1000), connectTimeout: nil)
 }
 
 /// Everything `beaconbench-sim` is told on its command line.
 public struct SimulatorOptions: Sendable {
     public var adapters = 1
+    /// LE links each adapter holds (`--slots`; a plan's `adapters[].slots`
+    /// wins for its adapter).
     public var connectionsPerAdapter = 5
     public var latency = Latency.none
     /// BlueZ' TemporaryTimeout: undiscovered devices go this long after
@@ -36,8 +44,25 @@ public struct SimulatorOptions: Sendable {
     public var outage: Duration = .seconds(5)
     /// Where the fleet's state is kept across runs (`--state`).
     public var statePath: String?
+    /// The fault plan read from `--fault-plan FILE`.
+    public var faultPlan: FaultPlan?
 
     public init() {}
+
+    /// The plan the daemon starts with: `--fault-plan`'s rules, then one
+    /// probability rule per `--faults` kind (their seed: the plan's, else
+    /// `--seed`).
+    public var effectivePlan: FaultPlan {
+        var plan = faultPlan ?? FaultPlan(seed: seed)
+        for fault in Fault.allCases {
+            guard let probability = faults[fault] else { continue }
+            for rule in fault.rules(probability: probability, options: self)
+            where !plan.rules.contains(where: { $0.id == rule.id }) {
+                plan.rules.append(rule)
+            }
+        }
+        return plan
+    }
 }
 
 /// The radio's misfortunes the simulator can inject, each with a probability

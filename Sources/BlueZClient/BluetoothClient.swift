@@ -54,6 +54,19 @@ public actor BluetoothClient {
     /// bluetoothd announces every advert's RSSI; without one only changes
     /// of 8 dBm or more.
     private var heardAt: [ObjectPath: ContinuousClock.Instant] = [:]
+    /// Per device: bumped whenever a connection's GATT map must be
+    /// dropped (ServicesResolved false, Connected false, the device or one
+    /// of its GATT objects removed). A `DeviceSession` holds the epoch it
+    /// resolved under and refuses to use paths from any other.
+    private var linkEpoch: [ObjectPath: Int] = [:]
+    /// Per adapter: when this client asked it to discover (StartDiscovery
+    /// sent); nil once Discovering reads false or the adapter went.
+    private var discoveryStartedAt: [ObjectPath: ContinuousClock.Instant] = [:]
+    /// Adapters' addresses seen in this client's life, and the path each
+    /// had last (a replugged adapter comes back under a new index).
+    private var adapterPathsByAddress: [String: ObjectPath] = [:]
+    /// Bumped when an adapter goes or comes (any path).
+    public private(set) var adapterListVersion = 0
     private static let advertProperties: Set<String> = [
         "RSSI", "ManufacturerData", "ServiceData", "TxPower", "AdvertisingData", "AdvertisingFlags",
     ]
@@ -113,9 +126,12 @@ public actor BluetoothClient {
             rebuildIndexes()
             deviceListVersion += 1
             advertVersion += 1
-            let now = ContinuousClock.now
+            // A cached object is not a beacon in range: bluetoothd keeps a
+            // device (its last RSSI and adverts too) for its temporary
+            // timeout after the beacon left. Only signals heard from now
+            // on say it is here.
             heardAt = [:]
-            for (path, interfaces) in objects where interfaces["org.bluez.Device1"] != nil { heardAt[path] = now }
+            linkEpoch = [:]
         } catch let error as BusError {
             throw BlueZError(.bus(error), step: "read bluetoothd's objects")
         }
@@ -133,8 +149,10 @@ public actor BluetoothClient {
         case (.objectManager, "InterfacesAdded"):
             guard let added = try? InterfacesAdded(signal) else { return }
             objects[added.path, default: [:]].merge(added.interfaces) { $1 }
-            if added.interfaces["org.bluez.Device1"] != nil {
-                heardAt[added.path] = .now
+            if let device = added.interfaces["org.bluez.Device1"] {
+                // A device reloaded from storage (an adapter back, a
+                // bluetoothd restart) carries no RSSI or advert data: not heard.
+                if !Self.advertProperties.isDisjoint(with: device.keys) { heardAt[added.path] = .now }
                 deviceListVersion += 1
                 advertVersion += 1
             }
@@ -151,6 +169,12 @@ public actor BluetoothClient {
                 advertVersion += 1
             }
             waitersConcerned = !Self.waitedInterfaces.isDisjoint(with: removed.interfaces)
+            if removed.interfaces.contains("org.bluez.Device1") {
+                endLink(removed.path)
+            } else if let device = Self.deviceAncestor(of: removed.path) {
+                endLink(device)
+            }
+            if removed.interfaces.contains("org.bluez.Adapter1") { adapterGone(removed.path) }
             unindex(removed.path)
             index(removed.path)
         case (.properties, "PropertiesChanged"):
@@ -175,14 +199,33 @@ public actor BluetoothClient {
                     unindex(change.path)
                     index(change.path)
                 }
+                if change.changed["Connected"]?.bool == false || change.changed["ServicesResolved"]?.bool == false
+                    || change.invalidated.contains("Connected") || change.invalidated.contains("ServicesResolved")
+                {
+                    endLink(change.path)
+                }
                 waitersConcerned = !onlyAdvert
             } else {
+                if change.interface == "org.bluez.Adapter1", change.changed["Discovering"]?.bool == false {
+                    discoveryStartedAt[change.path] = nil
+                }
                 waitersConcerned = Self.waitedInterfaces.contains(change.interface)
             }
         default:
             return
         }
         if waitersConcerned { checkWaiters() }
+    }
+
+    /// A connection's GATT map ends: its paths are never used again.
+    private func endLink(_ device: ObjectPath) {
+        linkEpoch[device, default: 0] += 1
+        gattIndex[device] = nil
+    }
+
+    private func adapterGone(_ path: ObjectPath) {
+        discoveryStartedAt[path] = nil
+        adapterListVersion += 1
     }
 
     /// The interfaces waiters' conditions read.
@@ -194,6 +237,8 @@ public actor BluetoothClient {
         advertVersion += 1
         objects = [:]
         heardAt = [:]
+        linkEpoch = [:]
+        discoveryStartedAt = [:]
         rebuildIndexes()
         failWaiters(BlueZError(.bluetoothdGone, step: "wait"))
         if change.newOwner != nil {
@@ -222,7 +267,13 @@ public actor BluetoothClient {
 
     private func index(_ path: ObjectPath) {
         guard let interfaces = objects[path] else { return }
-        if interfaces["org.bluez.Adapter1"] != nil { adapterPaths.insert(path) }
+        if let adapter = interfaces["org.bluez.Adapter1"] {
+            adapterPaths.insert(path)
+            if let address = adapter["Address"]?.string?.uppercased(), Device.isValidAddress(address) {
+                if adapterPathsByAddress[address] != path { adapterListVersion += 1 }
+                adapterPathsByAddress[address] = path
+            }
+        }
         if let address = interfaces["org.bluez.Device1"]?["Address"]?.string?.uppercased(),
             Device.isValidAddress(address)
         {
@@ -353,6 +404,102 @@ public actor BluetoothClient {
         return adapter
     }
 
+    /// The adapter with `address`, wherever it is now (hci0 replugged
+    /// comes back as hci1 with the same address); nil while it is absent.
+    public func adapter(address: String) -> Adapter? {
+        let address = address.uppercased()
+        return adapters().first { $0.address.uppercased() == address }
+    }
+
+    /// Waits until the adapter with `address` is there (and powered, when
+    /// `powered`), under whatever path.
+    public func waitForAdapter(address: String, powered: Bool = false, timeout: Duration) async throws -> Adapter {
+        try await waitUntil(
+            { self.adapter(address: address).map { !powered || $0.powered } ?? false }, timeout: timeout,
+            step: "wait for the adapter \(address)", device: nil)
+        guard let found = adapter(address: address) else {
+            throw BlueZError(.adapterNotFound(address), step: "wait for the adapter")
+        }
+        return found
+    }
+
+    /// The current epoch of a device's link (see `linkEpoch`).
+    func linkEpoch(of device: ObjectPath) -> Int { linkEpoch[device, default: 0] }
+
+    /// Whether the device's link is the one of `epoch`, and resolved.
+    func linkIsCurrent(_ device: ObjectPath, epoch: Int) -> Bool {
+        linkEpoch[device, default: 0] == epoch
+            && objects[device]?["org.bluez.Device1"]?["ServicesResolved"]?.bool == true
+    }
+
+    /// When this client last asked `adapter` to discover (nil: it is not
+    /// discovering for this client, or the adapter went since).
+    public func discoveringSince(_ adapter: ObjectPath) -> ContinuousClock.Instant? { discoveryStartedAt[adapter] }
+
+    /// Whether `device` was heard (it appeared with an advert's
+    /// properties, or an advert changed its RSSI or data) since this
+    /// client's discovery began on its adapter, within `within`. A cached
+    /// object, its RSSI included, never counts.
+    public func isPresent(_ device: Device, within: Duration) -> Bool {
+        guard let adapter = device.adapter, let since = discoveryStartedAt[adapter], let heard = heardAt[device.path],
+            heard >= since
+        else { return false }
+        return ContinuousClock.now - heard < within
+    }
+
+    /// Links up on `adapter` (devices connected under it), `excluding` one
+    /// device's address.
+    public func linksUp(on adapter: ObjectPath, excluding address: String? = nil) -> Int {
+        let excluded = address?.uppercased()
+        var count = 0
+        for (path, deviceAddress) in addressByDevicePath where deviceAddress != excluded {
+            guard let device = objects[path]?["org.bluez.Device1"], device["Connected"]?.bool == true,
+                device["Adapter"]?.objectPath == adapter
+            else { continue }
+            count += 1
+        }
+        return count
+    }
+
+    /// Other links up on the adapter when this client last sent Connect to
+    /// a device (the count a controller's slot refusal is about).
+    private var linksAtConnect: [String: Int] = [:]
+
+    func noteConnectSent(_ address: String, adapter: ObjectPath) {
+        linksAtConnect[address.uppercased()] = linksUp(on: adapter, excluding: address)
+    }
+
+    /// Other links that were up on its adapter when this client last sent
+    /// Connect to `address` (nil: it sent none).
+    public func linksWhenConnectSent(_ address: String) -> Int? { linksAtConnect[address.uppercased()] }
+
+    /// Waits until every powered adapter reads Discovering, at most
+    /// `timeout` (then returns all the same).
+    public func waitForDiscovering(timeout: Duration) async {
+        try? await waitUntil(
+            { self.adapters().allSatisfy { $0.discovering || !$0.powered } }, timeout: timeout,
+            step: "wait for discovery", device: nil)
+    }
+
+    /// Waits until fewer than `limit` links are up on `adapter`, at most
+    /// `timeout` (then returns all the same: the caller retries).
+    public func waitForLinks(below limit: Int, on adapter: ObjectPath, timeout: Duration) async {
+        try? await waitUntil(
+            { self.linksUp(on: adapter) < limit }, timeout: timeout, step: "wait for a free link", device: nil)
+    }
+
+    /// The last advert heard from any device on `adapter` since this
+    /// client's discovery began there.
+    public func lastAdvert(on adapter: ObjectPath) -> ContinuousClock.Instant? {
+        guard let since = discoveryStartedAt[adapter] else { return nil }
+        var last: ContinuousClock.Instant?
+        for (path, heard) in heardAt where heard >= since && heard > (last ?? since - .seconds(1)) {
+            guard objects[path]?["org.bluez.Device1"]?["Adapter"]?.objectPath == adapter else { continue }
+            last = heard
+        }
+        return last
+    }
+
     /// Waits until the adapter is there (after bluetoothd restarted, the
     /// registry fills again only when its objects have been read).
     public func waitForAdapter(named name: String?, timeout: Duration) async throws -> Adapter {
@@ -437,6 +584,9 @@ public actor BluetoothClient {
         try await call(
             adapter.path, "org.bluez.Adapter1", "SetDiscoveryFilter", [.propertyMap(filter)],
             step: "set the discovery filter on \(adapter.name)")
+        // Adverts from here on are heard since our discovery began (kept
+        // if discovery was already on for this client).
+        if discoveryStartedAt[adapter.path] == nil { discoveryStartedAt[adapter.path] = .now }
         do {
             try await call(
                 adapter.path, "org.bluez.Adapter1", "StartDiscovery", step: "start discovery on \(adapter.name)")
@@ -446,6 +596,7 @@ public actor BluetoothClient {
     }
 
     public func stopDiscovery(on adapter: Adapter) async throws {
+        discoveryStartedAt[adapter.path] = nil
         do {
             try await call(
                 adapter.path, "org.bluez.Adapter1", "StopDiscovery", step: "stop discovery on \(adapter.name)")
@@ -465,6 +616,48 @@ public actor BluetoothClient {
             throw BlueZError(.deviceNotFound, device: address, step: "find")
         }
         return found
+    }
+
+    /// Adapter1.RemoveDevice: bluetoothd forgets the device (its storage
+    /// and GATT cache too); it comes back on its next advert while
+    /// discovering. A device already gone (`DoesNotExist`) counts as done.
+    /// A connected device is disconnected first; the reply then comes after
+    /// `Connected` false.
+    /// - Returns: whether bluetoothd removed it (false: it was gone already).
+    @discardableResult
+    public func removeDevice(_ address: String, timeout: Duration? = nil) async throws -> Bool {
+        guard let device = device(address: address), let adapter = device.adapter else { return false }
+        do {
+            try await call(
+                adapter, "org.bluez.Adapter1", "RemoveDevice", [.objectPath(device.path)], timeout: timeout,
+                step: "remove the device", device: address)
+        } catch let error as BlueZError where error.busErrorName == .bluez.doesNotExist {
+            return false
+        }
+        return true
+    }
+
+    /// Power-cycles an adapter: Powered false, wait until it reads false
+    /// (`offTimeout`), pause `offTime`, Powered true, wait until it reads
+    /// true (`onTimeout`). bluetoothd drops every discovery session on
+    /// power-off: the caller sets its filter and starts discovery again.
+    public func powerCycle(
+        _ adapter: Adapter, offTimeout: Duration, offTime: Duration, onTimeout: Duration
+    ) async throws {
+        let address = adapter.address
+        try await setPowered(adapter, false)
+        try await waitUntil(
+            { !(self.adapter(address: address)?.powered ?? false) }, timeout: offTimeout,
+            step: "wait for \(adapter.name) to power off", device: nil)
+        discoveryStartedAt[adapter.path] = nil
+        try await Task.sleep(for: offTime)
+        guard let current = self.adapter(address: address) else {
+            throw BlueZError(.adapterNotFound(address), step: "power \(adapter.name) on again")
+        }
+        try await setPowered(current, true)
+        try await waitUntil(
+            { self.adapter(address: address)?.powered ?? false }, timeout: onTimeout,
+            step: "wait for \(adapter.name) to power on", device: nil)
     }
 
     // MARK: Internal helpers for DeviceSession

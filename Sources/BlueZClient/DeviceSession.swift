@@ -8,12 +8,37 @@ public struct ConnectPolicy: Sendable {
     public var backoff: Duration = .milliseconds(250)
     /// Service UUIDs that must be present once services resolve.
     public var requiredServices: [String] = []
+    /// Judges each failed connect attempt (the recovery policies): it may
+    /// wait (for a free slot, an adapter) and says how to go on. Nil: every
+    /// transient failure is an ordinary retry.
+    public var judge: (@Sendable (BlueZError) async -> ConnectVerdict)?
+    /// Retries not counted as attempts (`ConnectVerdict.retryUncharged`)
+    /// allowed per connect, so that nothing retries for ever.
+    public var unchargedLimit = 40
 
-    public init(attempts: Int = 4, backoff: Duration = .milliseconds(250), requiredServices: [String] = []) {
+    public init(
+        attempts: Int = 4, backoff: Duration = .milliseconds(250), requiredServices: [String] = [],
+        judge: (@Sendable (BlueZError) async -> ConnectVerdict)? = nil
+    ) {
         self.attempts = attempts
         self.backoff = backoff
         self.requiredServices = requiredServices
+        self.judge = judge
     }
+}
+
+/// What to do after a failed connect attempt, as `ConnectPolicy.judge` says.
+public enum ConnectVerdict: Sendable, Equatable {
+    /// The ordinary rule: retry a transient failure while attempts remain.
+    case ordinary
+    /// Not the device's failure (no slot, busy, the adapter): retry at once
+    /// (the judge waited what it had to), not counted as an attempt.
+    case retryUncharged
+    /// The device was repaired (removed and found again): retry with the
+    /// attempts counted afresh.
+    case retryAfresh
+    /// Give up now.
+    case giveUp
 }
 
 extension BluetoothClient {
@@ -51,11 +76,26 @@ extension BluetoothClient {
     {
         var pause = policy.backoff
         var attempt = 1
+        var uncharged = 0
         while true {
             do {
                 return try await connectOnce(address, adapter: adapter?.path, policy: policy)
-            } catch let error as BlueZError where error.isTransient && attempt < policy.attempts {
+            } catch let error as BlueZError where !Task.isCancelled {
                 await disconnectIfConnected(address, adapter: adapter?.path)
+                switch await policy.judge?(error) ?? .ordinary {
+                case .retryUncharged where uncharged < policy.unchargedLimit:
+                    uncharged += 1
+                    continue
+                case .retryAfresh:
+                    attempt = 1
+                    pause = policy.backoff
+                    continue
+                case .giveUp:
+                    throw error
+                default:
+                    break
+                }
+                guard error.isTransient, attempt < policy.attempts else { throw error }
                 try await Task.sleep(for: pause)
                 pause = pause * 2
                 attempt += 1
@@ -149,6 +189,7 @@ extension BluetoothClient {
         if !wasUp {
             let lock = connectLock(for: adapterPath)
             await lock.acquire()
+            noteConnectSent(address, adapter: adapterPath)
             // Connected may be true already: an orphaned connection.
             if !(self.device(address: address, adapter: adapterPath)?.connected ?? false) {
                 do {
@@ -193,7 +234,10 @@ extension BluetoothClient {
         if let uuid = missing() {
             throw BlueZError(.missingAttribute("service \(uuid)"), device: address, step: "connect")
         }
-        return DeviceSession(client: self, address: address, path: device.path)
+        guard self.device(address: address, adapter: device.adapter)?.servicesResolved ?? false else {
+            throw BlueZError(.disconnected, device: address, step: "connect")
+        }
+        return DeviceSession(client: self, address: address, path: device.path, epoch: linkEpoch(of: device.path))
     }
 
 }
@@ -205,11 +249,28 @@ public struct DeviceSession: Sendable {
     public let client: BluetoothClient
     public let address: String
     public let path: ObjectPath
+    /// The device's link epoch when this connection's services resolved:
+    /// GATT paths are looked up only while it is still current (never
+    /// across connections; docs/reliability.md, "GATT paths").
+    let epoch: Int
+
+    init(client: BluetoothClient, address: String, path: ObjectPath, epoch: Int) {
+        self.client = client
+        self.address = address
+        self.path = path
+        self.epoch = epoch
+    }
 
     private static let characteristicInterface: InterfaceName = "org.bluez.GattCharacteristic1"
 
     /// The object path of the characteristic with `uuid`.
     public func characteristic(_ uuid: String) async throws -> ObjectPath {
+        // This connection's map only: after ServicesResolved false,
+        // Connected false or a GATT object removed, the old paths (which
+        // bluetoothd may still export, Cache=always) are not this link's.
+        guard await client.linkIsCurrent(path, epoch: epoch) else {
+            throw BlueZError(.disconnected, device: address, step: "find", characteristic: uuid)
+        }
         guard
             let found = await client.gattObject(
                 under: path, interface: "org.bluez.GattCharacteristic1", uuid: uuid.lowercased())

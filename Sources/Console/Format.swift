@@ -47,12 +47,15 @@ enum Format {
     /// The recap: one row per device with its result (what the summary
     /// counts), then how many of its steps came to what, its reconnects,
     /// and why it failed or was skipped.
-    static func recap(_ recaps: [DeviceRecap], terminal: Terminal, json: Bool, dryRun: Bool) {
+    static func recap(
+        _ recaps: [DeviceRecap], recoveries: [RecoveryRecord] = [], terminal: Terminal, json: Bool, dryRun: Bool
+    ) {
         var results: [DeviceRecap.Result: Int] = [:]
         for recap in recaps { results[recap.result, default: 0] += 1 }
         let count = { (result: DeviceRecap.Result) in results[result] ?? 0 }
         if json {
             for recap in recaps { terminal.emit(.recap, Shapes.recap(recap, dryRun: dryRun)) }
+            for record in recoveries { terminal.emit(.recovery, Shapes.recovery(record)) }
             terminal.emit(.summary, Shapes.summary(recaps, dryRun: dryRun))
             return
         }
@@ -85,6 +88,15 @@ enum Format {
         if count(.interrupted) > 0 { summary += ", \(count(.interrupted)) interrupted" }
         if count(.notStarted) > 0 { summary += ", \(count(.notStarted)) not started" }
         terminal.result(summary)
+        if !recoveries.isEmpty {
+            terminal.result("recovered without an operator (\(recoveries.count)):")
+            for record in recoveries {
+                let line =
+                    "  recover \(record.ok ? "ok" : "failed"): \(record.detail)"
+                    + (record.device.map { " (\($0))" } ?? "") + (record.error.map { ": \($0)" } ?? "")
+                terminal.result(record.ok ? line : terminal.styled(line, .red))
+            }
+        }
     }
 
     // MARK: Watch

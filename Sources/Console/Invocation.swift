@@ -38,6 +38,8 @@ public struct Invocation: Sendable, Equatable {
     /// nil: the one the last `sync --to` used.
     public var server: String?
     public var concurrency: Int?
+    /// `--no-adapter-reset`: a wedged adapter is never power-cycled.
+    public var adapterResets = true
     public var json = false
     /// `--dry-run`: nothing is written to a beacon; what would change is shown.
     public var dryRun = false
@@ -74,6 +76,7 @@ public struct Invocation: Sendable, Equatable {
                                         (default: the last 'sync --to' server) [BEACONBENCH_SERVER]
           --concurrency N               devices worked on at once (default 5, an adapter's connection slots)
                                         [BEACONBENCH_CONCURRENCY]
+          --no-adapter-reset            never power-cycle a wedged adapter (docs/reliability.md)
           --json                        machine-readable output: one JSON object per line (docs/json.md)
                                         [BEACONBENCH_JSON=1]
           --dry-run                     write nothing to a beacon: show what would change
@@ -146,6 +149,7 @@ public struct Invocation: Sendable, Equatable {
             case "--server": invocation.server = try value(name)
             case "--profiles": invocation.profileDirectories.append(try value(name))
             case "--concurrency": invocation.concurrency = try Self.concurrency(try value(name))
+            case "--no-adapter-reset": invocation.adapterResets = false
             case "--json": invocation.json = true
             case "--dry-run": invocation.dryRun = true
             case "--no-color", "--no-colour": invocation.color = false

@@ -36,6 +36,8 @@ public actor Session {
     private var simulator: SimulatorProcess?
     /// Recaps of this session's device commands, merged per device.
     var recaps: [String: DeviceRecap] = [:]
+    /// The recoveries of the runs since the last recap.
+    var recoveries: [RecoveryRecord] = []
     var recapOrder: [String] = []
     /// What completion offers for devices, refreshed after each command.
     public internal(set) var seenCache: [SeenBeacon] = []
@@ -144,6 +146,7 @@ public actor Session {
         let address = try busAddress()
         do {
             let bench = try await Bench.open(bus: address, adapter: invocation.adapter, inventory: inventory)
+            await bench.setAdapterResets(invocation.adapterResets)
             self.bench = bench
             return bench
         } catch {
@@ -360,7 +363,20 @@ public actor Session {
         let steps = group.compactMap { $0.command.step(profiles: profiles) }
         // `--dry-run` on the line, or for the whole run.
         let dryRun = self.dryRun || group.contains(where: \.dryRun)
-        let addresses = try await targets(named)
+        var addresses = try await targets(named)
+        // Nothing found while an adapter went away (or came back under
+        // another name) is not "nothing to do": wait for it, look again.
+        if addresses.isEmpty, let bench, await bench.adaptersChanged() {
+            let absent = await bench.waitForAdapters(timeout: Recovery.adapterReturnTimeout)
+            if let (address, path) = absent.first {
+                throw ConsoleFailure(
+                    .infrastructure,
+                    "adapter \(address) (\(path.components.last ?? "")) went away during the scan and did not return"
+                        + " within \(Int(Recovery.adapterReturnTimeout.components.seconds)) s: no devices could be selected"
+                )
+            }
+            addresses = try await targets(named)
+        }
         guard !addresses.isEmpty else {
             terminal.message(
                 "no devices selected: nothing to do for \(group.map(\.command.stepName).joined(separator: ", "))"
@@ -385,6 +401,7 @@ public actor Session {
         }
         board.end()
         let recaps = result.recaps
+        recoveries += result.recoveries
         if result.interrupted { interrupted = true }
         if dryRun { recapWasDry = true }
         if json { recapIsJSON = true }
@@ -396,6 +413,10 @@ public actor Session {
             throw ConsoleFailure(
                 .infrastructure,
                 "the inventory failed (\(failure)): the run stopped before writing anything more to a beacon")
+        }
+        if let failure = result.adapterFailure {
+            printRecap()
+            throw ConsoleFailure(.infrastructure, "\(failure): the run stopped")
         }
         // A pull: the records it brought, as data on standard output.
         let pulled = Set(
@@ -479,7 +500,10 @@ public actor Session {
         let rows = recapOrder.compactMap { recaps[$0] }
         recaps = [:]
         recapOrder = []
-        Format.recap(rows, terminal: terminal, json: terminal.json || recapIsJSON, dryRun: dryRun || recapWasDry)
+        Format.recap(
+            rows, recoveries: recoveries, terminal: terminal, json: terminal.json || recapIsJSON,
+            dryRun: dryRun || recapWasDry)
+        recoveries = []
         recapWasDry = false
         recapIsJSON = false
     }

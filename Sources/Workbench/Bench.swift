@@ -55,6 +55,19 @@ public enum WatchEvent: Sendable, Equatable {
     case malformed(address: String, String)
 }
 
+/// An adapter that went away and did not come back in time.
+public struct AdapterGone: Error, CustomStringConvertible {
+    public var text: String
+    public var description: String { text }
+}
+
+/// An adapter that reads Powered but will not discover, after what the
+/// policy allows (docs/reliability.md, "Wedged adapter").
+public struct AdapterWedged: Error, CustomStringConvertible {
+    public var text: String
+    public var description: String { text }
+}
+
 /// The workbench as the console meets it: the adapters of one bluetoothd,
 /// the inventory, discovery, device selection, fleet runs and watching.
 public actor Bench {
@@ -70,6 +83,26 @@ public actor Bench {
     public var seenTimeout: Duration = .seconds(10)
 
     public func setSeenTimeout(_ timeout: Duration) { seenTimeout = timeout }
+    /// `--no-adapter-reset` clears it: a wedged adapter is never power-cycled.
+    public var adapterResets = true
+    public func setAdapterResets(_ allowed: Bool) { adapterResets = allowed }
+    /// The adapters' addresses when the bench opened (address → path): an
+    /// adapter is followed by its address (hci0 replugged is hci1).
+    private var knownAdapters: [String: ObjectPath] = [:]
+    /// The address of the adapter asked for by name, once found.
+    private var namedAddress: String?
+    /// Power cycles done by this bench (scans and runs), by adapter
+    /// address: at most one per `Recovery.resetInterval`.
+    private var resets: [String: ContinuousClock.Instant] = [:]
+    /// Recoveries done outside a fleet run (a scan's), for the next recap.
+    private var pendingRecoveries: [RecoveryRecord] = []
+    /// The recoveries done outside fleet runs since the last call.
+    public func takeRecoveries() -> [RecoveryRecord] {
+        defer { pendingRecoveries = [] }
+        return pendingRecoveries
+    }
+
+    func noteResets(_ more: [String: ContinuousClock.Instant]) { resets.merge(more) { max($0, $1) } }
 
     public init(client: BluetoothClient, inventory: Inventory, adapterName: String?) {
         self.client = client
@@ -94,7 +127,51 @@ public actor Bench {
             await connection.close()
             throw error
         }
-        return Bench(client: client, inventory: inventory, adapterName: adapter)
+        let bench = Bench(client: client, inventory: inventory, adapterName: adapter)
+        await bench.learnAdapters()
+        return bench
+    }
+
+    private func learnAdapters() async {
+        for adapter in await client.adapters() where Device.isValidAddress(adapter.address) {
+            knownAdapters[adapter.address.uppercased()] = adapter.path
+        }
+        if let adapterName, let named = try? await client.adapter(named: adapterName) {
+            namedAddress = named.address.uppercased()
+        }
+    }
+
+    /// The adapters known when the bench opened that are absent now
+    /// (address → the path each had).
+    public func absentAdapters() async -> [String: ObjectPath] {
+        var absent: [String: ObjectPath] = [:]
+        for (address, path) in knownAdapters where await client.adapter(address: address) == nil {
+            absent[address] = path
+        }
+        return absent
+    }
+
+    /// Whether an adapter went away or came back under another path since
+    /// the bench opened (a scan then may have missed beacons).
+    public func adaptersChanged() async -> Bool {
+        for (address, path) in knownAdapters where await client.adapter(address: address)?.path != path {
+            return true
+        }
+        return false
+    }
+
+    /// Waits until every adapter known when the bench opened is back (by
+    /// address), at most `timeout`; returns those still absent.
+    public func waitForAdapters(timeout: Duration) async -> [String: ObjectPath] {
+        let deadline = ContinuousClock.now + timeout
+        for address in knownAdapters.keys {
+            _ = try? await client.waitForAdapter(
+                address: address, powered: true, timeout: max(.zero, deadline - ContinuousClock.now))
+        }
+        for (address, _) in knownAdapters {
+            if let current = await client.adapter(address: address) { knownAdapters[address] = current.path }
+        }
+        return await absentAdapters()
     }
 
     public func close() async {
@@ -103,11 +180,19 @@ public actor Bench {
     }
 
     public func adapter() async throws -> Adapter {
-        try await client.waitForAdapter(named: adapterName, timeout: .seconds(5))
+        // The adapter asked for by name is followed by its address.
+        if let namedAddress {
+            return try await client.waitForAdapter(address: namedAddress, timeout: .seconds(5))
+        }
+        return try await client.waitForAdapter(named: adapterName, timeout: .seconds(5))
     }
 
     /// The adapters once bluetoothd has read them again (10 s at most).
     func adaptersAfterRestart() async throws -> [Adapter] {
+        if let namedAddress {
+            _ = try await client.waitForAdapter(address: namedAddress, timeout: .seconds(10))
+            return try await adapters()
+        }
         _ = try await client.waitForAdapter(named: adapterName, timeout: .seconds(10))
         return try await adapters()
     }
@@ -128,10 +213,13 @@ public actor Bench {
     /// seen; then stops discovery (unless a fleet run still needs it).
     /// Cancellation ends the scan early, without an error.
     public func scan(
-        seconds: Double, rssiFloor: Int16? = nil, onFound: @Sendable (SeenBeacon) -> Void = { _ in }
+        seconds: Double, rssiFloor: Int16? = nil, again: Bool = true,
+        onFound: @Sendable (SeenBeacon) -> Void = { _ in }
     ) async throws -> [SeenBeacon] {
         for adapter in try await adapters() where !adapter.powered { try await client.setPowered(adapter, true) }
-        try await beginDiscovery(rssiFloor: rssiFloor)
+        if try await !discoverOrRecover(seconds: seconds, rssiFloor: rssiFloor) {
+            return await seen().filter { beacon in rssiFloor.map { (beacon.rssi ?? -128) >= $0 } ?? true }
+        }
         var reported = Set<String>()
         let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
         // The list is read again only when a device came, went or changed
@@ -156,9 +244,117 @@ public actor Bench {
             }
             try? await Task.sleep(for: min(.milliseconds(200), deadline - ContinuousClock.now))
         }
+        // An adapter that went away during the scan (or came back under
+        // another path) makes it no scan: wait for it (30 s), scan again.
+        if !Task.isCancelled, await adaptersChanged() {
+            let wentAt = Date()
+            let absent = await waitForAdapters(timeout: Recovery.adapterReturnTimeout)
+            try? await Task { try await self.endDiscovery() }.value
+            if let (address, path) = absent.first {
+                throw AdapterGone(
+                    text: "adapter \(address) (\(path.components.last ?? "")) went away during the scan"
+                        + " (\(RecoveryCoordinator.clock(wentAt))) and did not return within"
+                        + " \(Int(Recovery.adapterReturnTimeout.components.seconds)) s")
+            }
+            guard again else { return await seen() }
+            return try await scan(seconds: seconds, rssiFloor: rssiFloor, again: false, onFound: onFound)
+        }
         // Stopped even when the scan was cancelled (Ctrl-C).
         try await Task { try await self.endDiscovery() }.value
         return await seen().filter { beacon in rssiFloor.map { (beacon.rssi ?? -128) >= $0 } ?? true }
+    }
+
+    /// Starts discovery for a scan. An adapter that reads Powered but
+    /// refuses discovery (or accepts it and never shows Discovering) is
+    /// tried again every second for the scan's length (at least 3 times);
+    /// if discovery never ran, the adapter is wedged: it is power-cycled
+    /// (once per `Recovery.resetInterval`, never with
+    /// `--no-adapter-reset`) and discovery started again. Returns whether
+    /// discovery runs (false: a wedged adapter that could not be cycled,
+    /// said in a recovery); throws what is not a refusal.
+    private func discoverOrRecover(seconds: Double, rssiFloor: Int16?) async throws -> Bool {
+        func refused(_ error: any Error) -> Bool {
+            guard let error = error as? BlueZError, case .bus(let bus) = error.reason else { return false }
+            return [.bluez.notReady, .bluez.inProgress, .bluez.failed].contains(bus.name)
+        }
+        func running() async throws -> Bool {
+            try await adapters().allSatisfy { $0.discovering || !$0.powered }
+        }
+        var began = false
+        do {
+            try await beginDiscovery(rssiFloor: rssiFloor)
+            began = true
+        } catch  where refused(error) {}
+        var refusals = 0
+        let deadline = ContinuousClock.now + max(.seconds(3), .milliseconds(Int64(seconds * 1000)))
+        while true {
+            // Discovering=true follows a start that worked within moments.
+            await client.waitForDiscovering(timeout: .seconds(1))
+            if try await running() {
+                if !began {
+                    try await beginDiscovery(rssiFloor: rssiFloor)
+                    began = true
+                }
+                return true
+            }
+            refusals += 1
+            if ContinuousClock.now >= deadline, refusals >= Recovery.wedgeDiscoveryRefusals { break }
+            if Task.isCancelled { return began }
+            do {
+                if began {
+                    for adapter in try await adapters() where !adapter.discovering {
+                        try await client.startDiscovery(on: adapter, rssiFloor: rssiFloor)
+                    }
+                } else {
+                    try await beginDiscovery(rssiFloor: rssiFloor)
+                    began = true
+                }
+            } catch  where refused(error) {}
+        }
+        // Discovery never ran on a powered adapter: wedged.
+        for adapter in try await adapters() where adapter.powered && !adapter.discovering {
+            let address = adapter.address.uppercased()
+            let now = ContinuousClock.now
+            if !adapterResets || resets[address].map({ now - $0 < Recovery.resetInterval }) ?? false {
+                let why = adapterResets ? "reset already tried" : "--no-adapter-reset"
+                await recordRecovery(
+                    RecoveryRecord(
+                        action: "adapter-wedged", ok: false, device: nil, adapter: address,
+                        detail: "wedged \(adapter.name) \(address)", error: why))
+                continue
+            }
+            resets[address] = now
+            var failure: String?
+            do {
+                try await client.powerCycle(
+                    adapter, offTimeout: Recovery.powerOffTimeout, offTime: Recovery.powerOffTime,
+                    onTimeout: Recovery.powerOnTimeout)
+                if let current = await client.adapter(address: address) {
+                    try await client.startDiscovery(on: current, rssiFloor: rssiFloor)
+                }
+            } catch {
+                failure = "\(error)"
+            }
+            await recordRecovery(
+                RecoveryRecord(
+                    action: "power-cycle", ok: failure == nil, device: nil, adapter: address,
+                    detail: "power-cycle \(adapter.name) \(address)", error: failure))
+        }
+        await client.waitForDiscovering(timeout: .seconds(2))
+        if !began { began = (try? await beginDiscovery(rssiFloor: rssiFloor)) != nil }
+        if try await running() { return began }
+        if began { try? await endDiscovery() }
+        let wedged = try await adapters().filter { $0.powered && !$0.discovering }
+            .map { "\($0.name) \($0.address.uppercased())" }.joined(separator: ", ")
+        throw AdapterWedged(
+            text: "adapter \(wedged) is wedged: discovery refused for \(Int(seconds)) s"
+                + (pendingRecoveries.last.flatMap(\.error).map { "; not power-cycled (\($0))" }
+                    ?? "; a power cycle did not cure it"))
+    }
+
+    /// Kept for the caller (`takeRecoveries`), which records it in its run.
+    private func recordRecovery(_ record: RecoveryRecord) async {
+        pendingRecoveries.append(record)
     }
 
     /// Discovery stays on while any scan or fleet run needs it: a device
@@ -211,6 +407,18 @@ public actor Bench {
         return await beacons { device in
             device.connected || device.lastHeard.map { now - $0 <= window } ?? false
         }
+    }
+
+    /// The SBeacons present now: connected, or heard within `window` since
+    /// this client's discovery began on their adapter. A device object
+    /// bluetoothd kept from before (its temporary timeout, or storage), its
+    /// cached RSSI included, is not present.
+    public func present(window: Duration = Recovery.presenceTimeout) async -> [SeenBeacon] {
+        var heard: Set<ObjectPath> = []
+        for device in await client.devices() where await client.isPresent(device, within: window) {
+            heard.insert(device.path)
+        }
+        return await beacons { $0.connected || heard.contains($0.path) }
     }
 
     private func beacons(where keep: (Device) -> Bool) async -> [SeenBeacon] {
@@ -330,10 +538,15 @@ public actor Bench {
             }
         }
         defer { keeper.cancel() }
+        let recovery = RecoveryCoordinator(
+            client: client, inventory: inventory, run: run, concurrency: concurrency,
+            options: RecoveryOptions(adapterResets: adapterResets, keepDiscovery: discovering, everyAdvert: false),
+            resets: resets, note: { progress(.note(address: "", $0)) })
+        await recovery.start()
         let runner = FleetRunner(
             client: client, inventory: inventory, run: run, concurrency: concurrency, dryRun: dryRun,
             profiles: profiles, adapters: try await adapters().map(\.path), sharedIdentities: sharedIdentities,
-            seenTimeout: seenTimeout, progress: progress)
+            seenTimeout: seenTimeout, recovery: recovery, progress: progress)
         // On the bus connection's thread: each device's steps are calls and
         // signals on it, and every reply then resumes its step there, with
         // no other thread woken (the inventory's SQLite work runs there too;
@@ -341,6 +554,8 @@ public actor Bench {
         let result = await withTaskExecutorPreference(client.bus.taskExecutor) {
             await runner.runFleet(steps, on: addresses)
         }
+        await recovery.stop()
+        noteResets(await recovery.resets())
         if discovering { try? await Task { try await self.endDiscovery() }.value }
         return result
     }
@@ -388,6 +603,13 @@ public actor Bench {
             }
             results[address] = result
         }
+        // Adapters followed by address (hci0 back as hci1: discovery again).
+        let recovery = RecoveryCoordinator(
+            client: client, inventory: inventory, run: run, concurrency: concurrency,
+            options: RecoveryOptions(adapterResets: adapterResets, keepDiscovery: discovering, everyAdvert: false),
+            resets: resets)
+        await recovery.start()
+        defer { Task { await recovery.stop() } }
         let adapterPaths = ((try? await adapters()) ?? []).map(\.path)
         let slots = max(1, concurrency)
         let deadlineLength = Duration.milliseconds(Int64(seconds * 1000))

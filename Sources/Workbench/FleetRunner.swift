@@ -104,11 +104,21 @@ public struct FleetResult: Sendable {
     /// The run's task was cancelled (Ctrl-C): devices under way are
     /// `interrupted`, those whose turn never came `notStarted`.
     public var interrupted = false
+    /// The recoveries done in the run (each also a `recover` outcome row).
+    public var recoveries: [RecoveryRecord] = []
+    /// An adapter went away and did not come back in time: the run stopped
+    /// (exit status 3), with this reason.
+    public var adapterFailure: String?
 
-    public init(recaps: [DeviceRecap], inventoryFailure: String? = nil, interrupted: Bool = false) {
+    public init(
+        recaps: [DeviceRecap], inventoryFailure: String? = nil, interrupted: Bool = false,
+        recoveries: [RecoveryRecord] = [], adapterFailure: String? = nil
+    ) {
         self.recaps = recaps
         self.inventoryFailure = inventoryFailure
         self.interrupted = interrupted
+        self.recoveries = recoveries
+        self.adapterFailure = adapterFailure
     }
 }
 
@@ -212,6 +222,9 @@ public actor FleetRunner {
     let seenTimeout: Duration
     /// Devices at work on each adapter.
     private var busy: [ObjectPath: Int] = [:]
+    /// The recovery policies (shared by a station's runners; else the run's own).
+    let recovery: RecoveryCoordinator
+    private let ownsRecovery: Bool
     /// Why the run stopped early (the inventory failed).
     private var inventoryFailure: String?
     /// Why the shared server is not asked any more in this run.
@@ -227,9 +240,15 @@ public actor FleetRunner {
         deviceDeadline: Duration = .seconds(90), retryBackoff: Duration = .seconds(1),
         claimWait: Duration = .seconds(180),
         adapters: [ObjectPath] = [], sharedIdentities: (any SharedIdentities)? = nil,
-        seenTimeout: Duration = .seconds(10),
+        seenTimeout: Duration = .seconds(10), recovery: RecoveryCoordinator? = nil,
         progress: @escaping @Sendable (FleetProgress) -> Void = { _ in }
     ) {
+        self.recovery =
+            recovery
+            ?? RecoveryCoordinator(
+                client: client, inventory: inventory, run: run, concurrency: concurrency,
+                options: RecoveryOptions(keepDiscovery: false), note: { progress(.note(address: "", $0)) })
+        ownsRecovery = recovery == nil
         self.seenTimeout = seenTimeout
         self.deviceAttempts = max(1, deviceAttempts)
         self.deviceDeadline = deviceDeadline
@@ -283,6 +302,7 @@ public actor FleetRunner {
         let tally = FleetTally(
             startedAt: Date(), started: ContinuousClock.now, done: 0, total: addresses.count, failed: 0)
         progress(.tally(tally))
+        await recovery.start()
         await takeDownAbandonedLinks(addresses)
         var recaps: [String: DeviceRecap] = [:]
         let searchEnds = ContinuousClock.now + seenTimeout
@@ -301,7 +321,9 @@ public actor FleetRunner {
             var running = 0
             var counts = tally
             while true {
-                while running < concurrency, inventoryFailure == nil, !Task.isCancelled {
+                while running < min(concurrency, await recovery.concurrencyLimit()), inventoryFailure == nil,
+                    await recovery.adapterFailure == nil, !Task.isCancelled
+                {
                     let address: String
                     if !pending.isEmpty {
                         address = pending.removeFirst()
@@ -340,8 +362,12 @@ public actor FleetRunner {
             }
         }
         let interrupted = Task.isCancelled
+        let adapterFailure = await recovery.adapterFailure
+        let recoveries = await recovery.records
+        if ownsRecovery { await recovery.stop() }
         let stopped =
             inventoryFailure.map { _ in "not started: the inventory failed" }
+            ?? adapterFailure.map { "not started: \($0)" }
             ?? (interrupted ? "not started: the run was interrupted" : "not started: the run was stopped")
         return FleetResult(
             recaps: addresses.map { address in
@@ -352,13 +378,15 @@ public actor FleetRunner {
                         recap.reason = stopped
                         return recap
                     }()
-            }, inventoryFailure: inventoryFailure, interrupted: interrupted)
+            }, inventoryFailure: inventoryFailure, interrupted: interrupted, recoveries: recoveries,
+            adapterFailure: adapterFailure)
     }
 
     /// Waits (until `deadline`) for bluetoothd to know `address`. A device
     /// never found is recorded as one outcome without a device (so that
     /// the inventory gets no row for an address that may be mistyped).
     private nonisolated func lookFor(_ address: String, until deadline: ContinuousClock.Instant) async -> Turn {
+        await recovery.needsDiscovery()
         while !Task.isCancelled {
             do {
                 _ = try await client.waitForDevice(
@@ -504,6 +532,13 @@ public actor FleetRunner {
         /// Failed attempts per row key.
         var retries: [Int: Int] = [:]
         var connected = false
+        /// The connect of the attempt under way has not succeeded yet: a
+        /// failure now is a connect failure (the recovery policies judge it).
+        var connecting = false
+        /// The adapter the connect went through, and the other links up on
+        /// it when it began.
+        var adapterPath: ObjectPath?
+        var linksAtStart = 0
         /// The row whose attempt is in flight: a failure is charged to it.
         var inFlight: Int?
 
@@ -539,12 +574,29 @@ public actor FleetRunner {
         var attempts = 1
         var fruitless = 0
         var pause = retryBackoff
+        // Failures that were not the beacon's (slot, busy, adapter) are
+        // retried inside the connect, uncharged; the time they took is not
+        // counted against the deadline.
+        let giveUp = GiveUpReason()
+        defer { Task { await self.recovery.connectSettled(address) } }
         while true {
             let done = tally.completed
             do {
-                try await attemptSteps(address, steps, &tally)
+                try await attemptSteps(address, steps, &tally, giveUp: giveUp)
                 break
             } catch {
+                if let reason = giveUp.take() {
+                    // The adapter is given up (wedged again, gone for good).
+                    if let key = tally.inFlight, let id = tally.rows[key] {
+                        _ = try? await record {
+                            try await inventory.finishStep(
+                                id, .failed, error: "\(error); \(reason)", retries: tally.retries[key] ?? 0)
+                        }
+                    }
+                    recap.failed = 1
+                    recap.reason = "\(reason) (\(error))"
+                    break
+                }
                 // A connection that got steps done resets the count: only
                 // `deviceAttempts` connections in a row without progress (or
                 // three times as many in all) give up.
@@ -564,7 +616,8 @@ public actor FleetRunner {
                 }
                 let again =
                     !stopping && fruitless < deviceAttempts && attempts < 3 * deviceAttempts
-                    && Self.worthAnotherConnection(error) && ContinuousClock.now - began < deviceDeadline
+                    && Self.worthAnotherConnection(error)
+                    && ContinuousClock.now - began - giveUp.unchargedTime < deviceDeadline
                     && !Task.isCancelled
                 if !stopping, let key = tally.inFlight, let id = tally.rows[key] {
                     if again {
@@ -657,19 +710,50 @@ public actor FleetRunner {
     /// One connection and the steps over it, each outcome committed; what
     /// the beacon tells is recorded after each step, whether it succeeded
     /// or not.
-    private nonisolated func attemptSteps(_ address: String, _ steps: [DeviceStep], _ tally: inout Tally) async throws {
+    private nonisolated func attemptSteps(
+        _ address: String, _ steps: [DeviceStep], _ tally: inout Tally, giveUp: GiveUpReason
+    ) async throws {
         if await isStopped { throw RunStopped() }
         // A failure now is the connection's (first time) or the next step's (a reconnect).
         let key = tally.connected && tally.completed < steps.count ? tally.completed : Tally.connectKey
         _ = try await row(key, address, steps, &tally)
         tally.inFlight = key
+        tally.connecting = true
         if await client.device(address: address) == nil {
+            await recovery.needsDiscovery()
             _ = try await client.waitForDevice(address: address, timeout: findTimeout)
         }
         let adapter = await claimAdapter(for: address)
         defer { if let adapter { Task { await self.releaseAdapter(adapter) } } }
+        var adapterPath = adapter?.path
+        if adapterPath == nil { adapterPath = await client.device(address: address)?.adapter }
+        tally.adapterPath = adapterPath
+        tally.linksAtStart = 0
+        if let adapterPath { tally.linksAtStart = await client.linksUp(on: adapterPath, excluding: address) }
+        let linksAtStart = tally.linksAtStart
         let observations = Observations()
+        // Each failed Connect is judged by the recovery policies.
+        var policy = self.policy
+        let recovery = self.recovery
+        let judgedPath = adapterPath
+        policy.judge = { error in
+            let judged = ContinuousClock.now
+            let verdict = await recovery.connectFailed(
+                address, error: error, adapterPath: judgedPath, linksAtStart: linksAtStart)
+            switch verdict {
+            case .charged: return .ordinary
+            case .uncharged:
+                giveUp.addUncharged(ContinuousClock.now - judged)
+                return .retryUncharged
+            case .recovered: return .retryAfresh
+            case .giveUp(let reason):
+                giveUp.set(reason)
+                return .giveUp
+            }
+        }
         try await client.withConnection(to: address, on: adapter, policy: policy) { session in
+            tally.connecting = false
+            await recovery.connectSucceeded(address, adapterPath: adapterPath, linksAtStart: linksAtStart)
             let beacon = try await SBeacon(session, observer: { observations.add($0) })
             if !tally.connected, let id = tally.rows[Tally.connectKey] {
                 let retries = tally.retries[Tally.connectKey] ?? 0
@@ -1058,6 +1142,21 @@ public actor FleetRunner {
         record.config = info.config
         return record
     }
+}
+
+/// Why a device's connect was given up by the recovery policies (an
+/// adapter given up), and the time its uncharged retries took.
+final class GiveUpReason: Sendable {
+    private let state = Mutex<(reason: String?, uncharged: Duration)>((nil, .zero))
+    func set(_ reason: String) { state.withLock { $0.reason = reason } }
+    func take() -> String? {
+        state.withLock { state in
+            defer { state.reason = nil }
+            return state.reason
+        }
+    }
+    func addUncharged(_ duration: Duration) { state.withLock { $0.uncharged += duration } }
+    var unchargedTime: Duration { state.withLock { $0.uncharged } }
 }
 
 /// What a beacon told during one step, kept until the step ends.

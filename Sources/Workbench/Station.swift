@@ -22,7 +22,8 @@ public struct StationOptions: Sendable {
     public var concurrency: Int = 4
     /// Stop after this long (nil: until cancelled).
     public var runFor: Duration?
-    /// Stop after this many beacons are done (nil: until cancelled).
+    /// Stop after this many beacons are done (nil: until cancelled); a
+    /// beacon `missed` does not count.
     public var stopAfter: Int?
     /// How long a beacon gone from bluetoothd may take to come back before
     /// its step fails (then: taken away).
@@ -36,6 +37,8 @@ public struct StationOptions: Sendable {
     public var retryBackoff: Duration = .milliseconds(300)
     /// Write nothing: say what would change.
     public var dryRun = false
+    /// `--no-adapter-reset`: a wedged adapter is never power-cycled.
+    public var adapterResets = true
 
     public init(profile: Profile?, rssiMin: Int16) {
         self.profile = profile
@@ -57,6 +60,9 @@ public struct StationResult: Sendable, Equatable {
         case takenAway = "taken-away"
         /// The station was stopped (Ctrl-C) while it was worked on.
         case interrupted
+        /// Heard on the bench but never served before it left: queued while
+        /// the slots were busy, or it left (or failed) during its connect.
+        case missed
     }
     public var address: String
     public var verdict: Verdict
@@ -80,6 +86,8 @@ public struct StationResult: Sendable, Equatable {
 public struct StationTally: Sendable, Equatable {
     public var counts: [StationResult.Verdict: Int] = [:]
     public var done: Int { counts.values.reduce(0, +) }
+    /// Done, the beacons missed (never served) aside: what `stopAfter` counts.
+    public var served: Int { done - self[.missed] }
     public var active = 0
     public init() {}
     public subscript(_ verdict: StationResult.Verdict) -> Int { counts[verdict, default: 0] }
@@ -87,7 +95,7 @@ public struct StationTally: Sendable, Equatable {
     /// `12 done: 9 converged, 1 unchanged, 1 skipped, 1 failed, 0 taken away`.
     public var text: String {
         "\(done) done: "
-            + StationResult.Verdict.allCases.filter { $0 != .interrupted || self[$0] > 0 }
+            + StationResult.Verdict.allCases.filter { ($0 != .interrupted && $0 != .missed) || self[$0] > 0 }
             .map { "\(self[$0]) \($0.rawValue.replacingOccurrences(of: "-", with: " "))" }.joined(separator: ", ")
     }
 }
@@ -126,6 +134,19 @@ public actor Station {
     private var lastNear: [String: ContinuousClock.Instant] = [:]
     private var tally = StationTally()
     private var results: [StationResult] = []
+    /// Beacons near but not taken yet (the slots were busy): when first heard, at what RSSI.
+    private var queued: [String: Int16?] = [:]
+    /// Beacons under way: their work, and when each was last present
+    /// (heard since discovery began, or connected).
+    private var working: [String: Task<Void, Never>] = [:]
+    private var lastPresent: [String: ContinuousClock.Instant] = [:]
+    /// Beacons abandoned because they left: why.
+    private var abandoned: [String: String] = [:]
+    /// The recovery policies, for the station's whole life.
+    private var recovery: RecoveryCoordinator?
+
+    /// The recoveries done so far.
+    public func recoveries() async -> [RecoveryRecord] { await recovery?.records ?? [] }
 
     public init(
         bench: Bench, run: Int64, options: StationOptions, profiles: [String: Profile],
@@ -165,10 +186,16 @@ public actor Station {
         var discoveringSince: ContinuousClock.Instant?
         var generation = await client.bluetoothdGeneration
         var radioDown: String?
-        await withTaskGroup(of: Void.self) { group in
+        let recovery = RecoveryCoordinator(
+            client: client, inventory: bench.inventory, run: run, concurrency: max(1, options.concurrency),
+            options: RecoveryOptions(adapterResets: options.adapterResets, keepDiscovery: false, everyAdvert: true),
+            note: { [onEvent] in onEvent(.note($0)) })
+        self.recovery = recovery
+        await recovery.start()
+        do {
             while !Task.isCancelled {
                 if let runFor = options.runFor, ContinuousClock.now - started >= runFor { break }
-                if let stopAfter = options.stopAfter, tally.done >= stopAfter { break }
+                if let stopAfter = options.stopAfter, tally.served >= stopAfter { break }
                 // bluetoothd restarted (it forgets discovery), or discovery
                 // could not start (the adapter was away): start it again.
                 let now = await client.bluetoothdGeneration
@@ -203,40 +230,87 @@ public actor Station {
                     radioDown = radioDown ?? "the adapter stopped discovering"
                     continue
                 }
-                // Beacons near now.
+                // Beacons near now: heard since our discovery began (a
+                // cached object, its RSSI included, is not a beacon here).
                 let clock = ContinuousClock.now
-                let near = await bench.inRange(window: options.heardWithin).filter {
+                let near = await bench.present(window: options.heardWithin).filter {
                     ($0.rssi ?? -128) >= options.rssiMin
                 }
                 for beacon in near { lastNear[beacon.address] = clock }
                 for address in done where clock - (lastNear[address] ?? clock) >= options.awayBeforeAgain {
                     done.remove(address)
                 }
+                await watchWorking(near: Set(near.map(\.address)), at: clock)
+                let limit = min(max(1, options.concurrency), await recovery.concurrencyLimit())
                 for beacon in near.sorted(by: { ($0.rssi ?? -128) > ($1.rssi ?? -128) })
-                where active.count < max(1, options.concurrency) && !active.contains(beacon.address)
-                    && !done.contains(beacon.address)
-                {
-                    if let stopAfter = options.stopAfter, tally.done + active.count >= stopAfter { break }
+                where !active.contains(beacon.address) && !done.contains(beacon.address) {
+                    guard active.count < limit else {
+                        // Heard, but the slots are busy: queued.
+                        if queued[beacon.address] == nil { queued[beacon.address] = beacon.rssi }
+                        continue
+                    }
+                    if let stopAfter = options.stopAfter, tally.served + active.count >= stopAfter { break }
+                    queued[beacon.address] = nil
                     active.insert(beacon.address)
+                    lastPresent[beacon.address] = clock
                     tally.active = active.count
                     let address = beacon.address
                     let rssi = beacon.rssi
-                    group.addTask {
+                    working[address] = Task {
                         let result = await self.work(on: address, rssi: rssi)
                         await self.finish(result)
                     }
                 }
+                // Queued beacons that left before their turn: missed.
+                let nearNow = Set(near.map(\.address))
+                for (address, rssi) in queued
+                where !nearNow.contains(address) && clock - (lastNear[address] ?? clock) >= Recovery.presenceTimeout {
+                    queued[address] = nil
+                    finish(
+                        StationResult(
+                            address: address, verdict: .missed, target: "nothing",
+                            reason: "left while queued (slots busy)",
+                            seconds: 0, rssi: rssi, changedSteps: 0), active: false)
+                }
                 try? await Task.sleep(for: .milliseconds(200))
             }
-            // Stopping: beacons under way finish (when cancelled, the
-            // runner ends them as interrupted).
-            await group.waitForAll()
         }
+        // Stopping: beacons under way finish (when cancelled, the runner
+        // ends them as interrupted).
+        let stopping = Task.isCancelled
+        for task in working.values {
+            if stopping { task.cancel() }
+            await task.value
+        }
+        await recovery.stop()
         if discoveringSince != nil { try? await Task { try await self.bench.endDiscovery() }.value }
         return results
     }
 
-    private func finish(_ result: StationResult) {
+    /// A beacon under way that is no longer present (no advert for
+    /// `presenceTimeout`, not connected) left: its work is abandoned at once
+    /// (the pending connect cancelled), not after connect timeouts.
+    private func watchWorking(near: Set<String>, at now: ContinuousClock.Instant) async {
+        for address in working.keys where abandoned[address] == nil {
+            let device = await bench.client.device(address: address)
+            var heard = false
+            if let device { heard = await bench.client.isPresent(device, within: Recovery.presenceTimeout) }
+            if device?.connected == true || heard || near.contains(address) {
+                lastPresent[address] = now
+                continue
+            }
+            guard now - (lastPresent[address] ?? now) >= Recovery.presenceTimeout else { continue }
+            abandoned[address] = "its adverts stopped \(Int(Recovery.presenceTimeout.components.seconds)) s ago"
+            working[address]?.cancel()
+        }
+    }
+
+    private func finish(_ result: StationResult, active wasActive: Bool = true) {
+        if wasActive {
+            working[result.address] = nil
+            lastPresent[result.address] = nil
+            abandoned[result.address] = nil
+        }
         active.remove(result.address)
         done.insert(result.address)
         lastNear[result.address] = ContinuousClock.now
@@ -269,7 +343,7 @@ public actor Station {
             profiles: profiles, deviceAttempts: options.deviceAttempts, deviceDeadline: options.deviceDeadline,
             retryBackoff: options.retryBackoff, claimWait: .seconds(2), adapters: adapters,
             sharedIdentities: sharedIdentities,
-            seenTimeout: options.findTimeout)
+            seenTimeout: options.findTimeout, recovery: recovery)
         let outcome = await withTaskExecutorPreference(client.bus.taskExecutor) {
             await runner.runFleet(plan.steps, on: [address])
         }
@@ -277,6 +351,18 @@ public actor Station {
         var result = StationResult(
             address: address, verdict: .failed, target: plan.target, reason: recap.reason, seconds: seconds(),
             rssi: rssi, changedSteps: recap.changed)
+        let stepsDone = recap.ok + recap.changed + recap.unchanged + recap.skipped
+        if let left = abandoned[address] {
+            // It left while served: found by its adverts stopping.
+            if stepsDone == 0 {
+                result.verdict = .missed
+                result.reason = "left during connect (\(left))"
+            } else {
+                result.verdict = .takenAway
+                result.reason = "taken away half-way: left during step \(stepsDone + 1) (\(left))"
+            }
+            return result
+        }
         switch recap.result {
         case .changed where options.dryRun:
             result.verdict = .skipped
@@ -289,8 +375,12 @@ public actor Station {
             result.reason = recap.reason ?? "interrupted"
         case .failed:
             // Gone from the bench: not heard lately (or bluetoothd lost it).
-            let here = await bench.inRange(window: options.heardWithin).contains { $0.address == address }
-            if !here {
+            let here = await bench.present(window: options.heardWithin).contains { $0.address == address }
+            if !here, stepsDone == 0 {
+                // Never connected, and gone: heard but not served.
+                result.verdict = .missed
+                result.reason = "connect failed: \(recap.reason ?? "no connection")"
+            } else if !here {
                 result.verdict = .takenAway
                 result.reason = "taken away half-way: \(recap.reason ?? "the connection was lost")"
             }

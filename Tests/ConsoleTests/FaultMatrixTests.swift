@@ -20,12 +20,43 @@ struct FaultMatrixTests {
         ("dropped-notification=0.1", 17), ("vanish=0.1", 18), ("adapter-off=0.1", 19), ("all=0.03", 20),
     ]
 
+    /// The environment variable that replays one plan: its value is a
+    /// fault plan (JSON, as a failing case prints it) or the path of a file
+    /// holding one. Run `swift test --filter 'FaultMatrixTests/replay'`.
+    static let replayVariable = "BEACONBENCH_FAULT_PLAN"
+    static let common = ["--count", "100", "--fresh", "--stall-seconds", "2", "--outage-seconds", "1"]
+
     @Test(arguments: kinds)
     func provisioningThrough(faults: String, seed: UInt64) async throws {
-        let simulator = [
-            "--count", "100", "--fresh", "--seed", String(seed), "--faults", faults, "--stall-seconds", "2",
-            "--outage-seconds", "1",
-        ]
+        let simulator = Self.common + ["--seed", String(seed), "--faults", faults]
+        // The same faults as one plan: probability rules with the seed.
+        let plan = try SimulatorCommandLine(arguments: simulator).options.effectivePlan.json
+        try await Self.provision(simulator, label: "\(faults) (replay: \(Self.replayVariable)='\(plan)')")
+    }
+
+    /// One plan, from `BEACONBENCH_FAULT_PLAN`: the fleet is made with the
+    /// plan's seed, as the failing case's was.
+    @Test(
+        .enabled(
+            if: ProcessInfo.processInfo.environment[replayVariable] != nil, "runs only with BEACONBENCH_FAULT_PLAN set")
+    )
+    func replay() async throws {
+        let value = try #require(ProcessInfo.processInfo.environment[Self.replayVariable])
+        let text =
+            value.trimmingCharacters(in: .whitespaces).hasPrefix("{")
+            ? value : try String(contentsOfFile: value, encoding: .utf8)
+        let plan = try FaultPlan(json: text)
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("replay-\(UUID().uuidString).json")
+            .path
+        try text.write(toFile: file, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: file) }
+        try await Self.provision(
+            Self.common + ["--seed", String(plan.seed), "--fault-plan", file], label: "replay of \(file)")
+    }
+
+    /// provision-new over the fleet, then reruns, checking convergence;
+    /// every failure message carries `label`.
+    static func provision(_ simulator: [String], label faults: String) async throws {
         try await withResource({ try ConsoleFixture.start(simulator) }, stop: { $0.stop() }) { bench in
             let started = ContinuousClock.now
             var runs: [[String: [String: Any]]] = []

@@ -192,9 +192,10 @@ struct JSONShapeTests {
                     seen.insert(kind)
                 }
             }
-            // All but `sync` (SyncTests, against PostgreSQL) and `note`
-            // (a warning: a retry, a device gone) are produced here.
-            let expected = Set(kinds.keys).subtracting(["sync", "note"])
+            // All but `sync` (SyncTests, against PostgreSQL), `note` (a
+            // warning: a retry, a device gone) and `recovery` (RecoveryTests,
+            // under a fault plan) are produced here.
+            let expected = Set(kinds.keys).subtracting(["sync", "note", "recovery"])
             #expect(seen.isSuperset(of: expected), "kinds not produced: \(expected.subtracting(seen))")
             // jq reads every line, and every line has a kind.
             let jq = try await runTool("/usr/bin/jq", ["-e", ".kind"], stdin: lines.joined(separator: "\n") + "\n")

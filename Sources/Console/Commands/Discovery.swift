@@ -101,6 +101,7 @@ extension Session {
             }
             terminal.status(nil)
             seenCache = found
+            await recordScanRecoveries(bench)
             let fresh = found.filter { $0.summary?.status.contains(.factoryDefault) ?? false }.count
             if json {
                 let settled = lastFound.withLock { $0 } - started
@@ -118,7 +119,28 @@ extension Session {
             }
         } catch {
             terminal.status(nil)
+            await recordScanRecoveries(bench)
             throw ConsoleFailure(.infrastructure, "scan: \(error)")
+        }
+    }
+
+    /// A scan's recoveries (a wedged adapter power-cycled): outcome rows
+    /// in this session's run, lines on standard error, and the recap.
+    func recordScanRecoveries(_ bench: Bench) async {
+        let records = await bench.takeRecoveries()
+        guard !records.isEmpty else { return }
+        for record in records {
+            terminal.warning(
+                "scan: recover \(record.ok ? "ok" : "failed"): \(record.detail)"
+                    + (record.error.map { ": \($0)" } ?? ""))
+        }
+        recoveries += records
+        guard let run = try? await currentRun(), let inventory = try? inventory() else { return }
+        for record in records {
+            if let id = try? await inventory.beginStep(run: run, device: record.device, step: "recover") {
+                try? await inventory.finishStep(
+                    id, record.ok ? .ok : .failed, detail: record.detail, error: record.error)
+            }
         }
     }
 

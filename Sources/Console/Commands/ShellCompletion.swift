@@ -7,7 +7,9 @@ enum ShellCompletion {
         "--bus", "--adapter", "--inventory", "--profiles", "--server", "--concurrency", "--sim", "--sim-fleet",
         "--sim-state", "--sim-option",
     ]
-    static let globalFlags = ["--json", "--no-color", "--verbose", "--dry-run", "--version", "--help"]
+    static let globalFlags = [
+        "--json", "--no-color", "--verbose", "--dry-run", "--no-adapter-reset", "--version", "--help",
+    ]
 
     static func script(for shell: String) -> String {
         switch shell {

@@ -59,6 +59,7 @@ extension Session {
         options.runFor = command.runFor.map { .milliseconds(Int64($0 * 1000)) }
         options.stopAfter = command.count
         options.dryRun = dryRun
+        options.adapterResets = invocation.adapterResets
         if let concurrency = invocation.concurrency { options.concurrency = concurrency }
         let terminal = self.terminal
         let json = self.json
@@ -94,6 +95,7 @@ extension Session {
             }
         }
         let results = await station.run()
+        let recoveries = await station.recoveries()
         terminal.status(nil)
         let elapsed = ContinuousClock.now - began
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
@@ -105,6 +107,7 @@ extension Session {
             for verdict in StationResult.Verdict.allCases {
                 fields[verdict.rawValue.replacingOccurrences(of: "-", with: "_")] = .int(counts[verdict, default: 0])
             }
+            for record in recoveries { terminal.emit(.recovery, Shapes.recovery(record)) }
             terminal.emit(.stationSummary, fields)
         } else {
             terminal.message("")
@@ -115,8 +118,13 @@ extension Session {
             for result in results where !result.succeeded {
                 terminal.message("  \(result.address)  \(result.verdict.rawValue)  \(result.reason ?? "")")
             }
+            for record in recoveries {
+                terminal.message(
+                    "  recover \(record.ok ? "ok" : "failed"): \(record.detail)"
+                        + (record.device.map { " (\($0))" } ?? "") + (record.error.map { ": \($0)" } ?? ""))
+            }
         }
-        if results.contains(where: { $0.verdict == .failed || $0.verdict == .takenAway }) { note(.devicesFailed) }
+        if results.contains(where: { [.failed, .takenAway, .missed].contains($0.verdict) }) { note(.devicesFailed) }
     }
 
     /// `✔ C0:FE:00:00:00:01  converged   profile car → 100.3  4.2 s  [3 done: …]`.
@@ -125,6 +133,7 @@ extension Session {
         switch result.verdict {
         case .converged, .unchanged: mark = terminal.styled("✔", .green)
         case .skipped: mark = terminal.styled("–", .yellow)
+        case .missed: mark = terminal.styled("?", .red)
         case .failed, .takenAway, .interrupted: mark = terminal.styled("✘", .red)
         }
         let verdict = result.verdict.rawValue.padding(toLength: 11, withPad: " ", startingAt: 0)

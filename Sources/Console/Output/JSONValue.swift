@@ -53,6 +53,7 @@ public enum ResultKind: String, Sendable, CaseIterable {
     case trip, event, incident, forgotten, check, report
     case assignment, drift, station, stationSummary = "station_summary"
     case storedValue = "stored_value"
+    case recovery
 }
 
 /// The version of the JSON output: raised when a field changes meaning or

@@ -34,6 +34,15 @@ enum Shapes {
         dryRun && result == .changed ? "would-change" : result.rawValue
     }
 
+    /// One recovery of a run (docs/json.md, `recovery`).
+    static func recovery(_ record: RecoveryRecord) -> [String: JSONValue] {
+        [
+            "action": .string(record.action), "status": .string(record.ok ? "ok" : "failed"),
+            "device": .optional(record.device), "adapter": .optional(record.adapter), "detail": .string(record.detail),
+            "error": .optional(record.error),
+        ]
+    }
+
     static func summary(_ recaps: [DeviceRecap], dryRun: Bool) -> [String: JSONValue] {
         var counts: [DeviceRecap.Result: Int] = [:]
         for recap in recaps { counts[recap.result, default: 0] += 1 }

@@ -1,0 +1,514 @@
+import BlueZClient
+import DBusBinding
+import Foundation
+import Inventory
+
+/// One recovery done (or tried) in a run: an outcome row in the inventory
+/// (step `recover`, status `ok` or `failed`, `detail` what was done and
+/// why, device NULL for the adapter's), a line in the recap.
+public struct RecoveryRecord: Sendable, Equatable, Codable {
+    /// `remove-device`, `concurrency`, `power-cycle`, `follow-adapter`,
+    /// `pause-discovery`, `adapter-wedged`, `adapter-gone`.
+    public var action: String
+    public var ok: Bool
+    /// The beacon's address, nil for an adapter-level recovery.
+    public var device: String?
+    /// The adapter's address, when it concerns one.
+    public var adapter: String?
+    /// What was done and why: `remove-device after 3 × le-connection-abort-by-local`.
+    public var detail: String
+    /// Why it failed, when it did.
+    public var error: String?
+}
+
+/// How a run recovers (docs/reliability.md, "Recovering without an operator").
+public struct RecoveryOptions: Sendable {
+    /// `--no-adapter-reset`: never power-cycle an adapter.
+    public var adapterResets = true
+    /// Discovery is kept on during the run (restarted after a pause, a power
+    /// cycle or an adapter's return), with this filter: every advert
+    /// (DuplicateData) or changes only.
+    public var keepDiscovery = true
+    public var everyAdvert = false
+    /// Presence is known (discovery with every advert): an abort of a
+    /// beacon not heard for `presenceTimeout` is `gone`. Without it every
+    /// abort is taken as heard (stale or slot).
+    public var presenceKnown: Bool { everyAdvert }
+    /// How long the watcher waits between looks at the adapters.
+    public var watchInterval: Duration = .milliseconds(500)
+
+    public init(adapterResets: Bool = true, keepDiscovery: Bool = true, everyAdvert: Bool = false) {
+        self.adapterResets = adapterResets
+        self.keepDiscovery = keepDiscovery
+        self.everyAdvert = everyAdvert
+    }
+}
+
+/// Carries out the recovery policies (`Recovery`) for one run (a fleet
+/// run, or a station's life): classifies each connect failure, removes a
+/// stale device, lowers an adapter's concurrency, pauses discovery for a
+/// busy connect, follows adapters by address, power-cycles a wedged one;
+/// and records each as a `recover` outcome row.
+public actor RecoveryCoordinator {
+    let client: BluetoothClient
+    let inventory: Inventory
+    /// The inventory run recoveries are recorded under (nil: not recorded,
+    /// a `watch` without a run).
+    let run: Int64?
+    public let options: RecoveryOptions
+    let note: @Sendable (String) -> Void
+
+    private var stale = Recovery.StaleCounter()
+    private var slots: Recovery.SlotLearner
+    private var wedge = Recovery.WedgeDetector()
+    private var busy = Recovery.BusyPolicy()
+    public private(set) var records: [RecoveryRecord] = []
+    /// Adapters this run works with, by address → the path each had last.
+    private var adapterPaths: [String: ObjectPath] = [:]
+    private var absentSince: [String: (at: ContinuousClock.Instant, wall: Date)] = [:]
+    /// Paths adapters had before they moved → their address (work begun
+    /// on the old path is still judged as the adapter's).
+    private var formerPaths: [ObjectPath: String] = [:]
+    /// Adapters whose discovery is paused for a busy connect → the devices
+    /// whose connect waits for it.
+    private var paused: [String: Set<String>] = [:]
+    /// Adapters given up: wedged again within the reset interval.
+    private var givenUp: [String: String] = [:]
+    /// Why the run must stop (an adapter gone for good): exit status 3.
+    public private(set) var adapterFailure: String?
+    private var watcher: Task<Void, Never>?
+    /// When discovery was last restarted on a quiet adapter, by address.
+    private var quietRestarts: [String: ContinuousClock.Instant] = [:]
+    /// When discovery was last started on an adapter and has not shown
+    /// Discovering true yet, by address.
+    private var startedAt: [String: ContinuousClock.Instant] = [:]
+    /// When each device's current stale streak began.
+    private var streakStart: [String: ContinuousClock.Instant] = [:]
+
+    public init(
+        client: BluetoothClient, inventory: Inventory, run: Int64?, concurrency: Int,
+        options: RecoveryOptions = RecoveryOptions(), resets: [String: ContinuousClock.Instant] = [:],
+        note: @escaping @Sendable (String) -> Void = { _ in }
+    ) {
+        self.client = client
+        self.inventory = inventory
+        self.run = run
+        self.options = options
+        self.note = note
+        slots = Recovery.SlotLearner(ceiling: concurrency)
+        for (address, at) in resets { wedge.reset(address, at: at) }
+    }
+
+    /// When each adapter was last power-cycled (by address).
+    public func resets() -> [String: ContinuousClock.Instant] { wedge.lastReset }
+
+    // MARK: Adapters
+
+    /// Learns the adapters (by address) and starts watching them: an
+    /// adapter that goes is waited for (`adapterReturnTimeout`), followed
+    /// when it comes back under another path, and power-cycled when wedged.
+    public func start() async {
+        for adapter in await client.adapters() where Device.isValidAddress(adapter.address) {
+            adapterPaths[adapter.address.uppercased()] = adapter.path
+        }
+        guard watcher == nil else { return }
+        watcher = Task { [weak self] in
+            while !Task.isCancelled {
+                guard let self else { return }
+                await self.look()
+                try? await Task.sleep(for: self.options.watchInterval)
+            }
+        }
+    }
+
+    public func stop() {
+        watcher?.cancel()
+        watcher = nil
+    }
+
+    /// The address of the adapter at `path` (nil: not one of ours).
+    func address(of path: ObjectPath?) -> String? {
+        guard let path else { return nil }
+        return adapterPaths.first { $0.value == path }?.key ?? formerPaths[path]
+    }
+
+    /// Whether the adapter with `address` is absent now.
+    func isAbsent(_ address: String) -> Bool { absentSince[address.uppercased()] != nil }
+
+    /// Connections allowed at once over all adapters: each adapter's
+    /// learned limit (or the ceiling), summed, never above the ceiling.
+    public func concurrencyLimit() -> Int {
+        guard !adapterPaths.isEmpty else { return slots.ceiling }
+        return min(slots.ceiling, adapterPaths.keys.reduce(0) { $0 + slots.limit(for: $1) })
+    }
+
+    /// Per adapter: the limit learned (nil when none was).
+    public func learnedLimits() -> [String: Int] { slots.learned }
+
+    private func name(_ path: ObjectPath?) -> String { String(path?.components.last ?? "?") }
+
+    /// One look at the adapters: gone, back (under which path), wedged.
+    private func look() async {
+        let now = ContinuousClock.now
+        for (address, lastPath) in adapterPaths {
+            guard let adapter = await client.adapter(address: address) else {
+                if absentSince[address] == nil {
+                    absentSince[address] = (now, Date())
+                    note("adapter \(name(lastPath)) \(address) went away; waiting for it (at most 30 s)")
+                } else if let since = absentSince[address], now - since.at > Recovery.adapterReturnTimeout,
+                    adapterFailure == nil
+                {
+                    adapterFailure =
+                        "adapter \(address) went away at \(Self.clock(since.wall)) and did not return within "
+                        + "\(Int(Recovery.adapterReturnTimeout.components.seconds)) s"
+                    await record(
+                        RecoveryRecord(
+                            action: "adapter-gone", ok: false, device: nil, adapter: address,
+                            detail: "wait-for-adapter \(address)", error: adapterFailure))
+                }
+                continue
+            }
+            if absentSince.removeValue(forKey: address) != nil || adapter.path != lastPath {
+                if adapter.path != lastPath { formerPaths[lastPath] = address }
+                adapterPaths[address] = adapter.path
+                if adapter.path != lastPath {
+                    await adapterMoved(adapter, from: lastPath)
+                } else {
+                    note("adapter \(adapter.name) \(address) is back")
+                    await restartDiscovery(adapter)
+                }
+                continue
+            }
+            await watchForWedge(adapter, now: now)
+        }
+    }
+
+    private func adapterMoved(_ adapter: Adapter, from old: ObjectPath) async {
+        var error: String?
+        do {
+            if !adapter.powered { try await client.setPowered(adapter, true) }
+            if options.keepDiscovery {
+                try await client.startDiscovery(on: adapter, everyAdvert: options.everyAdvert)
+            }
+        } catch let failure {
+            error = "\(failure)"
+        }
+        let detail = "follow-adapter \(adapter.address.uppercased()) \(name(old)) → \(adapter.name)"
+        note(detail)
+        await record(
+            RecoveryRecord(
+                action: "follow-adapter", ok: error == nil, device: nil, adapter: adapter.address.uppercased(),
+                detail: detail, error: error))
+    }
+
+    private func restartDiscovery(_ adapter: Adapter) async {
+        guard options.keepDiscovery else { return }
+        if !adapter.powered { try? await client.setPowered(adapter, true) }
+        try? await client.startDiscovery(on: adapter, everyAdvert: options.everyAdvert)
+    }
+
+    /// Discovery upkeep and the wedge detector: discovery wanted but off is
+    /// started again; a refusal, or Discovering still false after a start
+    /// that succeeded, is evidence; an advert clears it.
+    private func watchForWedge(_ adapter: Adapter, now: ContinuousClock.Instant) async {
+        let address = adapter.address.uppercased()
+        if let heard = await client.lastAdvert(on: adapter.path), now - heard < Recovery.wedgeWindow {
+            wedge.advertHeard(address, at: heard)
+        }
+        guard options.keepDiscovery, paused[address, default: []].isEmpty, adapter.powered else { return }
+        // Discovering, connects failing, nothing heard: restart discovery
+        // (a wedged controller then refuses it).
+        if adapter.discovering, let trouble = wedge.trouble(address), now - trouble.since >= Recovery.quietRestart,
+            now - (quietRestarts[address] ?? trouble.since) >= Recovery.quietRestart,
+            await client.lastAdvert(on: adapter.path).map({ now - $0 >= Recovery.quietRestart }) ?? true
+        {
+            quietRestarts[address] = now
+            try? await client.stopDiscovery(on: adapter)
+            note("\(adapter.name) \(address): connects failing and nothing heard; restarting discovery")
+            do {
+                try await client.startDiscovery(on: adapter, everyAdvert: options.everyAdvert)
+                startedAt[address] = now
+            } catch {
+                wedge.discoveryRefused(address, at: now)
+            }
+        } else if !adapter.discovering {
+            // A start that succeeded but left Discovering false a second
+            // later counts as refused (a wedged controller answers "in
+            // progress", which the client takes as discovery already on).
+            if let started = startedAt[address], now - started < .seconds(1) { return }
+            if startedAt.removeValue(forKey: address) != nil { wedge.discoveryRefused(address, at: now) }
+            do {
+                try await client.startDiscovery(on: adapter, everyAdvert: options.everyAdvert)
+                startedAt[address] = now
+            } catch {
+                wedge.discoveryRefused(address, at: now)
+            }
+        } else {
+            startedAt[address] = nil
+        }
+        guard wedge.isWedged(address, powered: adapter.powered, at: now), givenUp[address] == nil else { return }
+        switch wedge.mayReset(address, at: now, resetsAllowed: options.adapterResets) {
+        case .allowed:
+            await powerCycle(adapter)
+        case .disabled:
+            givenUp[address] = "adapter \(adapter.name) \(address) is wedged; --no-adapter-reset: not power-cycled"
+            note(givenUp[address]!)
+            await record(
+                RecoveryRecord(
+                    action: "adapter-wedged", ok: false, device: nil, adapter: address,
+                    detail: "wedged \(adapter.name) \(address)", error: "--no-adapter-reset"))
+        case .alreadyTried(let at):
+            let wall = Date().addingTimeInterval(-Self.seconds(now - at))
+            givenUp[address] = "adapter wedged; reset already tried at \(Self.clock(wall, seconds: false))"
+            note("adapter \(adapter.name) \(address): \(givenUp[address]!)")
+            await record(
+                RecoveryRecord(
+                    action: "adapter-wedged", ok: false, device: nil, adapter: address,
+                    detail: "wedged \(adapter.name) \(address)", error: givenUp[address]))
+        }
+    }
+
+    /// Power-cycles a wedged adapter (once per `resetInterval`), then sets
+    /// its filter and starts discovery again.
+    func powerCycle(_ adapter: Adapter) async {
+        let address = adapter.address.uppercased()
+        wedge.reset(address, at: .now)
+        let detail = "power-cycle \(adapter.name) \(address)"
+        note("\(detail): discovery and connects failed for \(Int(Recovery.wedgeWindow.components.seconds)) s")
+        var error: String?
+        do {
+            try await client.powerCycle(
+                adapter, offTimeout: Recovery.powerOffTimeout, offTime: Recovery.powerOffTime,
+                onTimeout: Recovery.powerOnTimeout)
+            if options.keepDiscovery, let current = await client.adapter(address: address) {
+                try await client.startDiscovery(on: current, everyAdvert: options.everyAdvert)
+            }
+        } catch let failure {
+            error = "\(failure)"
+        }
+        await record(
+            RecoveryRecord(
+                action: "power-cycle", ok: error == nil, device: nil, adapter: address, detail: detail,
+                error: error))
+    }
+
+    // MARK: Connect failures
+
+    /// What the runner does after a connect failure.
+    public enum Verdict: Sendable, Equatable {
+        /// The beacon's failure: charge it (the runner's retry rules).
+        case charged(Recovery.FailureClass)
+        /// The device was removed and heard again: charge it, then start its
+        /// budget afresh (one recovery, at most once per run).
+        case recovered
+        /// Not the beacon's (slot, busy, adapter): retry without charging.
+        case uncharged(Recovery.FailureClass)
+        /// The adapter is given up (wedged again, or gone for good): fail
+        /// with this reason.
+        case giveUp(String)
+    }
+
+    /// Classifies a failed connect of `device` (its adapter at `adapterPath`,
+    /// `linksAtStart` other links up when it began), carries out what the
+    /// policies decide, waits what they say, and tells the runner how to
+    /// count it.
+    public func connectFailed(
+        _ device: String, error: any Error, adapterPath: ObjectPath?, linksAtStart: Int
+    ) async -> Verdict {
+        let now = ContinuousClock.now
+        let adapterAddress = address(of: adapterPath)
+        if let adapterAddress, let reason = givenUp[adapterAddress] { return .giveUp(reason) }
+        if let adapterFailure { return .giveUp(adapterFailure) }
+        let bluez = error as? BlueZError
+        var failure = Recovery.Failure(
+            name: bluez?.busErrorName?.rawValue,
+            message: {
+                if case .bus(let bus)? = bluez?.reason { return bus.message }
+                return bluez.map { "\($0.reason)" } ?? "\(error)"
+            }())
+        let found = await client.device(address: device)
+        if let sent = await client.linksWhenConnectSent(device) {
+            // The links up when the Connect was sent: what a controller's
+            // slot refusal is about.
+            failure.linksUp = sent
+        } else if let adapterPath {
+            failure.linksUp = max(linksAtStart, await client.linksUp(on: adapterPath, excluding: device))
+        }
+        failure.adapterAbsentOrWedged = adapterAddress.map(isAbsent) ?? false
+        // Absent now, or back under another path since the connect began
+        // (its devices went with it): the adapter's failure.
+        if let adapterAddress, await client.adapter(address: adapterAddress)?.path != adapterPath {
+            failure.adapterAbsentOrWedged = true
+        }
+        // Under suspicion: discovery refused since the adapter's last advert,
+        // or (discovering with every advert) nothing heard on it at all.
+        var suspect = false
+        if let adapterAddress, let adapterPath, givenUp[adapterAddress] == nil {
+            if let trouble = wedge.trouble(adapterAddress), trouble.refusals > 0 { suspect = true }
+            if options.presenceKnown, let since = await client.discoveringSince(adapterPath),
+                now - since >= Recovery.presenceTimeout,
+                await client.lastAdvert(on: adapterPath).map({ now - $0 >= Recovery.presenceTimeout }) ?? true
+            {
+                suspect = true
+            }
+        }
+        if suspect { failure.adapterAbsentOrWedged = true }
+        if case .adapterNotFound? = bluez?.reason { failure.adapterAbsentOrWedged = true }
+        if bluez?.reason == .deviceNotFound, found == nil, await client.linksWhenConnectSent(device) != nil {
+            failure.deviceRemovedDuringConnect = true
+        }
+        if options.presenceKnown {
+            failure.heardRecently = false
+            if let found { failure.heardRecently = await client.isPresent(found, within: Recovery.presenceTimeout) }
+        }
+        if let adapterAddress { wedge.connectFailed(adapterAddress, at: now) }
+        let judgement =
+            adapterAddress.map { slots.judge(failure, device: device, adapter: $0) }
+            ?? Recovery.SlotLearner.Judgement(
+                failureClass: Recovery.preliminaryClass(failure), lowered: nil, waitBelow: nil)
+        if let lowered = judgement.lowered, let adapterAddress {
+            let detail =
+                "concurrency \(lowered.from) → \(lowered.to) on \(name(adapterPath)) \(adapterAddress)"
+            note(
+                "\(name(adapterPath)) \(adapterAddress): holds \(lowered.to) LE link\(lowered.to == 1 ? "" : "s"); "
+                    + "concurrency \(lowered.from) → \(lowered.to) for this run")
+            await record(
+                RecoveryRecord(action: "concurrency", ok: true, device: nil, adapter: adapterAddress, detail: detail))
+        }
+        switch judgement.failureClass {
+        case .stale:
+            let key = device.uppercased()
+            if stale.consecutive[key, default: 0] == 0 { streakStart[key] = now }
+            // Where presence is known, remove only a device heard since its
+            // streak began (the stale kind keeps advertising; a wedged
+            // adapter hears nothing).
+            var mayRemove = true
+            if options.presenceKnown, let start = streakStart[key] {
+                mayRemove = found?.lastHeard.map { $0 >= start } ?? false
+            }
+            guard let due = stale.staleFailure(device, kind: failure.kind, mayRemove: mayRemove) else {
+                return .charged(.stale)
+            }
+            return await removeStale(device, detail: due) ? .recovered : .charged(.stale)
+        case .slot where failure.deviceRemovedDuringConnect:
+            // Out of slots, its object went (as some controllers do): it
+            // comes back with its next advert.
+            guard (try? await client.waitForDevice(address: device, timeout: Recovery.reappearTimeout)) != nil else {
+                return .charged(.gone)
+            }
+            return .uncharged(.slot)
+        case .slot:
+            if let adapterPath, let below = judgement.waitBelow {
+                await client.waitForLinks(below: below, on: adapterPath, timeout: Recovery.slotBackoff)
+            }
+            return .uncharged(.slot)
+        case .busy:
+            guard let adapterPath, let adapterAddress else {
+                try? await Task.sleep(for: Recovery.busyBackoff)
+                return .uncharged(.busy)
+            }
+            let discovering = await client.discoveringSince(adapterPath) != nil
+            switch busy.busy(device: device, adapter: adapterAddress, discovering: discovering) {
+            case .pauseDiscovery(let first):
+                paused[adapterAddress, default: []].insert(device.uppercased())
+                var error: String?
+                if let adapter = await client.adapter(address: adapterAddress) {
+                    do { try await client.stopDiscovery(on: adapter) } catch let failure { error = "\(failure)" }
+                }
+                if first {
+                    let detail = "pause-discovery \(name(adapterPath)) \(adapterAddress)"
+                    note("\(detail): Connect answered InProgress while discovering")
+                    await record(
+                        RecoveryRecord(
+                            action: "pause-discovery", ok: error == nil, device: nil, adapter: adapterAddress,
+                            detail: detail, error: error))
+                }
+                try? await Task.sleep(for: Recovery.busyBackoff)
+            case .waitForDevice:
+                try? await Task.sleep(for: Recovery.busyBackoff)
+            }
+            return .uncharged(.busy)
+        case .adapter where suspect:
+            try? await Task.sleep(for: Recovery.suspectAdapterPause)
+            return .uncharged(.adapter)
+        case .adapter:
+            if let adapterAddress {
+                _ = try? await client.waitForAdapter(
+                    address: adapterAddress, powered: true, timeout: Recovery.adapterReturnTimeout)
+                if let adapterFailure { return .giveUp(adapterFailure) }
+            }
+            return .uncharged(.adapter)
+        case .gone, .other:
+            return .charged(judgement.failureClass)
+        }
+    }
+
+    /// RemoveDevice, then wait for the device to be heard again.
+    private func removeStale(_ device: String, detail: String) async -> Bool {
+        var error: String?
+        do {
+            try await client.removeDevice(device)
+            _ = try await client.waitForDevice(address: device, timeout: Recovery.reappearTimeout)
+        } catch let failure {
+            error = "\(failure)"
+        }
+        note("\(device): \(detail)")
+        await record(
+            RecoveryRecord(
+                action: "remove-device", ok: error == nil, device: device.uppercased(), adapter: nil,
+                detail: detail, error: error))
+        return error == nil
+    }
+
+    /// A connect of `device` succeeded with `linksAtStart` other links up on
+    /// `adapterPath`.
+    public func connectSucceeded(_ device: String, adapterPath: ObjectPath?, linksAtStart: Int) async {
+        stale.succeeded(device)
+        busy.succeeded(device)
+        if let address = address(of: adapterPath) {
+            let links = await client.linksWhenConnectSent(device) ?? linksAtStart
+            slots.succeeded(adapter: address, linksUp: links)
+        }
+        await connectSettled(device)
+    }
+
+    /// A device's connect settled (connected, or its turn ended): discovery
+    /// paused for it comes back when no other connect waits for it.
+    public func connectSettled(_ device: String) async {
+        let device = device.uppercased()
+        for (address, devices) in paused where devices.contains(device) {
+            paused[address]?.remove(device)
+            guard paused[address]?.isEmpty ?? true else { continue }
+            paused[address] = nil
+            guard options.keepDiscovery, let adapter = await client.adapter(address: address) else { continue }
+            try? await client.startDiscovery(on: adapter, everyAdvert: options.everyAdvert)
+        }
+    }
+
+    /// Discovery is needed to find a device (none known to connect to).
+    public func needsDiscovery() {
+        let now = ContinuousClock.now
+        for address in adapterPaths.keys { wedge.needsDiscovery(address, at: now) }
+    }
+
+    // MARK: Recording
+
+    private func record(_ record: RecoveryRecord) async {
+        records.append(record)
+        let inventory = self.inventory
+        guard let run = self.run else { return }
+        if let id = try? await inventory.beginStep(run: run, device: record.device, step: "recover") {
+            try? await inventory.finishStep(id, record.ok ? .ok : .failed, detail: record.detail, error: record.error)
+        }
+    }
+
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+
+    static func clock(_ date: Date, seconds: Bool = true) -> String {
+        let formatter = DateFormatter()
+        formatter.dateFormat = seconds ? "HH:mm:ss" : "HH:mm"
+        return formatter.string(from: date)
+    }
+}

@@ -1,0 +1,309 @@
+import BeaconSimulator
+import BlueZClient
+import DBusBinding
+import Foundation
+import Inventory
+import Profiles
+import SBeaconProtocol
+import TestSupport
+import Testing
+
+@testable import Workbench
+
+/// The recovery policies against the simulator (in this process): the
+/// client's presence, GATT paths, RemoveDevice and power cycle; the fleet
+/// runner's stale and slot recoveries under fault plans, counted by the
+/// simulator's `Counters`.
+@Suite("Recovering without an operator, against the simulator")
+struct RecoveryIntegrationTests {
+    /// Beacons that can all be provisioned: new, charged, current firmware, still.
+    static func sound(_ count: Int, seed: UInt64) -> [BeaconState] {
+        FleetGenerator.make(count: count, seed: seed, now: Int64(Date().timeIntervalSince1970 * 1000), fresh: true)
+            .map { state in
+                var state = state
+                state.battery = 80
+                state.firmware = FirmwareVersion(major: 1, minor: 0, patch: 8)
+                state.moving = false
+                return state
+            }
+    }
+
+    /// Waits (polling the registry, at most `cap`) until `condition` holds;
+    /// fails naming `what` otherwise.
+    static func waitUntil(
+        _ what: String, cap: Duration = .seconds(60), _ condition: () async -> Bool
+    ) async throws {
+        let deadline = ContinuousClock.now + cap
+        while !(await condition()) {
+            guard ContinuousClock.now < deadline else {
+                Issue.record("waited \(cap) for \(what)")
+                throw CancellationError()
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    static func recoverRows(_ inventory: Inventory) async throws -> [OutcomeRecord] {
+        try await inventory.outcomes(device: nil, limit: 1000).filter { $0.step == "recover" }
+    }
+
+    @Test func aCachedObjectIsNotABeaconInRangeAndALeavingOneIsGoneWithinSeconds() async throws {
+        try await withBench(count: 3, seed: 41) { bench throws in
+            let left = bench.fleet[0].address
+            let staying = bench.fleet[1].address
+            let leaving = bench.fleet[2].address
+            // One beacon left before a second client (a station started
+            // later) reads bluetoothd's objects: its object and RSSI remain.
+            try await bench.daemon.update(left) { $0.inRange = false }
+            let connection = try await BusConnection.connect(.address(bench.bus.address))
+            let client = BluetoothClient(bus: connection)
+            try await client.start()
+            let cached = try #require(await client.device(address: left), "the cached object is on the bus")
+            #expect(!(await client.isPresent(cached, within: Recovery.presenceTimeout)), "cached is not present")
+            try await client.startDiscovery(on: try await client.adapter(named: nil))
+            try await Self.waitUntil("the beacons in range to be heard") {
+                for address in [staying, leaving] {
+                    guard let device = await client.device(address: address),
+                        await client.isPresent(device, within: Recovery.presenceTimeout)
+                    else { return false }
+                }
+                return true
+            }
+            // Heard others since discovery began; the cached one still not.
+            if let device = await client.device(address: left) {
+                #expect(!(await client.isPresent(device, within: Recovery.presenceTimeout)))
+            }
+            // A beacon that leaves is gone once its adverts stop for the
+            // presence timeout, while its object is still on the bus.
+            try await bench.daemon.update(leaving) { $0.inRange = false }
+            let since = ContinuousClock.now
+            try await Self.waitUntil("the leaving beacon to be gone") {
+                guard let device = await client.device(address: leaving) else { return true }
+                return !(await client.isPresent(device, within: Recovery.presenceTimeout))
+            }
+            let took = ContinuousClock.now - since
+            #expect(await client.device(address: leaving) != nil, "bluetoothd still has its object")
+            #expect(took < .seconds(15), "gone after \(took), not after the temporary timeout")
+            await client.stop()
+            await connection.close()
+        }
+    }
+
+    @Test func aGattPathIsNeverUsedBeyondItsConnection() async throws {
+        try await withBench(count: 1, seed: 43) { bench throws in
+            let address = bench.fleet[0].address
+            let policy = ConnectPolicy(requiredServices: SBeacon.requiredServices)
+            let first = try await bench.client.connect(address, policy: policy)
+            _ = try await first.read(SBeaconUUID.batteryLevel.description)
+            await first.disconnect()
+            try await Self.waitUntil("the first link to drop") {
+                !(await bench.client.device(address: address)?.connected ?? true)
+            }
+            let second = try await bench.client.connect(address, policy: policy)
+            #expect(try await second.read(SBeaconUUID.batteryLevel.description).count == 1)
+            // The first session's paths belong to a link that is gone.
+            do {
+                _ = try await first.read(SBeaconUUID.batteryLevel.description)
+                Issue.record("a read through the first connection's session worked on the second link")
+            } catch let error as BlueZError {
+                #expect(error.reason == .disconnected, "\(error)")
+            }
+            await second.disconnect()
+        }
+    }
+
+    @Test func removeDeviceAndAPowerCycleDoWhatTheySay() async throws {
+        try await withBench(count: 2, seed: 47) { bench throws in
+            let address = bench.fleet[0].address
+            #expect(try await bench.client.removeDevice(address))
+            // Discovery runs: the next advert brings it back.
+            _ = try await bench.client.waitForDevice(address: address, timeout: Recovery.reappearTimeout)
+            #expect(await bench.daemon.counters.removeDevice[address] == 1)
+            // Unknown to bluetoothd: nothing to remove, not an error.
+            #expect(try await bench.client.removeDevice("C0:00:00:00:00:99") == false)
+
+            let adapter = try await bench.client.adapter(named: nil)
+            try await bench.client.powerCycle(
+                adapter, offTimeout: Recovery.powerOffTimeout, offTime: .milliseconds(100),
+                onTimeout: Recovery.powerOnTimeout)
+            #expect(try await bench.client.adapter(named: nil).powered)
+            #expect(await bench.client.discoveringSince(adapter.path) == nil, "power-off ends our discovery")
+            #expect(await bench.daemon.counters.powerCycles[adapter.address] == 1)
+        }
+    }
+
+    @Test func aStaleDeviceIsRemovedOnceAndTheFleetConverges() async throws {
+        let fleet = Self.sound(4, seed: 53)
+        let stale = fleet[1].address
+        let plan = try FaultPlan(
+            json: #"""
+                {"rules": [{"id": "m1", "hook": "connect.requested", "target": {"address": "\#(stale)"},
+                  "trigger": {"nth": 1}, "action": {"kind": "stale"}}]}
+                """#)
+        try await withBench(fleet: fleet, configure: { $0.faultPlan = plan }) { bench throws in
+            let inventory = try FleetRunnerTests.inventory()
+            let run = try await inventory.beginRun(.init(command: "provision"))
+            let result = await FleetRunner(client: bench.client, inventory: inventory, run: run, concurrency: 4)
+                .runFleet(FleetRunnerTests.provision, on: fleet.map(\.address))
+            for recap in result.recaps { #expect(recap.failed == 0 && recap.changed > 0, "\(recap)") }
+            let counters = await bench.daemon.counters
+            #expect(counters.removeDevice == [stale: 1], "\(counters.removeDevice)")
+            #expect(counters.staleRefusals >= Recovery.staleLimit)
+            let rows = try await Self.recoverRows(inventory)
+            #expect(rows.count == 1, "\(rows)")
+            #expect(rows.first?.device == stale)
+            #expect(rows.first?.status == "ok")
+            #expect(rows.first?.detail == "remove-device after 3 × le-connection-abort-by-local", "\(rows)")
+            #expect(result.recoveries.map(\.action) == ["remove-device"])
+            for state in fleet {
+                #expect(try await bench.truth(state).config == FleetRunnerTests.profiles["car"]!.config)
+            }
+        }
+    }
+
+    @Test func nineBeaconsOnATwoSlotAdapterAllConverge() async throws {
+        let fleet = Self.sound(9, seed: 59)
+        let plan = try FaultPlan(
+            json: #"{"adapters": [{"index": 0, "slots": 2, "slotFailure": "abort"}], "rules": []}"#)
+        try await withBench(fleet: fleet, configure: { $0.faultPlan = plan }) { bench throws in
+            let inventory = try FleetRunnerTests.inventory()
+            let run = try await inventory.beginRun(.init(command: "provision"))
+            let adapter = try await bench.client.adapter(named: nil)
+            let result = await FleetRunner(client: bench.client, inventory: inventory, run: run, concurrency: 5)
+                .runFleet(FleetRunnerTests.provision, on: fleet.map(\.address))
+            for recap in result.recaps { #expect(recap.failed == 0 && recap.changed > 0, "\(recap)") }
+            let rows = try await Self.recoverRows(inventory)
+            let counters = await bench.daemon.counters
+            #expect(counters.slotRefusals > 0, "the adapter refused a connect beyond its 2 slots: \(counters)")
+            let lowered = rows.filter { $0.detail?.hasPrefix("concurrency") == true }
+            #expect(
+                lowered.map(\.detail) == ["concurrency 5 → 2 on hci0 \(adapter.address.uppercased())"], "\(rows)")
+            #expect(lowered.allSatisfy { $0.device == nil && $0.status == "ok" })
+            #expect(await bench.daemon.counters.removeDevice.isEmpty, "slot failures are not stale")
+            for state in fleet {
+                #expect(try await bench.truth(state).config == FleetRunnerTests.profiles["car"]!.config)
+            }
+        }
+    }
+
+    /// A fleet run over the fixture's client with the recovery of a bench:
+    /// discovery kept on (every advert), adapters watched.
+    static func provision(
+        _ bench: BenchFixture, _ fleet: [BeaconState], concurrency: Int = 4
+    ) async throws -> (FleetResult, Inventory) {
+        let inventory = try FleetRunnerTests.inventory()
+        let run = try await inventory.beginRun(.init(command: "provision"))
+        let recovery = RecoveryCoordinator(
+            client: bench.client, inventory: inventory, run: run, concurrency: concurrency,
+            options: RecoveryOptions(adapterResets: true, keepDiscovery: true, everyAdvert: true))
+        await recovery.start()
+        let result = await FleetRunner(
+            client: bench.client, inventory: inventory, run: run, concurrency: concurrency, recovery: recovery
+        ).runFleet(FleetRunnerTests.provision, on: fleet.map(\.address))
+        await recovery.stop()
+        return (result, inventory)
+    }
+
+    static func expectConverged(_ bench: BenchFixture, _ fleet: [BeaconState], _ result: FleetResult) async throws {
+        for recap in result.recaps { #expect(recap.failed == 0 && recap.changed > 0, "\(recap)") }
+        for state in fleet {
+            #expect(try await bench.truth(state).config == FleetRunnerTests.profiles["car"]!.config)
+        }
+    }
+
+    @Test func connectBusyWhileDiscoveringPausesDiscoveryOnce() async throws {
+        let fleet = Self.sound(4, seed: 61)
+        let plan = try FaultPlan(
+            json: #"""
+                {"rules": [{"id": "m6", "hook": "connect.requested", "target": {"any": true},
+                  "when": {"discovering": true}, "trigger": {"every": true},
+                  "action": {"kind": "busy-while-discovering"}}]}
+                """#)
+        try await withBench(fleet: fleet, configure: { $0.faultPlan = plan }) { bench throws in
+            let adapter = try await bench.client.adapter(named: nil)
+            let (result, inventory) = try await Self.provision(bench, fleet)
+            try await Self.expectConverged(bench, fleet, result)
+            let rows = try await Self.recoverRows(inventory)
+            #expect(rows.map(\.detail) == ["pause-discovery hci0 \(adapter.address.uppercased())"], "\(rows)")
+            #expect(rows.allSatisfy { $0.device == nil })
+            #expect(await bench.daemon.counters.removeDevice.isEmpty)
+        }
+    }
+
+    @Test func anAdapterReplugedAsHci1IsFollowed() async throws {
+        let fleet = Self.sound(4, seed: 67)
+        let plan = try FaultPlan(
+            json: #"""
+                {"rules": [{"id": "m4", "hook": "connect.requested", "target": {"address": "\#(fleet[2].address)"},
+                  "trigger": {"nth": 1}, "action": {"kind": "replug", "goneMs": 1500, "newIndex": "next"}}]}
+                """#)
+        try await withBench(fleet: fleet, configure: { $0.faultPlan = plan }) { bench throws in
+            let adapter = try await bench.client.adapter(named: nil)
+            let (result, inventory) = try await Self.provision(bench, fleet)
+            try await Self.expectConverged(bench, fleet, result)
+            let rows = try await Self.recoverRows(inventory)
+            #expect(
+                rows.map(\.detail) == ["follow-adapter \(adapter.address.uppercased()) hci0 → hci1"], "\(rows)")
+            #expect(try await bench.client.adapter(named: nil).name == "hci1")
+            #expect(result.adapterFailure == nil)
+        }
+    }
+
+    @Test func aWedgedAdapterIsPowerCycledOnceAndTheFleetConverges() async throws {
+        let fleet = Self.sound(3, seed: 71)
+        let plan = try FaultPlan(
+            json: #"""
+                {"rules": [{"id": "m3", "hook": "connect.requested", "target": {"adapter": 0}, "trigger": {"nth": 1},
+                  "action": {"kind": "wedge", "discoveryError": "in-progress", "connect": {"abortAfterMs": 500}}}]}
+                """#)
+        try await withBench(fleet: fleet, configure: { $0.faultPlan = plan }) { bench throws in
+            let adapter = try await bench.client.adapter(named: nil)
+            let (result, inventory) = try await Self.provision(bench, fleet, concurrency: 3)
+            try await Self.expectConverged(bench, fleet, result)
+            let counters = await bench.daemon.counters
+            #expect(counters.powerCycles == [adapter.address: 1], "\(counters)")
+            #expect(counters.removeDevice.isEmpty, "a wedge is not a stale device: \(counters)")
+            let rows = try await Self.recoverRows(inventory)
+            #expect(rows.map(\.detail) == ["power-cycle hci0 \(adapter.address.uppercased())"], "\(rows)")
+        }
+    }
+
+    @Test func gattHandlesThatShiftAreResolvedAfreshOnTheNextConnection() async throws {
+        let fleet = Self.sound(3, seed: 73)
+        let target = fleet[1].address
+        let plan = try FaultPlan(
+            json: #"""
+                {"rules": [
+                  {"id": "m5", "hook": "write.landed", "target": {"address": "\#(target)",
+                    "characteristic": "\#(SBeaconUUID.drivingBehaviourConfig)"},
+                   "trigger": {"nth": 1}, "action": {"kind": "shift-gatt", "delta": 16}},
+                  {"id": "m5b", "hook": "write.landed", "target": {"address": "\#(target)"}, "trigger": {"nth": 1},
+                   "action": {"kind": "drop-link", "reason": "remote"}}]}
+                """#)
+        try await withBench(fleet: fleet, configure: { $0.faultPlan = plan }) { bench throws in
+            let (result, inventory) = try await Self.provision(bench, fleet)
+            try await Self.expectConverged(bench, fleet, result)
+            #expect(try await Self.recoverRows(inventory).isEmpty, "nothing to recover: a reconnect resolves afresh")
+            let fired = await bench.daemon.currentPlan.fired
+            #expect(fired["m5"] == 1 && fired["m5b"] == 1, "the handles moved and the link dropped: \(fired)")
+        }
+    }
+
+    @Test func connectBusyWhileDiscoveringOnTheBuiltRunnerNeverChargesABeacon() async throws {
+        let fleet = Self.sound(5, seed: 79)
+        let plan = try FaultPlan(
+            json: #"""
+                {"rules": [{"id": "m6", "hook": "connect.requested", "target": {"any": true},
+                  "when": {"discovering": true}, "trigger": {"every": true},
+                  "action": {"kind": "busy-while-discovering"}}]}
+                """#)
+        try await withBench(fleet: fleet, configure: { $0.faultPlan = plan }) { bench throws in
+            let (result, _) = try await Self.provision(bench, fleet, concurrency: 5)
+            try await Self.expectConverged(bench, fleet, result)
+            // Busy failures are retried inside the connect, uncharged: no
+            // step row records a retry for them.
+            #expect(result.recaps.allSatisfy { $0.retries == 0 }, "\(result.recaps.map(\.retries))")
+            #expect((await bench.daemon.currentPlan.fired["m6"] ?? 0) >= 1, "Connect was answered busy")
+        }
+    }
+}
