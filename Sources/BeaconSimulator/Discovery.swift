@@ -128,13 +128,25 @@ extension SimulatedBluetoothd {
                     // discovery filter (DuplicateData and the like), else
                     // only changes of 8 dBm or more.
                     let filtered = adapters[index].discoveryClients.contains { adapters[index].filters[$0] != nil }
-                    guard filtered || abs(Int(rssi) - Int(device.reportedRSSI ?? -127)) >= 8 else { continue }
+                    var changes: [String: BusValue] = [:]
                     // An unchanged value sends no signal.
-                    guard rssi != device.reportedRSSI else { continue }
-                    adapters[index].devices[address]?.reportedRSSI = rssi
+                    if filtered || abs(Int(rssi) - Int(device.reportedRSSI ?? -127)) >= 8, rssi != device.reportedRSSI {
+                        adapters[index].devices[address]?.reportedRSSI = rssi
+                        changes["RSSI"] = .int16(rssi)
+                    }
+                    // DuplicateData in some client's filter: bluetoothd
+                    // announces the advert's data on every advert, changed
+                    // or not (doc/org.bluez.Adapter.rst) — how a client
+                    // tells a beacon in range from a cached object.
+                    if adapters[index].discoveryClients.contains(where: {
+                        adapters[index].filters[$0]?["DuplicateData"]?.bool == true
+                    }) {
+                        changes["ManufacturerData"] = manufacturerData(state)
+                    }
+                    guard !changes.isEmpty else { continue }
                     activity.discoverySignals += 1
                     try? await bus.setProperties(
-                        ["RSSI": .int16(rssi)], interface: "org.bluez.Device1", at: device.path)
+                        changes, interface: "org.bluez.Device1", at: device.path, announcing: ["ManufacturerData"])
                 } else {
                     activity.discoverySignals += 1
                     await exportDevice(index, address, rssi: state.rssi)

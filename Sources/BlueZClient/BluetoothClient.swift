@@ -618,6 +618,21 @@ public actor BluetoothClient {
         return found
     }
 
+    /// Waits until bluetoothd knows the device with advert data
+    /// (ManufacturerData or ServiceData). A device bluetoothd reloaded from
+    /// its storage (an adapter back under a new name, bluetoothd restarted)
+    /// has none until its next advert while discovering: nothing can be
+    /// judged of it before.
+    public func waitForAdvertisedDevice(address: String, timeout: Duration) async throws -> Device {
+        func advertised() -> Device? {
+            guard let device = device(address: address), !device.manufacturerData.isEmpty else { return nil }
+            return device
+        }
+        try await waitUntil({ advertised() != nil }, timeout: timeout, step: "find", device: address)
+        guard let found = advertised() else { throw BlueZError(.deviceNotFound, device: address, step: "find") }
+        return found
+    }
+
     /// Adapter1.RemoveDevice: bluetoothd forgets the device (its storage
     /// and GATT cache too); it comes back on its next advert while
     /// discovering. A device already gone (`DoesNotExist`) counts as done.

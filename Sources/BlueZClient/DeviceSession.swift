@@ -355,6 +355,20 @@ public struct DeviceSession: Sendable {
         }
         let inbox = NotificationInbox(signals: signals)
         await inbox.start()
+        // The link dropping ends the subscription at once: a wait for a
+        // notification (a calibration's result) fails `disconnected` then,
+        // not at its timeout.
+        if let link = try? await client.bus.signals(
+            matching: MatchRule(
+                sender: BluetoothClient.bluez, interface: .properties, member: "PropertiesChanged", path: self.path,
+                arguments: [0: "org.bluez.Device1"]))
+        {
+            await inbox.endWhenLinkDrops(link)
+        }
+        guard await client.linkIsCurrent(self.path, epoch: epoch) else {
+            await inbox.close()
+            throw BlueZError(.disconnected, device: address, step: "subscribe", characteristic: uuid)
+        }
         do {
             _ = try await client.invoke(
                 path, Self.characteristicInterface, "StartNotify", timeout: client.timeouts.gatt,
@@ -453,9 +467,27 @@ actor NotificationInbox {
         }
     }
 
+    private var linkWatch: Task<Void, Never>?
+
+    /// Ends the subscription when the device's link drops (Connected or
+    /// ServicesResolved false in `signals`, the device's PropertiesChanged).
+    func endWhenLinkDrops(_ signals: AsyncStream<BusSignal>) {
+        linkWatch = Task { [weak self] in
+            for await signal in signals {
+                guard let change = try? PropertiesChanged(signal) else { continue }
+                if change.changed["Connected"]?.bool == false || change.changed["ServicesResolved"]?.bool == false {
+                    await self?.close()
+                    return
+                }
+            }
+        }
+    }
+
     func close() {
         consumer?.cancel()
         consumer = nil
+        linkWatch?.cancel()
+        linkWatch = nil
         finish()
     }
 

@@ -295,13 +295,16 @@ public final class BusConnection: Sendable {
 
     /// Sets served property values (nil removes one) and emits one
     /// PropertiesChanged with those that changed (removed ones as
-    /// invalidated).
+    /// invalidated), and with those named in `announcing` even when their
+    /// value is the same (bluetoothd announces an advert's data on every
+    /// advert under DuplicateData).
     public func setProperties(
-        _ changes: [String: BusValue?], interface: InterfaceName, at path: ObjectPath
+        _ changes: [String: BusValue?], interface: InterfaceName, at path: ObjectPath,
+        announcing: Set<String> = []
     )
         async throws
     {
-        try await core.setProperties(changes, interface: interface, at: path)
+        try await core.setProperties(changes, interface: interface, at: path, announcing: announcing)
     }
 
     /// A served property's current value.

@@ -450,7 +450,9 @@ actor ConnectionCore {
 
     /// Sets (or, with nil, removes) property values and emits one
     /// PropertiesChanged for those that changed.
-    func setProperties(_ changes: [String: BusValue?], interface: InterfaceName, at path: ObjectPath) throws {
+    func setProperties(
+        _ changes: [String: BusValue?], interface: InterfaceName, at path: ObjectPath, announcing: Set<String> = []
+    ) throws {
         guard let entry = tree.entry(path, interface) else {
             throw BusError(.unknownInterface, "No interface \(interface) at \(path)")
         }
@@ -467,7 +469,7 @@ actor ConnectionCore {
                 }
                 try value.checkEncodable()
             }
-            guard entry.values[name] != value else { continue }
+            guard entry.values[name] != value || announcing.contains(name) else { continue }
             switch (property.changeSignal, value) {
             case (.none, _): break
             case (.emits, .some(let value)): changed[name] = value

@@ -76,6 +76,9 @@ public actor Bench {
     /// The adapter asked for (`--adapter`), or nil for all of them.
     public nonisolated let adapterName: String?
     private var discoveryUsers = 0
+    /// The beacons the last scan heard (adverts since its discovery began):
+    /// what a selection after a scan chooses from. Nil before any scan.
+    private var lastScanHeard: Set<String>?
     /// How long `select` discovers to find a MAC ending not seen yet.
     public var endingSearch: Duration = .seconds(10)
     /// How long a run or a watch looks for a device bluetoothd does not
@@ -217,23 +220,33 @@ public actor Bench {
         onFound: @Sendable (SeenBeacon) -> Void = { _ in }
     ) async throws -> [SeenBeacon] {
         for adapter in try await adapters() where !adapter.powered { try await client.setPowered(adapter, true) }
+        func floor(_ beacons: [SeenBeacon]) -> [SeenBeacon] {
+            beacons.filter { beacon in rssiFloor.map { (beacon.rssi ?? -128) >= $0 } ?? true }
+        }
         if try await !discoverOrRecover(seconds: seconds, rssiFloor: rssiFloor) {
-            return await seen().filter { beacon in rssiFloor.map { (beacon.rssi ?? -128) >= $0 } ?? true }
+            let found = await heard()
+            lastScanHeard = Set(found.map(\.address))
+            return floor(found)
         }
         var reported = Set<String>()
         let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
-        // The list is read again only when a device came, went or changed
-        // its adverts: an RSSI moving (thousands a second in a depot) is
-        // not news to a scan. Below the RSSI floor, a beacon is looked at
-        // on every round until it comes close enough.
+        // A beacon is found when heard since this discovery began (an
+        // advert: docs/reliability.md, presence), never from a device object
+        // bluetoothd kept from before with its cached RSSI. The list is read
+        // again when a device came, went or changed its adverts, and every
+        // second (an advert heard again changes nothing in the list). Below
+        // the RSSI floor, a beacon is looked at on every round until it comes
+        // close enough.
         var listed = -1
+        var lookedAt = ContinuousClock.now
         var below = false
         while ContinuousClock.now < deadline, !Task.isCancelled {
             let version = await client.deviceListVersion
-            if version != listed || below {
+            if version != listed || below || ContinuousClock.now - lookedAt >= .seconds(1) {
                 listed = version
+                lookedAt = ContinuousClock.now
                 below = false
-                for beacon in await seen() where !reported.contains(beacon.address) {
+                for beacon in await heard() where !reported.contains(beacon.address) {
                     guard rssiFloor.map({ (beacon.rssi ?? -128) >= $0 }) ?? true else {
                         below = true
                         continue
@@ -256,12 +269,27 @@ public actor Bench {
                         + " (\(RecoveryCoordinator.clock(wentAt))) and did not return within"
                         + " \(Int(Recovery.adapterReturnTimeout.components.seconds)) s")
             }
-            guard again else { return await seen() }
+            guard again else {
+                let found = await heard()
+                lastScanHeard = Set(found.map(\.address))
+                return found
+            }
             return try await scan(seconds: seconds, rssiFloor: rssiFloor, again: false, onFound: onFound)
         }
+        // What was heard, read before discovery stops (then nothing is
+        // "since discovery began" any more).
+        let found = await heard()
+        lastScanHeard = Set(found.map(\.address))
         // Stopped even when the scan was cancelled (Ctrl-C).
         try await Task { try await self.endDiscovery() }.value
-        return await seen().filter { beacon in rssiFloor.map { (beacon.rssi ?? -128) >= $0 } ?? true }
+        return floor(found)
+    }
+
+    /// The SBeacons heard since this client's discovery began on their
+    /// adapter, or connected: a device object bluetoothd kept from before
+    /// (its temporary timeout, its storage), cached RSSI and all, is not.
+    public func heard() async -> [SeenBeacon] {
+        await present(window: .seconds(365 * 86400))
     }
 
     /// Starts discovery for a scan. An adapter that reads Powered but
@@ -439,7 +467,8 @@ public actor Bench {
     /// even when not (yet) seen; everything else is judged from the adverts
     /// and, where they are silent, from the inventory.
     public func select(_ selectors: [DeviceSelector]) async throws -> [String] {
-        var seen = await seen()
+        // After a scan: what it heard, never a cached object it did not.
+        var seen = await seen().filter { lastScanHeard?.contains($0.address) ?? true }
         // A MAC ending not seen yet: discover for a while to find it.
         let endings = selectors.compactMap { selector -> String? in
             if case .macEnding(let ending) = selector { return ending.lowercased() }
@@ -452,7 +481,7 @@ public actor Bench {
             let deadline = ContinuousClock.now + endingSearch
             while missing(seen), ContinuousClock.now < deadline, !Task.isCancelled {
                 try? await Task.sleep(for: .milliseconds(200))
-                seen = await self.seen()
+                seen = await self.heard()
             }
             try await Task { try await self.endDiscovery() }.value
         }

@@ -719,9 +719,13 @@ public actor FleetRunner {
         _ = try await row(key, address, steps, &tally)
         tally.inFlight = key
         tally.connecting = true
-        if await client.device(address: address) == nil {
+        // Unknown, or known with neither advert data nor RSSI (reloaded
+        // from bluetoothd's storage, as after an adapter's return, not
+        // heard since): its next advert first.
+        let known = await client.device(address: address)
+        if known.map({ $0.manufacturerData.isEmpty && $0.rssi == nil && !$0.connected }) ?? true {
             await recovery.needsDiscovery()
-            _ = try await client.waitForDevice(address: address, timeout: findTimeout)
+            _ = try await client.waitForAdvertisedDevice(address: address, timeout: findTimeout)
         }
         let adapter = await claimAdapter(for: address)
         defer { if let adapter { Task { await self.releaseAdapter(adapter) } } }

@@ -59,6 +59,8 @@ public actor RecoveryCoordinator {
     let note: @Sendable (String) -> Void
 
     private var stale = Recovery.StaleCounter()
+    /// Removed devices being waited for (discovery must stay on).
+    private var rediscovering = 0
     private var slots: Recovery.SlotLearner
     private var wedge = Recovery.WedgeDetector()
     private var busy = Recovery.BusyPolicy()
@@ -402,6 +404,11 @@ public actor RecoveryCoordinator {
                 await client.waitForLinks(below: below, on: adapterPath, timeout: Recovery.slotBackoff)
             }
             return .uncharged(.slot)
+        case .busy where rediscovering > 0:
+            // A removed device is being looked for: discovery stays on until
+            // it is heard (its connect comes first then).
+            try? await Task.sleep(for: Recovery.busyBackoff)
+            return .uncharged(.busy)
         case .busy:
             guard let adapterPath, let adapterAddress else {
                 try? await Task.sleep(for: Recovery.busyBackoff)
@@ -451,6 +458,8 @@ public actor RecoveryCoordinator {
     private func removeStale(_ device: String, detail: String) async -> Bool {
         var error: String?
         var started: [Adapter] = []
+        rediscovering += 1
+        defer { rediscovering -= 1 }
         do {
             try await client.removeDevice(device)
             for adapter in await client.adapters() where adapter.powered {

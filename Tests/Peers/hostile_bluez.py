@@ -94,7 +94,7 @@ class Adapter(dbus.service.Object):
 
     @dbus.service.method("org.bluez.Adapter1")
     def StopDiscovery(self):
-        raise dbus.exceptions.DBusException("org.bluez.Error.Weird", "no idea")
+        raise dbus.exceptions.DBusException("no idea", name="org.bluez.Error.Weird")
 
 
 class Device(dbus.service.Object):
@@ -110,7 +110,7 @@ class Device(dbus.service.Object):
             pass  # never answers
         elif self.number == 5:
             root.InterfacesRemoved(dbus.ObjectPath(self._object_path), ["org.bluez.Device1"])
-            fail(dbus.exceptions.DBusException("org.bluez.Error.Failed", "gone"))
+            fail(dbus.exceptions.DBusException("gone", name="org.bluez.Error.Failed"))
         else:
             ok([])
 
