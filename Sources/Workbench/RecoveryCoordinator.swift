@@ -444,6 +444,12 @@ public actor RecoveryCoordinator {
                     address: adapterAddress, powered: true, timeout: Recovery.adapterReturnTimeout)
                 if let adapterFailure { return .giveUp(adapterFailure) }
             }
+            // Back (under a new name, maybe): bluetoothd reloads the devices
+            // it stored without their adverts; nothing is judged of this one
+            // before its next advert.
+            if let known = await client.device(address: device), known.manufacturerData.isEmpty, known.rssi == nil {
+                _ = try? await client.waitForAdvertisedDevice(address: device, timeout: Recovery.reappearTimeout)
+            }
             return .uncharged(.adapter)
         case .gone, .other:
             return .charged(judgement.failureClass)
