@@ -76,9 +76,11 @@ public actor Bench {
     /// The adapter asked for (`--adapter`), or nil for all of them.
     public nonisolated let adapterName: String?
     private var discoveryUsers = 0
-    /// The beacons the last scan heard (adverts since its discovery began):
-    /// what a selection after a scan chooses from. Nil before any scan.
-    private var lastScanHeard: Set<String>?
+    /// Whether this bench has discovered (a scan, `scan on`): from then on a
+    /// selection chooses among the beacons this client heard, never a
+    /// device object bluetoothd kept from before (docs/reliability.md,
+    /// presence).
+    private var discovered = false
     /// How long `select` discovers to find a MAC ending not seen yet.
     public var endingSearch: Duration = .seconds(10)
     /// How long a run or a watch looks for a device bluetoothd does not
@@ -224,9 +226,7 @@ public actor Bench {
             beacons.filter { beacon in rssiFloor.map { (beacon.rssi ?? -128) >= $0 } ?? true }
         }
         if try await !discoverOrRecover(seconds: seconds, rssiFloor: rssiFloor) {
-            let found = await heard()
-            lastScanHeard = Set(found.map(\.address))
-            return floor(found)
+            return floor(await heard())
         }
         var reported = Set<String>()
         let deadline = ContinuousClock.now + .milliseconds(Int64(seconds * 1000))
@@ -269,20 +269,20 @@ public actor Bench {
                         + " (\(RecoveryCoordinator.clock(wentAt))) and did not return within"
                         + " \(Int(Recovery.adapterReturnTimeout.components.seconds)) s")
             }
-            guard again else {
-                let found = await heard()
-                lastScanHeard = Set(found.map(\.address))
-                return found
-            }
+            guard again else { return await heard() }
             return try await scan(seconds: seconds, rssiFloor: rssiFloor, again: false, onFound: onFound)
         }
         // What was heard, read before discovery stops (then nothing is
         // "since discovery began" any more).
         let found = await heard()
-        lastScanHeard = Set(found.map(\.address))
         // Stopped even when the scan was cancelled (Ctrl-C).
         try await Task { try await self.endDiscovery() }.value
         return floor(found)
+    }
+
+    /// The SBeacons this client ever heard (an advert), or connected.
+    func everHeard() async -> [SeenBeacon] {
+        await beacons { $0.connected || $0.lastHeard != nil }
     }
 
     /// The SBeacons heard since this client's discovery began on their
@@ -389,6 +389,7 @@ public actor Bench {
     /// that vanished for a moment is found again, and BlueZ does not drop
     /// the devices it found while it runs.
     public func beginDiscovery(rssiFloor: Int16? = nil, everyAdvert: Bool = true) async throws {
+        discovered = true
         discoveryUsers += 1
         // A fleet run joining a scan keeps the scan's filter.
         guard discoveryUsers == 1 || everyAdvert else { return }
@@ -467,8 +468,8 @@ public actor Bench {
     /// even when not (yet) seen; everything else is judged from the adverts
     /// and, where they are silent, from the inventory.
     public func select(_ selectors: [DeviceSelector]) async throws -> [String] {
-        // After a scan: what it heard, never a cached object it did not.
-        var seen = await seen().filter { lastScanHeard?.contains($0.address) ?? true }
+        // After discovering: what this client heard, never a cached object.
+        var seen = discovered ? await everHeard() : await seen()
         // A MAC ending not seen yet: discover for a while to find it.
         let endings = selectors.compactMap { selector -> String? in
             if case .macEnding(let ending) = selector { return ending.lowercased() }
