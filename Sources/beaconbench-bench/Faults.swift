@@ -81,7 +81,8 @@ func faultModes(count: Int) -> [FaultMode] {
             plan: plan([replug])),
         FaultMode(
             name: "5 shift-gatt",
-            summary: "GATT handles +16 on beacons \(spread(count, first: 5, step: 10)) after the config write, link dropped",
+            summary:
+                "GATT handles +16 on beacons \(spread(count, first: 5, step: 10)) after the config write, link dropped",
             plan: plan(shift)),
         FaultMode(
             name: "6 busy-while-discovering", summary: "every Connect InProgress while discovery runs",
@@ -211,7 +212,7 @@ func faultRun(
     await connection.close()
     let fired =
         (try? JSONSerialization.jsonObject(with: Data((firedReply.body.first?.string ?? "{}").utf8))
-            as? [String: Any])?["fired"] as? [String: Int] ?? [:]
+        as? [String: Any])?["fired"] as? [String: Int] ?? [:]
     // The plan's rules of one kind summed: stale-3, stale-23 … → stale.
     var firedKinds: [String: Int] = [:]
     for (rule, times) in fired {
@@ -286,7 +287,9 @@ func faultsBenchmark(count: Int, runs: Int, modes only: [String]? = nil) async t
 
 func printFaults(_ report: FaultsReport) {
     print("machine: \(report.machine)")
-    print("provision-new over \(report.count) new beacons, realistic radio, 1 adapter, scan 3 s; ratio = wall / fault-free wall")
+    print(
+        "provision-new over \(report.count) new beacons, realistic radio, 1 adapter, scan 3 s; ratio = wall / fault-free wall"
+    )
     let header = [
         "mode", "run", "wall s", "fleet s", "ratio", "changed", "skipped", "failed", "recoveries", "RemoveDevice",
         "power cycles",
@@ -297,13 +300,16 @@ func printFaults(_ report: FaultsReport) {
             run.mode, String(run.attempt), format(run.commandSeconds), format(run.fleetSeconds),
             run.ratio.map { format($0, 2) } ?? "-", String(run.changed), String(run.skipped), String(run.failed),
             run.recoveries.isEmpty
-                ? "-" : run.recoveries.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "),
+                ? "-"
+                : run.recoveries.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "),
             String(run.removeDevice), String(run.powerCycles),
         ])
     }
     let widths = header.indices.map { column in table.map { $0[column].count }.max() ?? 0 }
     for row in table {
-        print(row.indices.map { row[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(separator: "  "))
+        print(
+            row.indices.map { row[$0].padding(toLength: widths[$0], withPad: " ", startingAt: 0) }.joined(
+                separator: "  "))
     }
     print()
     for run in report.runs {

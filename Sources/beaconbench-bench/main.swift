@@ -177,7 +177,9 @@ func format(_ value: Double, _ digits: Int = 1) -> String { String(format: "%.\(
 
 /// Everything, one table. `quick` leaves out the 500-beacon realistic runs
 /// and the 100-beacon run at concurrency 1 (about 20 minutes between them).
-func allBenchmarks(quick: Bool, seconds: Double, peers: PeerOptions, faults: (count: Int, runs: Int)) async throws
+func allBenchmarks(
+    quick: Bool, seconds: Double, peers: PeerOptions, faults: (count: Int, runs: Int)
+) async throws
     -> Report
 {
     var report = Report(machine: machineDescription(), date: ISO8601DateFormatter().string(from: Date()))
