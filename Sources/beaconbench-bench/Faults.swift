@@ -273,6 +273,15 @@ func faultsBenchmark(count: Int, runs: Int, modes only: [String]? = nil) async t
                 baselineFailed = Set(result.failedDevices)
             }
             let converged = result.converged
+            // Each run as it ends: a long matrix stopped part way keeps what it measured.
+            let recovered = result.recoveries.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }
+            FileHandle.standardError.write(
+                Data(
+                    ("… faults: \(mode.name) run \(attempt): wall \(format(result.commandSeconds)) s, fleet "
+                        + "\(format(result.fleetSeconds)) s, ratio \(result.ratio.map { format($0, 2) } ?? "-"), "
+                        + "\(result.changed)/\(result.skipped)/\(result.failed) changed/skipped/failed, recoveries "
+                        + "[\(recovered.joined(separator: ", "))], RemoveDevice \(result.removeDevice), power cycles "
+                        + "\(result.powerCycles)\n").utf8))
             if !converged {
                 FileHandle.standardError.write(
                     Data("… faults: \(mode.name) did not converge (failed \(result.failed)); one rerun\n".utf8))
