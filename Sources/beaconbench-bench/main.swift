@@ -2,7 +2,8 @@
 // `scripts/bench` (release build). Each scenario starts its own private
 // dbus-daemon; nothing touches the machine's buses.
 //
-//   beaconbench-bench all|dbus|inventory|sync|peers [--quick] [--seconds S] [--json FILE]
+//   beaconbench-bench all|dbus|inventory|sync|peers|faults [--quick] [--seconds S] [--json FILE]
+//       faults: [--count N] [--runs R] [--mode NAME]…  (issue 26's modes against no faults; Faults.swift)
 //       peers: [--count N] [--listen-count N] [--listen-seconds S] [--runs N] [--vanish-count N]
 //       (beaconbench beside bleak 3.1 and bluetoothctl; Peers.swift)
 //   beaconbench-bench inventory-writer PATH   (the crash-safety test's writer)
@@ -160,6 +161,7 @@ struct Report: Codable {
     var inventory: [Measurement] = []
     var sync: SyncResult?
     var peers: PeersResult?
+    var faults: FaultsReport?
 }
 
 func machineDescription() -> String {
@@ -175,7 +177,11 @@ func format(_ value: Double, _ digits: Int = 1) -> String { String(format: "%.\(
 
 /// Everything, one table. `quick` leaves out the 500-beacon realistic runs
 /// and the 100-beacon run at concurrency 1 (about 20 minutes between them).
-func allBenchmarks(quick: Bool, seconds: Double, peers: PeerOptions) async throws -> Report {
+func allBenchmarks(
+    quick: Bool, seconds: Double, peers: PeerOptions, faults: (count: Int, runs: Int)
+) async throws
+    -> Report
+{
     var report = Report(machine: machineDescription(), date: ISO8601DateFormatter().string(from: Date()))
     func log(_ text: String) { FileHandle.standardError.write(Data("… \(text)\n".utf8)) }
 
@@ -241,6 +247,11 @@ func allBenchmarks(quick: Bool, seconds: Double, peers: PeerOptions) async throw
         report.rows.append(Row(scenario: "peers (bleak, bluetoothctl)", value: "skipped: \(error)", goal: "-"))
     }
 
+    // 9. Provisioning under each failure mode of issue 26, against no faults.
+    let faultReport = try await faultsBenchmark(count: faults.count, runs: faults.runs)
+    report.faults = faultReport
+    report.rows += faultRows(faultReport)
+
     // 4. Inventory.
     log("inventory")
     report.inventory = try await inventoryBenchmark()
@@ -303,8 +314,12 @@ var durationSeconds = 3.0
 var jsonPath: String?
 var quick = false
 var peerOptions: PeerOptions?
+var faultCount: Int?
+var faultRuns: Int?
+var faultModeNames: [String]?
 let usage =
-    "usage: beaconbench-bench all|dbus|inventory|sync|peers [--quick] [--seconds S] [--json FILE]\n"
+    "usage: beaconbench-bench all|dbus|inventory|sync|peers|faults [--quick] [--seconds S] [--json FILE]\n"
+    + "       [--count N] [--runs R] [--mode NAME]…   (faults)\n"
     + "       [--count N] [--listen-count N] [--listen-seconds S] [--runs N] [--vanish-count N]   (peers)\n"
 func fail(_ message: String) -> Never {
     FileHandle.standardError.write(Data((message + "\n" + usage).utf8))
@@ -323,10 +338,20 @@ while !arguments.isEmpty {
         guard !arguments.isEmpty else { fail("--json wants a file") }
         jsonPath = arguments.removeFirst()
     case "--quick": quick = true
-    case "--count": peerOptions = (peerOptions ?? PeerOptions()).with { $0.count = Int(number()) }
+    case "--count":
+        let count = Int(number())
+        faultCount = count
+        peerOptions = (peerOptions ?? PeerOptions()).with { $0.count = count }
     case "--listen-count": peerOptions = (peerOptions ?? PeerOptions()).with { $0.listenCount = Int(number()) }
     case "--listen-seconds": peerOptions = (peerOptions ?? PeerOptions()).with { $0.listenSeconds = number() }
-    case "--runs": peerOptions = (peerOptions ?? PeerOptions()).with { $0.runs = Int(number()) }
+    case "--runs":
+        let runs = Int(number())
+        faultRuns = runs
+        peerOptions = (peerOptions ?? PeerOptions()).with { $0.runs = runs }
+    case "--mode":
+        guard let name = arguments.first else { fail("--mode wants a mode's name (e.g. \"1 stale\")") }
+        arguments.removeFirst()
+        faultModeNames = (faultModeNames ?? []) + [name]
     case "--vanish-count":
         // 0 leaves the check out.
         guard let text = arguments.first, let value = Int(text), value >= 0 else {
@@ -342,7 +367,8 @@ encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
 switch scenario {
 case "all":
     let report = try await allBenchmarks(
-        quick: quick, seconds: durationSeconds, peers: peerOptions ?? (quick ? .quick : PeerOptions()))
+        quick: quick, seconds: durationSeconds, peers: peerOptions ?? (quick ? .quick : PeerOptions()),
+        faults: (faultCount ?? 100, faultRuns ?? 1))
     print("machine: \(report.machine)")
     printRows(report.rows)
     print()
@@ -356,11 +382,19 @@ case "all":
                 + "\(run.connects) connects, \(run.requests) ATT requests, \(run.calibrations) calibrations")
     }
     if let peers = report.peers { printPeerDetails(peers) }
+    if let faults = report.faults {
+        print()
+        printFaults(faults)
+    }
     if let jsonPath { try encoder.encode(report).write(to: URL(fileURLWithPath: jsonPath)) }
 case "peers":
     let result = try await peersBenchmark(peerOptions ?? (quick ? .quick : PeerOptions()))
     printRows(peerRows(result))
     printPeerDetails(result)
+    if let jsonPath { try encoder.encode(result).write(to: URL(fileURLWithPath: jsonPath)) }
+case "faults":
+    let result = try await faultsBenchmark(count: faultCount ?? 100, runs: faultRuns ?? 1, modes: faultModeNames)
+    printFaults(result)
     if let jsonPath { try encoder.encode(result).write(to: URL(fileURLWithPath: jsonPath)) }
 case "sync":
     let result = try await syncBenchmark()
@@ -373,6 +407,6 @@ case "dbus", "inventory":
     if let jsonPath { try encoder.encode(results).write(to: URL(fileURLWithPath: jsonPath)) }
 default:
     FileHandle.standardError.write(
-        Data("error: unknown scenario '\(scenario)' (known: all, dbus, inventory, sync, peers)\n".utf8))
+        Data("error: unknown scenario '\(scenario)' (known: all, dbus, inventory, sync, peers, faults)\n".utf8))
     exit(1)
 }
