@@ -217,6 +217,17 @@ extension FaultPlan {
             if let uuid = target.characteristic, UUID(uuidString: uuid) == nil {
                 throw FaultPlanError("\(place).target.characteristic: '\(uuid)' is not a 128-bit UUID")
             }
+            // A rule on a characteristic the beacon does not have would never
+            // fire: a plan that tests nothing, silently.
+            if let uuid = target.characteristic,
+                !GattLayout.services.flatMap(\.characteristics).contains(where: {
+                    $0.uuid.rawValue.lowercased() == uuid.lowercased()
+                })
+            {
+                throw FaultPlanError(
+                    "\(place).target.characteristic: an SBeacon has no characteristic \(uuid)"
+                        + " (docs/simulator.md lists them)")
+            }
             if target.characteristic != nil,
                 ![.attRead, .attWrite, .writeLanded, .notify].contains(hook)
             {

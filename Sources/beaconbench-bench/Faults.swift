@@ -23,7 +23,7 @@ struct FaultMode: Sendable {
 }
 
 /// The characteristic the config write goes to (docs/simulator.md, mode 5).
-private let configCharacteristic = "53420201-0000-1000-8000-00805f9b34fb"
+private let configCharacteristic = "53420201-6561-636f-6e00-000000000000"
 
 /// Beacons at every `step` from `first` below `count`: 5 % (step 20) or
 /// 10 % (step 10) of the fleet.

@@ -65,7 +65,7 @@ struct FaultPlanTests {
     @Test func targetsAndConditionsNarrowWhatCounts() throws {
         var plan = try Self.plan(
             """
-            {"id": "b2", "hook": "att.write", "target": {"beacon": 2, "characteristic": "53420201-0000-1000-8000-00805F9B34FB"},
+            {"id": "b2", "hook": "att.write", "target": {"beacon": 2, "characteristic": "53420201-6561-636F-6E00-000000000000"},
              "trigger": {"nth": 1}, "action": {"kind": "fail"}},
             {"id": "addr", "hook": "connect.requested", "target": {"address": "c1:00:00:00:00:03"}, "trigger": {"nth": 1},
              "action": {"kind": "fail"}},
@@ -77,7 +77,7 @@ struct FaultPlanTests {
         var write = Self.beacon2
         write.characteristic = "53420202-0000-1000-8000-00805f9b34fb"
         #expect(plan.decide(.attWrite, write).isEmpty, "another characteristic")
-        write.characteristic = "53420201-0000-1000-8000-00805f9b34fb"
+        write.characteristic = "53420201-6561-636f-6e00-000000000000"
         #expect(plan.decide(.attWrite, write).map(\.rule) == ["b2"])
         #expect(plan.decide(.connectRequested, Self.beacon2).isEmpty)
         #expect(plan.decide(.connectRequested, Self.beacon3).map(\.rule) == ["addr"])
@@ -204,6 +204,10 @@ struct FaultPlanTests {
         (
             #"{"rules": [{"id": "x", "hook": "att.read", "trigger": {"nth": 1}, "action": {"kind": "stall", "ms": 5, "hold": "h"}}]}"#,
             #"rule "x".action.hold: only with "until": "released""#
+        ),
+        (
+            #"{"rules": [{"id": "x", "hook": "att.write", "target": {"characteristic": "53420201-0000-1000-8000-00805f9b34fb"}, "trigger": {"nth": 1}, "action": {"kind": "fail"}}]}"#,
+            #"rule "x".target.characteristic: an SBeacon has no characteristic 53420201-0000-1000-8000-00805f9b34fb"#
         ),
         ("{", "not valid JSON"),
     ])
