@@ -32,6 +32,22 @@ struct RecoveryTests {
             try JSONSerialization.jsonObject(with: Data((reply.body.first?.string ?? "").utf8)) as? [String: Any])
     }
 
+    /// provision-new under the bench's plan: exit 0, every line in shape,
+    /// nothing failed and `changed` devices changed.
+    @discardableResult
+    static func provisionConverges(
+        _ bench: ConsoleFixture, changed: Int, options: [String] = []
+    ) async throws -> ToolOutput {
+        let run = try await bench.beaconbench(
+            options + ["run", bench.batch("provision-new.batch"), "--json"], timeout: 300)
+        #expect(run.status == 0, "\(run.stderr)")
+        try checkShapes(run.stdout)
+        let summary = try #require(ConsoleFixture.summary(run.stdout), "\(run.stdout)")
+        #expect(summary["failed"] as? Int == 0, "\(summary)")
+        #expect(summary["changed"] as? Int == changed, "\(summary)")
+        return run
+    }
+
     /// Every line fits docs/json.md.
     static func checkShapes(_ stdout: String) throws {
         let kinds = try JSONShapeTests.documentedKinds()
@@ -47,12 +63,7 @@ struct RecoveryTests {
               "trigger": {"nth": 1}, "action": {"kind": "stale"}}]}
             """#
         try await Self.withPlan(plan, count: 5) { bench in
-            let run = try await bench.beaconbench(["run", bench.batch("provision-new.batch"), "--json"], timeout: 300)
-            #expect(run.status == 0, "\(run.stderr)")
-            try Self.checkShapes(run.stdout)
-            let summary = try #require(ConsoleFixture.summary(run.stdout), "\(run.stdout)")
-            #expect(summary["failed"] as? Int == 0, "\(summary)")
-            #expect(summary["changed"] as? Int == 3, "\(summary)")
+            let run = try await Self.provisionConverges(bench, changed: 3)
             let recoveries = ConsoleFixture.jsonLines(run.stdout, kind: "recovery")
             #expect(recoveries.count == 1, "\(recoveries)")
             #expect(recoveries.first?["action"] as? String == "remove-device")
@@ -76,13 +87,7 @@ struct RecoveryTests {
     @Test func nineBeaconsOnATwoSlotAdapterConvergeAtConcurrencyTwo() async throws {
         let plan = #"{"adapters": [{"index": 0, "slots": 2, "slotFailure": "abort"}], "rules": []}"#
         try await Self.withPlan(plan, count: 11) { bench in
-            let run = try await bench.beaconbench(
-                ["--concurrency", "5", "run", bench.batch("provision-new.batch"), "--json"], timeout: 300)
-            #expect(run.status == 0, "\(run.stderr)")
-            try Self.checkShapes(run.stdout)
-            let summary = try #require(ConsoleFixture.summary(run.stdout), "\(run.stdout)")
-            #expect(summary["failed"] as? Int == 0, "\(summary)")
-            #expect(summary["changed"] as? Int == 9, "\(summary)")
+            let run = try await Self.provisionConverges(bench, changed: 9, options: ["--concurrency", "5"])
             let recoveries = ConsoleFixture.jsonLines(run.stdout, kind: "recovery")
             let lowered = recoveries.filter { $0["action"] as? String == "concurrency" }
             #expect(lowered.count == 1, "\(recoveries)")
@@ -100,12 +105,7 @@ struct RecoveryTests {
 
     @Test func anAdapterWedgedAtTheScanIsPowerCycledOnceAndTheBatchConverges() async throws {
         try await Self.withPlan(Self.wedgeAtTheFirstScan, count: 5) { bench in
-            let run = try await bench.beaconbench(["run", bench.batch("provision-new.batch"), "--json"], timeout: 300)
-            #expect(run.status == 0, "\(run.stderr)")
-            try Self.checkShapes(run.stdout)
-            let summary = try #require(ConsoleFixture.summary(run.stdout), "\(run.stdout)")
-            #expect(summary["failed"] as? Int == 0, "\(summary)")
-            #expect(summary["changed"] as? Int == 3, "\(summary)")
+            let run = try await Self.provisionConverges(bench, changed: 3)
             let recoveries = ConsoleFixture.jsonLines(run.stdout, kind: "recovery")
             #expect(recoveries.map { $0["action"] as? String } == ["power-cycle"], "\(recoveries)")
             let counters = try await Self.counters(bench)
@@ -133,12 +133,7 @@ struct RecoveryTests {
               "trigger": {"nth": 1}, "action": {"kind": "replug", "goneMs": 1500, "newIndex": "next"}}]}
             """#
         try await Self.withPlan(plan, count: 6) { bench in
-            let run = try await bench.beaconbench(["run", bench.batch("provision-new.batch"), "--json"], timeout: 300)
-            #expect(run.status == 0, "\(run.stderr)")
-            try Self.checkShapes(run.stdout)
-            let summary = try #require(ConsoleFixture.summary(run.stdout), "\(run.stdout)")
-            #expect(summary["failed"] as? Int == 0, "\(summary)")
-            #expect(summary["changed"] as? Int == 4, "\(summary)")
+            let run = try await Self.provisionConverges(bench, changed: 4)
             let follows = ConsoleFixture.jsonLines(run.stdout, kind: "recovery").filter {
                 $0["action"] as? String == "follow-adapter"
             }
@@ -169,11 +164,7 @@ struct RecoveryTests {
               "action": {"kind": "replug", "goneMs": 3000, "newIndex": "next"}}]}
             """#
         try await Self.withPlan(plan, count: 4) { bench in
-            let run = try await bench.beaconbench(["run", bench.batch("provision-new.batch"), "--json"], timeout: 300)
-            #expect(run.status == 0, "\(run.stderr)")
-            let summary = try #require(ConsoleFixture.summary(run.stdout), "\(run.stdout) \(run.stderr)")
-            #expect(summary["changed"] as? Int == 2, "\(summary)")
-            #expect(summary["failed"] as? Int == 0, "\(summary)")
+            try await Self.provisionConverges(bench, changed: 2)
         }
     }
 
