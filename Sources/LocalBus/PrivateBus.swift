@@ -27,19 +27,64 @@ public final class PrivateBus: CleanUp.Stoppable {
 
     /// Makes the directory and configuration and spawns the daemon (not
     /// waiting for it).
+    /// The read end of the pipe on which the daemon prints its address
+    /// once it is ready (`--print-address=3`); closed by `start`.
+    private let readiness: Int32
+
     private init(daemonPath: String) throws {
         directory = try Self.makePrivateDirectory()
         address = "unix:path=\(directory)/bus"
         let configPath = directory + "/bus.conf"
+        var ends: [Int32] = [-1, -1]
         do {
             try Self.writePrivateFile(
                 configPath, Self.configuration(socketPath: directory + "/bus", user: getuid()))
+            guard pipe(&ends) == 0 else {
+                throw LocalBusError("cannot make a pipe for dbus-daemon: \(String(cString: strerror(errno)))")
+            }
+            // Neither end leaks into other children (spawn's dup2 onto 3
+            // gives the daemon its own, without the flag).
+            for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
             daemon = try ChildProcess(
-                daemonPath, ["--config-file=\(configPath)", "--nofork", "--nopidfile", "--nosyslog"])
+                daemonPath,
+                ["--config-file=\(configPath)", "--nofork", "--nopidfile", "--nosyslog", "--print-address=3"],
+                descriptor: ends[1])
+            close(ends[1])
+            readiness = ends[0]
         } catch {
+            for end in ends where end >= 0 { close(end) }
             try? FileManager.default.removeItem(atPath: directory)
             throw error
         }
+    }
+
+    /// Waits until the daemon prints its address (it has made, listened on
+    /// and set the mode of its socket, and is ready): a line on the pipe.
+    /// - Returns: what it printed, or nil if it did not within `timeout`
+    ///   or closed the pipe first (it exited).
+    private func readAddressLine(timeout: Duration) -> String? {
+        defer { close(readiness) }
+        var line: [UInt8] = []
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            var descriptor = pollfd(fd: readiness, events: Int16(POLLIN), revents: 0)
+            let left = deadline - ContinuousClock.now
+            let milliseconds = Int32(max(1, min(1000, left.components.seconds * 1000 + 1)))
+            let ready = poll(&descriptor, 1, milliseconds)
+            if ready < 0, errno == EINTR { continue }
+            guard ready >= 0 else { return nil }
+            if ready == 0 { continue }
+            var buffer = [UInt8](repeating: 0, count: 512)
+            let count = buffer.withUnsafeMutableBytes { read(readiness, $0.baseAddress, $0.count) }
+            if count < 0, errno == EINTR { continue }
+            guard count > 0 else { return nil }
+            line += buffer[..<count]
+            if let end = line.firstIndex(of: UInt8(ascii: "\n")) {
+                return String(decoding: line[..<end], as: UTF8.self)
+            }
+            guard line.count < 4096 else { return nil }
+        }
+        return nil
     }
 
     deinit { stop() }
@@ -93,17 +138,22 @@ public final class PrivateBus: CleanUp.Stoppable {
             throw LocalBusError("dbus-daemon is not installed (apt-get install dbus-daemon)")
         }
         let bus = try CleanUp.register { try PrivateBus(daemonPath: daemonPath) }
-        let deadline = Date().addingTimeInterval(10)
-        while !acceptsConnections(bus.socketPath) {
-            guard bus.daemon.isRunning, Date() < deadline else {
-                bus.stop()
-                throw LocalBusError("dbus-daemon did not listen on \(bus.socketPath) within 10 s")
-            }
-            usleep(2_000)
+        // Ready when dbus-daemon says so (--print-address, after it listened
+        // and set its socket's mode 0777), not when a connect first works:
+        // a chmod of ours before its own would be undone (the socket was
+        // found 0777 after a test: issue 27). A generous cap: 60 s.
+        guard let printed = bus.readAddressLine(timeout: .seconds(60)), printed.contains(bus.socketPath),
+            acceptsConnections(bus.socketPath)
+        else {
+            bus.stop()
+            throw LocalBusError("dbus-daemon did not say it was ready on \(bus.socketPath) within 60 s")
         }
-        // The daemon made its socket under our umask; the directory, 0700,
-        // kept it private meanwhile.
-        chmod(bus.socketPath, 0o600)
+        // The daemon made its socket 0777; the directory, 0700, kept it
+        // private meanwhile.
+        guard chmod(bus.socketPath, 0o600) == 0 else {
+            bus.stop()
+            throw LocalBusError("cannot make \(bus.socketPath) private: \(String(cString: strerror(errno)))")
+        }
         return bus
     }
 
