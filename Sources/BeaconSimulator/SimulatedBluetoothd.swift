@@ -18,10 +18,16 @@ import SBeaconProtocol
 /// - `FaultHooks.swift`: asking the fault plan at each hook, holds;
 /// - `ControlInterface.swift`, `ControlWaits.swift`: the control interface;
 /// - `FaultPlan.swift`, `FaultPlanJSON.swift`: the fault plan, a pure value.
+///
+/// The actor runs on its bus connection's own thread (its executor is the
+/// connection's), never on Swift's cooperative pool: a simulator in a
+/// test process keeps answering while other tests block pool threads,
+/// and its adverts, timers and replies go out in order without a hop.
 public actor SimulatedBluetoothd {
     public static let busName: BusName = "org.bluez"
 
     let bus: BusConnection
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { bus.executor }
     let options: SimulatorOptions
     var beacons: [String: BeaconFirmware] = [:]
     var beaconOrder: [String] = []
