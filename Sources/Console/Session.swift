@@ -254,7 +254,7 @@ public actor Session {
         }
         if let bench { await bench.close() }
         bench = nil
-        simulator?.stop()
+        await simulator?.stop()
         simulator = nil
     }
 

@@ -14,6 +14,7 @@ public final class LocalPostgres: Sendable {
     public var url: String { "postgresql:///postgres?host=\(directory)&port=\(port)&user=bench" }
 
     /// Creates the cluster (not started). `port` only names the socket file.
+    @available(*, noasync, message: "initdb blocks its thread: use `await LocalPostgres.create(port:)`")
     public init(port: Int = 54_329) throws {
         self.port = port
         directory = FileManager.default.temporaryDirectory.appendingPathComponent("pg-\(UUID().uuidString)").path

@@ -47,6 +47,7 @@ public func runTool(
 }
 
 /// `runTool`, blocking the calling thread.
+@available(*, noasync, message: "blocks its thread: use `await runTool`")
 public func runToolBlocking(
     _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
     stdin: String? = nil, timeout: TimeInterval = 60
@@ -128,4 +129,10 @@ public final class Watchdog: @unchecked Sendable {
         condition.signal()
         condition.unlock()
     }
+}
+
+/// `umount PATH`, blocking (umount returns at once): for a `defer`, where
+/// no `await` is possible.
+public func unmount(_ path: String) {
+    _ = try? runToolBlocking("/bin/umount", [path], timeout: 30)
 }

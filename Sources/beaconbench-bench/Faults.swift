@@ -154,7 +154,7 @@ func faultRun(
         try plan.write(toFile: path, atomically: true, encoding: .utf8)
         options += ["--fault-plan", path]
     }
-    let simulator = try SimulatorProcess.start(executable: try sibling("beaconbench-sim"), arguments: options)
+    let simulator = try await SimulatorProcess.start(executable: try sibling("beaconbench-sim"), arguments: options)
     defer { simulator.stop() }
 
     let inventoryPath = directory + "/inventory.sqlite"
@@ -166,7 +166,7 @@ func faultRun(
     let started = ContinuousClock.now
     let child = try ChildProcess(
         try sibling("beaconbench"), arguments, standardOutput: directory + "/stdout.txt", standardError: errorPath)
-    let (status, _) = child.waitForExit()
+    let (status, _) = await child.waitForExit()
     let wall = seconds(ContinuousClock.now - started)
     let output = (try? String(contentsOfFile: directory + "/stdout.txt", encoding: .utf8)) ?? ""
     let errors = (try? String(contentsOfFile: errorPath, encoding: .utf8)) ?? ""

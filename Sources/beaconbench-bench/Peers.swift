@@ -175,7 +175,7 @@ func peerProvisioning(count: Int, runs: Int, python: String) async throws -> Pee
             defer { try? FileManager.default.removeItem(atPath: directory) }
             // The same fleet for both (seed 1); the temporary timeout raised
             // so that the bleak script's devices stay after its scan stops.
-            let simulator = try SimulatorProcess.start(
+            let simulator = try await SimulatorProcess.start(
                 executable: try sibling("beaconbench-sim"),
                 arguments: ["--count", String(count), "--fresh", "--latency", "none", "--temporary-timeout", "600"])
             defer { simulator.stop() }
@@ -241,7 +241,7 @@ func peerProvisioning(count: Int, runs: Int, python: String) async throws -> Pee
 func peerVanishing(count: Int, python: String) async throws -> PeerVanishing {
     let directory = try scratchDirectory()
     defer { try? FileManager.default.removeItem(atPath: directory) }
-    let simulator = try SimulatorProcess.start(
+    let simulator = try await SimulatorProcess.start(
         executable: try sibling("beaconbench-sim"),
         arguments: ["--count", String(count), "--fresh", "--latency", "realistic"])
     defer { simulator.stop() }
@@ -266,7 +266,7 @@ func listenOnce(
 {
     let directory = try scratchDirectory()
     defer { try? FileManager.default.removeItem(atPath: directory) }
-    let simulator = try SimulatorProcess.start(
+    let simulator = try await SimulatorProcess.start(
         executable: try sibling("beaconbench-sim"),
         arguments: ["--count", String(count), "--latency", "none", "--advert-ms", String(advertMilliseconds)])
     defer { simulator.stop() }
@@ -343,7 +343,7 @@ func peerListening(
 func peerStartup(runs: Int) async throws -> PeerStartup {
     let directory = try scratchDirectory()
     defer { try? FileManager.default.removeItem(atPath: directory) }
-    let simulator = try SimulatorProcess.start(
+    let simulator = try await SimulatorProcess.start(
         executable: try sibling("beaconbench-sim"), arguments: ["--count", "10"])
     defer { simulator.stop() }
     let beaconbench = try sibling("beaconbench")

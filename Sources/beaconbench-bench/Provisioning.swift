@@ -100,7 +100,7 @@ func provisioningRun(
 ) async throws -> ProvisioningResult {
     let directory = try scratchDirectory()
     defer { try? FileManager.default.removeItem(atPath: directory) }
-    let simulator = try SimulatorProcess.start(
+    let simulator = try await SimulatorProcess.start(
         executable: try sibling("beaconbench-sim"),
         arguments: ["--count", String(count), "--fresh", "--adapters", String(adapters), "--latency", latency])
     defer { simulator.stop() }
@@ -161,7 +161,7 @@ struct PassiveAuditResult: Codable {
 func passiveAuditRun(count: Int) async throws -> PassiveAuditResult {
     let directory = try scratchDirectory()
     defer { try? FileManager.default.removeItem(atPath: directory) }
-    let simulator = try SimulatorProcess.start(
+    let simulator = try await SimulatorProcess.start(
         executable: try sibling("beaconbench-sim"), arguments: ["--count", String(count), "--latency", "realistic"])
     defer { simulator.stop() }
     let batch = directory + "/passive.batch"

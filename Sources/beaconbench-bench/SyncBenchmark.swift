@@ -30,9 +30,9 @@ struct SyncResult: Codable {
 func syncBenchmark(outcomes: Int = 1_000_000, devices: Int = 100_000) async throws -> SyncResult {
     let profiles = try shippedProfiles()
     func log(_ text: String) { FileHandle.standardError.write(Data("… \(text)\n".utf8)) }
-    let server = try LocalPostgres(port: 54_330)
+    let server = try await LocalPostgres.create(port: 54_330)
     defer { server.remove() }
-    try server.start()
+    try await server.start()
     let directory = try scratchDirectory()
     defer { try? FileManager.default.removeItem(atPath: directory) }
 

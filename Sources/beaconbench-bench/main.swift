@@ -52,7 +52,7 @@ func measureRoundTrips(
 }
 
 func dbusBenchmark(seconds: Double) async throws -> [Measurement] {
-    let bus = try PrivateBus.start()
+    let bus = try await PrivateBus.start()
     defer { bus.stop() }
     let server = try await BusConnection.connect(.address(bus.address))
     let client = try await BusConnection.connect(.address(bus.address))

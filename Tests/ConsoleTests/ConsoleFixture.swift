@@ -19,17 +19,28 @@ struct ConsoleFixture {
         .deletingLastPathComponent().path
 
     /// Starts the simulator with `simulatorArguments` (none: no simulator).
-    static func start(_ simulatorArguments: [String]?) throws -> ConsoleFixture {
+    /// (Waits for the simulator's ready line on a thread of its own: see
+    /// LocalBus/OffPool.swift.)
+    static func start(_ simulatorArguments: [String]?) async throws -> ConsoleFixture {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
             "beaconbench-console-\(UUID().uuidString)"
         ).path
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        let simulator = try simulatorArguments.map {
-            try SimulatorProcess.start(executable: builtProduct("beaconbench-sim"), arguments: $0)
+        var simulator: SimulatorProcess?
+        if let simulatorArguments {
+            simulator = try await SimulatorProcess.start(
+                executable: builtProduct("beaconbench-sim"), arguments: simulatorArguments)
         }
         return ConsoleFixture(simulator: simulator, directory: directory)
     }
 
+    func stop() async {
+        await simulator?.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// `stop()` blocking its thread (briefly: SIGTERM, the simulator saves
+    /// and exits), for a `defer`, where no `await` is possible.
     func stop() {
         simulator?.stop()
         try? FileManager.default.removeItem(atPath: directory)
@@ -133,5 +144,5 @@ func withNewFleet(
     defer { try? FileManager.default.removeItem(atPath: scratch) }
     let fleet = try ConsoleFixture.newFleet(numbers: numbers, in: scratch)
     try await withResource(
-        { try ConsoleFixture.start(["--fleet", fleet] + simulatorOptions) }, stop: { $0.stop() }, body)
+        { try await ConsoleFixture.start(["--fleet", fleet] + simulatorOptions) }, stop: { await $0.stop() }, body)
 }

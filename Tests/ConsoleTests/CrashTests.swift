@@ -34,7 +34,7 @@ struct CrashTests {
 
     @Test func bluetoothdRestartingMidRunIsSurvived() async throws {
         let simulator = ["--count", "30", "--fresh", "--seed", "31"] + Self.brisk
-        try await withResource({ try ConsoleFixture.start(simulator) }, stop: { $0.stop() }) { bench in
+        try await withResource({ try await ConsoleFixture.start(simulator) }, stop: { await $0.stop() }) { bench in
             async let run = bench.beaconbench(
                 ["--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s"], timeout: 300)
             // Restart once the run is writing beacons.
@@ -62,7 +62,7 @@ struct CrashTests {
 
     @Test func killedAt20RandomMomentsTheInventoryStaysWholeAndTrue() async throws {
         let simulator = ["--count", "50", "--fresh", "--seed", "41"] + Self.brisk
-        try await withResource({ try ConsoleFixture.start(simulator) }, stop: { $0.stop() }) { bench in
+        try await withResource({ try await ConsoleFixture.start(simulator) }, stop: { await $0.stop() }) { bench in
             var random = SystemRandomNumberGenerator()
             let arguments = [
                 "--bus", bench.busAddress, "--inventory", bench.inventoryPath, "run",
@@ -92,7 +92,7 @@ struct CrashTests {
                     try await Task.sleep(for: .milliseconds(Int.random(in: 300...2500, using: &random)))
                 }
                 Glibc.kill(child.pid, SIGKILL)
-                let (status, _) = child.waitForExit()
+                let (status, _) = await child.waitForExit()
                 let wasKilled = status & 0x7f == SIGKILL
 
                 // Whole: SQLite's own check.

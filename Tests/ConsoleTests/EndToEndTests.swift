@@ -177,7 +177,7 @@ struct EndToEndTests {
     }
 
     @Test func badProfilesAndArgumentsExit1() async throws {
-        let bench = try ConsoleFixture.start(nil)
+        let bench = try await ConsoleFixture.start(nil)
         defer { bench.stop() }
         let profiles = bench.directory + "/profiles"
         try FileManager.default.createDirectory(atPath: profiles, withIntermediateDirectories: true)
@@ -203,7 +203,7 @@ struct EndToEndTests {
 
     @Test func exitStatusesZeroToThree() async throws {
         // 0: all well.
-        let none = try ConsoleFixture.start(nil)
+        let none = try await ConsoleFixture.start(nil)
         defer { none.stop() }
         #expect(try await none.beaconbench(["profiles", "list"]).status == 0)
         #expect(try await none.beaconbench(["--version"]).stdout.hasPrefix("beaconbench "))
@@ -212,7 +212,7 @@ struct EndToEndTests {
         // 3: no bus at that address; a bus without bluetoothd; an unusable inventory.
         let noBus = try await none.beaconbench(["scan", "1s"])
         #expect(noBus.status == 3, "\(noBus.stderr)")
-        let bus = try PrivateBus.start()
+        let bus = try await PrivateBus.start()
         defer { bus.stop() }
         let noBluetoothd = try await runTool(
             builtProduct("beaconbench"), ["--bus", bus.address, "--inventory", none.inventoryPath, "scan", "1s"],

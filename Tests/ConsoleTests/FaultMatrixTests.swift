@@ -57,7 +57,7 @@ struct FaultMatrixTests {
     /// provision-new over the fleet, then reruns, checking convergence;
     /// every failure message carries `label`.
     static func provision(_ simulator: [String], label faults: String) async throws {
-        try await withResource({ try ConsoleFixture.start(simulator) }, stop: { $0.stop() }) { bench in
+        try await withResource({ try await ConsoleFixture.start(simulator) }, stop: { await $0.stop() }) { bench in
             let started = ContinuousClock.now
             var runs: [[String: [String: Any]]] = []
             // The first run, then reruns of what is still new or half done.

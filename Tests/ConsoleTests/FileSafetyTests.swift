@@ -123,7 +123,7 @@ struct FileSafetyTests {
     /// the inventory is unusable (exit 3), a message naming the path,
     /// nothing created.
     @Test func aLinkThatLeadsNowhereIsRefusedAndNothingIsMade() async throws {
-        try await withResource({ try ConsoleFixture.start(nil) }, stop: { $0.stop() }) { bench in
+        try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { bench in
             let place = bench.directory + "/place"
             try FileManager.default.createDirectory(atPath: place, withIntermediateDirectories: true)
             let dangling = place + "/inventory.sqlite"
@@ -193,7 +193,7 @@ struct FileSafetyTests {
     /// A history that is a link, or (as root) a file of another user: a
     /// warning, no history kept, the file untouched (content and mode).
     @Test func aHistoryThatIsNotTheToolsOwnIsLeftAlone() async throws {
-        try await withResource({ try ConsoleFixture.start(nil) }, stop: { $0.stop() }) { bench in
+        try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { bench in
             let directory = bench.directory + "/state/beaconbench"
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             let history = directory + "/history"
@@ -239,7 +239,8 @@ struct FileSafetyTests {
         try FileManager.default.createDirectory(atPath: scratch, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let fleet = try Self.goodFleet(count: 2, in: scratch)
-        try await withResource({ try ConsoleFixture.start(["--fleet", fleet]) }, stop: { $0.stop() }) { bench in
+        try await withResource({ try await ConsoleFixture.start(["--fleet", fleet]) }, stop: { await $0.stop() }) {
+            bench in
             let provision = try await bench.beaconbench(
                 ["run", bench.batch("provision-new.batch"), "--set", "profile=van", "--set", "scan=2s"])
             #expect(provision.status == 0, "\(provision.stderr.suffix(2000))")
@@ -293,7 +294,7 @@ struct FileSafetyTests {
             try FileManager.default.createDirectory(atPath: mount, withIntermediateDirectories: true)
             let bound = try await runTool("/bin/mount", ["--bind", shelf, mount])
             try #require(bound.status == 0, "\(bound.stderr)")
-            defer { _ = try? runToolBlocking("/bin/umount", [mount]) }
+            defer { unmount(mount) }
             let readOnly = try await runTool("/bin/mount", ["-o", "remount,bind,ro", mount])
             try #require(readOnly.status == 0, "\(readOnly.stderr)")
             try await readsAll("root, read-only mount", mount + "/inventory.sqlite", nobody: false)
@@ -368,7 +369,7 @@ struct FileSafetyTests {
     /// with one warning, and gone from /proc/PID/cmdline while the sync
     /// still runs (tries again for about 7 s); never printed.
     @Test func aPasswordOnTheCommandLineIsScrubbedAtOnce() async throws {
-        try await withResource({ try ConsoleFixture.start(nil) }, stop: { $0.stop() }) { bench in
+        try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { bench in
             let errors = bench.directory + "/stderr"
             let child = try ChildProcess(
                 builtProduct("beaconbench"),
@@ -405,7 +406,7 @@ struct FileSafetyTests {
     /// kept in the history with `***`; a password an older beaconbench
     /// wrote there is replaced when the history is read.
     @Test func theHistoryKeepsNoPassword() async throws {
-        try await withResource({ try ConsoleFixture.start(nil) }, stop: { $0.stop() }) { bench in
+        try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { bench in
             let directory = bench.directory + "/state/beaconbench"
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             let history = directory + "/history"

@@ -11,7 +11,7 @@ import Testing
 @Suite("a hostile bluetoothd")
 struct HostileBluezTests {
     @Test func everyCommandEndsWithAReason() async throws {
-        let bus = try PrivateBus.start()
+        let bus = try await PrivateBus.start()
         defer { bus.stop() }
         let output = bus.directory + "/peer.out"
         let peer = try ChildProcess(
@@ -22,7 +22,7 @@ struct HostileBluezTests {
             if (try? String(contentsOfFile: output, encoding: .utf8))?.contains("ready") == true { break }
             try await Task.sleep(for: .milliseconds(25))
         }
-        let fixture = try ConsoleFixture.start(nil)
+        let fixture = try await ConsoleFixture.start(nil)
         defer { fixture.stop() }
         func run(_ arguments: [String]) async throws -> ToolOutput {
             try await runTool(

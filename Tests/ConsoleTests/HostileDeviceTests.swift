@@ -64,7 +64,7 @@ struct HostileDeviceTests {
     }
 
     @Test func nothingTheBeaconsSayReachesTheTerminalRaw() async throws {
-        let bench = try ConsoleFixture.start(["--fleet", Self.fleet])
+        let bench = try await ConsoleFixture.start(["--fleet", Self.fleet])
         defer { bench.stop() }
 
         let provision = try await onScreen(bench, ["run", bench.batch("provision-new.batch")])
@@ -112,7 +112,7 @@ struct HostileDeviceTests {
     }
 
     @Test func theCSVHoldsNoFormulaAndTheJSONIsExact() async throws {
-        let bench = try ConsoleFixture.start(["--fleet", Self.fleet])
+        let bench = try await ConsoleFixture.start(["--fleet", Self.fleet])
         defer { bench.stop() }
         let info = try await bench.beaconbench(["info"] + Self.addresses)
         #expect(info.status == 0 || info.status == 2, "\(info.stderr)")

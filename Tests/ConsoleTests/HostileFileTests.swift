@@ -22,7 +22,7 @@ struct HostileFileTests {
     /// Seven levels of `set` lines, each ten times the one before: 5 GB
     /// once expanded, 360 bytes written.
     @Test func nestedVariablesAreRefusedWithinMemory() async throws {
-        let bench = try ConsoleFixture.start(nil)
+        let bench = try await ConsoleFixture.start(nil)
         defer { bench.stop() }
         var lines = ["set a " + String(repeating: "x", count: 50)]
         var previous = "a"
@@ -50,7 +50,7 @@ struct HostileFileTests {
     /// A 10 MB line of escape sequences: refused before it is parsed, and
     /// the message quotes none of it raw.
     @Test func aHugeLineIsRefusedAndNotEchoed() async throws {
-        let bench = try ConsoleFixture.start(nil)
+        let bench = try await ConsoleFixture.start(nil)
         defer { bench.stop() }
         let batch = bench.directory + "/huge.batch"
         try ("scan " + String(repeating: "\u{1B}[2J", count: 2_500_000) + "\n").write(
@@ -75,7 +75,7 @@ struct HostileFileTests {
     }
 
     @Test func bytesThatAreNotUTF8AreNamedByLineAndColumn() async throws {
-        let bench = try ConsoleFixture.start(nil)
+        let bench = try await ConsoleFixture.start(nil)
         defer { bench.stop() }
         let batch = bench.directory + "/latin1.batch"
         try Data("profiles list\nset name Gr".utf8 + [0xFC, 0x6E] + Data("\n".utf8)).write(
@@ -86,7 +86,7 @@ struct HostileFileTests {
     }
 
     @Test func controlCharactersFromABatchAreShownNotObeyed() async throws {
-        let bench = try ConsoleFixture.start(nil)
+        let bench = try await ConsoleFixture.start(nil)
         defer { bench.stop() }
         let batch = bench.directory + "/escapes.batch"
         try "profiles list\nfoo\u{1B}]0;pwned\u{07}\u{1B}[2J\u{9B}31m\u{202E} bar\n".write(
@@ -106,7 +106,7 @@ struct HostileFileTests {
     /// A profile with a 2 MiB description, one with a long one, one whose
     /// file name holds an escape: each refused, naming the file.
     @Test func oversizedProfilesAreRefused() async throws {
-        let bench = try ConsoleFixture.start(nil)
+        let bench = try await ConsoleFixture.start(nil)
         defer { bench.stop() }
         let directory = bench.directory + "/profiles"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)

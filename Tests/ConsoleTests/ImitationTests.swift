@@ -114,9 +114,9 @@ struct ImitationTests {
     /// battery, the 8th on firmware 1.0.6), runs provision-new, reruns once
     /// if anything failed, and judges.
     static func converge(_ mode: String, _ options: [String]) async throws -> Result {
-        let bus = try PrivateBus.start()
+        let bus = try await PrivateBus.start()
         defer { bus.stop() }
-        let fixture = try ConsoleFixture.start(nil)
+        let fixture = try await ConsoleFixture.start(nil)
         defer { fixture.stop() }
         let output = fixture.directory + "/imitation.out"
         let peer = try ChildProcess(

@@ -20,9 +20,9 @@ struct Inventory16SyncTests {
     static let offset: Int64 = 1_764_000_000_000
 
     @Test func simulatedRunsAreHeldBackUntilAskedThenSentWhole() async throws {
-        let server = try LocalPostgres()
+        let server = try await LocalPostgres.create()
         defer { server.remove() }
-        try server.start()
+        try await server.start()
         let directory = try scratchDirectory("inventory16-sync")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let inventory = try Inventory(path: directory + "/inventory.sqlite")
@@ -67,10 +67,10 @@ struct Inventory16SyncTests {
         #expect(try count("outcomes") == 3)
         #expect(try count("devices") == 3 && count("devices", "address = '\(Self.simulatedOnly)'") == 0)
         #expect(try count("readings") == 1 && count("trips") == 1 && count("identities") == 0)
-        #expect(try server.count("SELECT count(*) FROM identity_claims") == 0)
+        await #expect(try server.count("SELECT count(*) FROM identity_claims") == 0)
         // The forgotten device is on the server, marked, and out of the fleet view.
         #expect(try count("devices", "address = '\(Self.forgotten)' AND forgotten_at IS NOT NULL") == 1)
-        #expect(try server.count("SELECT count(*) FROM fleet_devices") == 2)
+        await #expect(try server.count("SELECT count(*) FROM fleet_devices") == 2)
         #expect(!(try await RowByRow.differences(inventory, server, bench: bench).isEmpty))
 
         // Again, and after a later real run: the same held back, the cursors past it.
@@ -90,8 +90,8 @@ struct Inventory16SyncTests {
         #expect(included.sent["runs"] == 1 && included.sent["outcomes"] == 2 && included.sent["readings"] == 1)
         #expect(try await RowByRow.differences(inventory, server, bench: bench) == [])
         #expect(try count("runs", "simulated = 1") == 1 && count("identities") == 1)
-        #expect(try server.count("SELECT count(*) FROM identity_claims WHERE major = 300") == 1)
-        #expect(try server.count("SELECT count(*) FROM fleet_devices") == 3)
+        await #expect(try server.count("SELECT count(*) FROM identity_claims WHERE major = 300") == 1)
+        await #expect(try server.count("SELECT count(*) FROM fleet_devices") == 3)
         // Repeated: nothing changes.
         _ = try await InventorySync.push(inventory, to: server.url, includeSimulated: true)
         #expect(try await RowByRow.differences(inventory, server, bench: bench) == [])
@@ -100,8 +100,9 @@ struct Inventory16SyncTests {
         // Syncs that asked and were cut short, as the server was left:
         // after the outcomes but before the run; after the readings but
         // before the device. The next one finds them missing and sends them.
-        _ = try server.psql("DELETE FROM runs WHERE bench_id = '\(bench)' AND simulated = 1")
-        _ = try server.psql("DELETE FROM devices WHERE bench_id = '\(bench)' AND address = '\(Self.simulatedOnly)'")
+        _ = try await server.psql("DELETE FROM runs WHERE bench_id = '\(bench)' AND simulated = 1")
+        _ = try await server.psql(
+            "DELETE FROM devices WHERE bench_id = '\(bench)' AND address = '\(Self.simulatedOnly)'")
         #expect(!(try await RowByRow.differences(inventory, server, bench: bench).isEmpty))
         let resumed = try await InventorySync.push(inventory, to: server.url, includeSimulated: true)
         #expect(resumed.sent["runs"] == 1 && resumed.sent["outcomes"] == 2 && resumed.sent["readings"] == 1)

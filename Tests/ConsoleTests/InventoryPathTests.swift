@@ -52,7 +52,7 @@ struct InventoryPathTests {
         ("", "the inventory's path is empty"),
     ])
     func aNameThatIsNotAPlainPathIsRefused(name: String, message: String) async throws {
-        let bench = try ConsoleFixture.start(nil)
+        let bench = try await ConsoleFixture.start(nil)
         defer { bench.stop() }
         let work = bench.directory + "/work"
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: false)
@@ -71,7 +71,7 @@ struct InventoryPathTests {
     /// reading, writing and reporting alike, and is left as it was.
     @Test(arguments: ["/dev/null", "fifo", "directory", "text file", "a fifo as its -wal"])
     func anUnusableInventoryExits3(kind: String) async throws {
-        let bench = try ConsoleFixture.start(nil)
+        let bench = try await ConsoleFixture.start(nil)
         defer { bench.stop() }
         let work = bench.directory + "/work"
         try FileManager.default.createDirectory(atPath: work, withIntermediateDirectories: false)

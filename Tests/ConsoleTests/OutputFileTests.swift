@@ -14,7 +14,7 @@ struct OutputFileTests {
 
     /// A scratch directory with a three-device inventory in it.
     static func place() async throws -> ConsoleFixture {
-        let bench = try ConsoleFixture.start(nil)
+        let bench = try await ConsoleFixture.start(nil)
         do {
             let inventory = try Inventory(path: bench.inventoryPath)
             for address in addresses { try await inventory.recordDevice(DeviceRecord(address: address)) }

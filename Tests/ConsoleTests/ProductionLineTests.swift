@@ -56,7 +56,7 @@ struct ProductionLineTests {
         defer { try? FileManager.default.removeItem(atPath: scratch) }
         let fleet = try Self.fleet(count, in: scratch)
         try await withResource(
-            { try ConsoleFixture.start(["--fleet", fleet, "--latency", "realistic"]) }, stop: { $0.stop() }
+            { try await ConsoleFixture.start(["--fleet", fleet, "--latency", "realistic"]) }, stop: { await $0.stop() }
         ) { bench in
             try await StationTests.clearTheBench(bench)
             for number in 1...count where Self.fault(number) == .flaky {

@@ -13,8 +13,8 @@ import Testing
 struct ProfileDirectoryTests {
     /// A bench whose profile directory `profiles` holds a copy of the
     /// shipped van as `lorry.json`, mode 0755, files 0644.
-    static func bench() throws -> (ConsoleFixture, String) {
-        let bench = try ConsoleFixture.start(nil)
+    static func bench() async throws -> (ConsoleFixture, String) {
+        let bench = try await ConsoleFixture.start(nil)
         let directory = bench.directory + "/profiles"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         chmod(bench.directory, 0o755)
@@ -44,7 +44,7 @@ struct ProfileDirectoryTests {
     }
 
     @Test func aSafeDirectoryIsUsedFromTheWorkingDirectoryAndFromProfiles() async throws {
-        let (bench, directory) = try Self.bench()
+        let (bench, directory) = try await Self.bench()
         defer { bench.stop() }
         let here = try await Self.beaconbench(bench, in: bench.directory, ["profiles", "list"])
         #expect(here.status == 0, "\(here.stderr)")
@@ -56,7 +56,7 @@ struct ProfileDirectoryTests {
 
     @Test(arguments: [0o777, 0o775, 0o757])
     func aDirectoryOthersCanWriteIsRefused(mode: Int) async throws {
-        let (bench, directory) = try Self.bench()
+        let (bench, directory) = try await Self.bench()
         defer { bench.stop() }
         chmod(directory, mode_t(mode))
         let shown = String(mode, radix: 8)
@@ -74,7 +74,7 @@ struct ProfileDirectoryTests {
     }
 
     @Test func aDirectoryAboveThatOthersCanWriteIsRefusedUnlessSticky() async throws {
-        let (bench, directory) = try Self.bench()
+        let (bench, directory) = try await Self.bench()
         defer { bench.stop() }
         chmod(bench.directory, 0o777)
         let open = try await bench.beaconbench(["--profiles", directory, "profiles", "list"])
@@ -87,7 +87,7 @@ struct ProfileDirectoryTests {
     }
 
     @Test func aProfileOthersCanWriteIsRefused() async throws {
-        let (bench, directory) = try Self.bench()
+        let (bench, directory) = try await Self.bench()
         defer { bench.stop() }
         chmod(directory + "/lorry.json", 0o666)
         let run = try await bench.beaconbench(["--profiles", directory, "profiles", "check"])
@@ -99,7 +99,7 @@ struct ProfileDirectoryTests {
     /// the test is skipped (shown as skipped), never counted as passed.
     @Test(.enabled(if: getuid() == 0, "chown to another user needs root"))
     func anotherUsersDirectoryIsRefused() async throws {
-        let (bench, directory) = try Self.bench()
+        let (bench, directory) = try await Self.bench()
         defer { bench.stop() }
         #expect(chown(directory, 65534, 65534) == 0, "chown: \(String(cString: strerror(errno)))")
         let here = try await Self.beaconbench(bench, in: bench.directory, ["inventory", "list"])
@@ -115,7 +115,7 @@ struct ProfileDirectoryTests {
     /// A FIFO named `car.json`: every command answers at once (a refusal
     /// naming it), none waits for a writer.
     @Test func aFIFONamedLikeAProfileBlocksNothing() async throws {
-        let (bench, directory) = try Self.bench()
+        let (bench, directory) = try await Self.bench()
         defer { bench.stop() }
         #expect(mkfifo(directory + "/car.json", 0o644) == 0)
         for arguments in [["inventory", "list"], ["profiles", "check"]] {
@@ -128,7 +128,7 @@ struct ProfileDirectoryTests {
     }
 
     @Test func aLinkedProfileIsRefused() async throws {
-        let (bench, directory) = try Self.bench()
+        let (bench, directory) = try await Self.bench()
         defer { bench.stop() }
         let elsewhere = bench.directory + "/elsewhere.json"
         try FileManager.default.copyItem(atPath: ConsoleFixture.repository + "/profiles/car.json", toPath: elsewhere)
@@ -166,7 +166,7 @@ struct ProfileDirectoryTests {
     }
 
     @Test func aKeyWrittenTwiceIsAnErrorAtItsLineAndColumn() async throws {
-        let (bench, directory) = try Self.bench()
+        let (bench, directory) = try await Self.bench()
         defer { bench.stop() }
         let text = """
             {

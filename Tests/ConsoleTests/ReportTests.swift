@@ -173,7 +173,7 @@ struct ReportTests {
     // MARK: Tests
 
     @Test func anEmptyInventoryIsAPageOfEmptyCharts() async throws {
-        let fixture = try ConsoleFixture.start(nil)
+        let fixture = try await ConsoleFixture.start(nil)
         defer { fixture.stop() }
         let page = fixture.directory + "/empty.html"
         let line = try await Self.report(fixture, page: page)
@@ -199,7 +199,7 @@ struct ReportTests {
     }
 
     @Test func oneDevice() async throws {
-        let fixture = try ConsoleFixture.start(nil)
+        let fixture = try await ConsoleFixture.start(nil)
         defer { fixture.stop() }
         try await Self.synthesize(fixture.inventoryPath, devices: 1)
         let page = fixture.directory + "/one.html"
@@ -256,7 +256,7 @@ struct ReportTests {
     }
 
     @Test func hostileStringsShowAsText() async throws {
-        let fixture = try ConsoleFixture.start(nil)
+        let fixture = try await ConsoleFixture.start(nil)
         defer { fixture.stop() }
         try await Self.synthesize(fixture.inventoryPath, devices: 30)
         try await Self.addHostileDevice(fixture.inventoryPath)
@@ -277,7 +277,7 @@ struct ReportTests {
     }
 
     @Test func aHundredThousandDevices() async throws {
-        let fixture = try ConsoleFixture.start(nil)
+        let fixture = try await ConsoleFixture.start(nil)
         defer { fixture.stop() }
         let count = 100_000
         let clock = ContinuousClock()
@@ -321,10 +321,10 @@ struct ReportTests {
     /// The whole fleet from the server: two benches' synthetic inventories
     /// synced to a local PostgreSQL, reported with --inventory postgresql://…
     @Test func theWholeFleetFromTheServer() async throws {
-        let server = try LocalPostgres()
+        let server = try await LocalPostgres.create()
         defer { server.remove() }
-        try server.start()
-        let fixture = try ConsoleFixture.start(nil)
+        try await server.start()
+        let fixture = try await ConsoleFixture.start(nil)
         defer { fixture.stop() }
         let second = fixture.directory + "/second.sqlite"
         try await Self.synthesize(fixture.inventoryPath, devices: 40)

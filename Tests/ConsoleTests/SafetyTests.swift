@@ -23,7 +23,7 @@ struct SafetyTests {
     /// A batch others can write is run with a warning; a profile directory
     /// others can write is refused (ProfileDirectoryTests).
     @Test func aBatchOthersCanWriteIsWarnedAbout() async throws {
-        let bench = try ConsoleFixture.start(nil)
+        let bench = try await ConsoleFixture.start(nil)
         defer { bench.stop() }
         let open = bench.directory + "/open"
         try FileManager.default.createDirectory(atPath: open, withIntermediateDirectories: true)

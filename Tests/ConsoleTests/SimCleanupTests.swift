@@ -189,7 +189,7 @@ struct SimCleanupTests {
     /// BecomeMonitor) included.
     @Test(.enabled(if: getuid() == 0, "another user needs root (CI runs as root)"))
     func onlyItsOwnUserMayUseThePrivateBus() async throws {
-        let bus = try PrivateBus.start()
+        let bus = try await PrivateBus.start()
         defer { bus.stop() }
         // Open the way to the socket, so that only the policy stands.
         chmod(bus.directory, 0o755)

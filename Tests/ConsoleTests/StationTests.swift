@@ -131,7 +131,7 @@ struct StationTests {
             // Its line is out once the beacon holds its state; then Ctrl-C.
             try await Task.sleep(for: .seconds(1))
             child.send(SIGINT)
-            let status = child.waitForExit().status
+            let status = await child.waitForExit().status
             #expect(status >> 8 & 0xff == 130, "wait status \(status)")
             let lines = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
             let messages = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
@@ -333,10 +333,10 @@ struct StationTests {
 @Suite("the office and two benches", .serialized)
 struct OfficeTests {
     @Test func anOfficeAssignsTwoBenchesConvergeAndDriftIsEmpty() async throws {
-        let server = try LocalPostgres()
+        let server = try await LocalPostgres.create()
         defer { server.remove() }
-        try server.start()
-        let office = try ConsoleFixture.start(nil)
+        try await server.start()
+        let office = try await ConsoleFixture.start(nil)
         defer { office.stop() }
         func officeRun(_ arguments: [String]) async throws -> ToolOutput {
             try await runTool(
@@ -381,7 +381,7 @@ struct OfficeTests {
                 #expect(pulledA["assignments_pulled"] as? Int == 4, "\(pulledA)")
                 let conflicts = pulledA["assignment_conflicts"] as? [String] ?? []
                 #expect(conflicts.count == 1 && conflicts[0].contains("truck"), "\(conflicts)")
-                #expect(try server.count("SELECT count(*) FROM assignment_conflicts") == 1)
+                await #expect(try server.count("SELECT count(*) FROM assignment_conflicts") == 1)
                 let pulledB = try await sync(second)
                 #expect(pulledB["assignments_pulled"] as? Int == 4, "\(pulledB)")
 
@@ -404,7 +404,7 @@ struct OfficeTests {
 
                 let benchA = try await Inventory(path: first.inventoryPath, readOnly: true).benchID()
                 let benchB = try await Inventory(path: second.inventoryPath, readOnly: true).benchID()
-                let credited = try server.rows(
+                let credited = try await server.rows(
                     "SELECT address, converged_bench FROM fleet_assignments WHERE converged_at IS NOT NULL ORDER BY address"
                 )
                 #expect(
@@ -445,10 +445,10 @@ struct OfficeTests {
     }
 
     @Test func fiftyAssignedOverTwoBenchesLeaveNoDrift() async throws {
-        let server = try LocalPostgres()
+        let server = try await LocalPostgres.create()
         defer { server.remove() }
-        try server.start()
-        let office = try ConsoleFixture.start(nil)
+        try await server.start()
+        let office = try await ConsoleFixture.start(nil)
         defer { office.stop() }
         let scratch = try scratchDirectory("office50")
         defer { try? FileManager.default.removeItem(atPath: scratch) }
@@ -457,10 +457,10 @@ struct OfficeTests {
         // The shipped batch.
         let batch = ConsoleFixture.repository + "/batches/converge.batch"
         try await withResource(
-            { try ConsoleFixture.start(["--fleet", fleets[0]] + CrashTests.brisk) }, stop: { $0.stop() }
+            { try await ConsoleFixture.start(["--fleet", fleets[0]] + CrashTests.brisk) }, stop: { await $0.stop() }
         ) { first in
             try await withResource(
-                { try ConsoleFixture.start(["--fleet", fleets[1]] + CrashTests.brisk) }, stop: { $0.stop() }
+                { try await ConsoleFixture.start(["--fleet", fleets[1]] + CrashTests.brisk) }, stop: { await $0.stop() }
             ) { second in
                 for bench in [first, second] {
                     let sync = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
@@ -485,10 +485,12 @@ struct OfficeTests {
                     environment: office.environment)
                 #expect(drift.status == 0, "\(drift.stdout.prefix(2000))")
                 #expect(drift.stderr.contains("0 of 50 assigned devices drift"), "\(drift.stderr)")
-                #expect(try server.count("SELECT count(*) FROM fleet_assignments WHERE converged_at IS NOT NULL") == 50)
-                #expect(try server.count("SELECT count(DISTINCT converged_bench) FROM fleet_assignments") == 2)
+                await #expect(
+                    try server.count("SELECT count(*) FROM fleet_assignments WHERE converged_at IS NOT NULL") == 50)
+                await #expect(try server.count("SELECT count(DISTINCT converged_bench) FROM fleet_assignments") == 2)
                 // 50 distinct identities under 260.
-                #expect(try server.count("SELECT count(DISTINCT minor) FROM fleet_devices WHERE major = 260") == 50)
+                await #expect(
+                    try server.count("SELECT count(DISTINCT minor) FROM fleet_devices WHERE major = 260") == 50)
             }
         }
     }

@@ -152,7 +152,7 @@ struct StoredValueHostilityTests {
     /// columns. Each copy is read
     /// by every read command (alternately with --json).
     @Test func everyTableEveryValueEveryReadCommand() async throws {
-        let fixture = try ConsoleFixture.start(nil)
+        let fixture = try await ConsoleFixture.start(nil)
         defer { fixture.stop() }
         let base = fixture.directory + "/base.sqlite"
         try await Self.makeInventory(at: base)
@@ -212,7 +212,7 @@ struct StoredValueHostilityTests {
     /// huge battery. `report` (and the others) finish, exit 2 and name the
     /// table, row and field; the page is written.
     @Test func theReportedCrashesAreFindings() async throws {
-        let fixture = try ConsoleFixture.start(nil)
+        let fixture = try await ConsoleFixture.start(nil)
         defer { fixture.stop() }
         let base = fixture.directory + "/base.sqlite"
         try await Self.makeInventory(at: base)
@@ -246,10 +246,10 @@ struct StoredValueHostilityTests {
     /// A hostile local inventory pushed to a real PostgreSQL, then hostile
     /// values in the server's own tables read by the office.
     @Test func syncAndTheServerSide() async throws {
-        let server = try LocalPostgres(port: 54_351)
+        let server = try await LocalPostgres.create(port: 54_351)
         defer { server.remove() }
-        try server.start()
-        let fixture = try ConsoleFixture.start(nil)
+        try await server.start()
+        let fixture = try await ConsoleFixture.start(nil)
         defer { fixture.stop() }
         let base = fixture.directory + "/base.sqlite"
         try await Self.makeInventory(at: base)
@@ -277,7 +277,7 @@ struct StoredValueHostilityTests {
             problems += Self.problems(sync, "sync of \(entry.name)")
         }
         // The server's tables, each column of its first row spoiled.
-        let columns = try server.rows(
+        let columns = try await server.rows(
             """
             SELECT table_name, column_name, data_type FROM information_schema.columns
             WHERE table_schema = 'public' AND table_name IN
@@ -294,7 +294,7 @@ struct StoredValueHostilityTests {
                     column[2] == "bigint" || column[2] == "integer" || column[2] == "smallint"
                     ? integers[round % integers.count] : column[2] == "text" ? texts[round % texts.count] : nil
                 guard let value else { continue }
-                _ = try? server.psql(
+                _ = try? await server.psql(
                     "UPDATE \(column[0]) SET \(column[1]) = \(value) WHERE ctid = (SELECT min(ctid) FROM \(column[0]))")
             }
             let page = fixture.directory + "/server-\(round).html"

@@ -126,7 +126,7 @@ struct StrictGrammarTests {
     }
 
     @Test func theCommandLineTakesTheSameGrammar() async throws {
-        let bench = try ConsoleFixture.start(nil)
+        let bench = try await ConsoleFixture.start(nil)
         defer { bench.stop() }
         let cases: [([String], String)] = [
             (["scan", "0x10"], "<command line>:1:6: error: '0x10' is not a duration"),
@@ -153,7 +153,7 @@ struct StrictGrammarTests {
     /// `report` combines selectors as `select` documents: addresses and MAC
     /// endings name devices (any of them), every other selector must hold.
     @Test func reportCombinesSelectorsAsSelectDoes() async throws {
-        let bench = try ConsoleFixture.start(nil)
+        let bench = try await ConsoleFixture.start(nil)
         defer { bench.stop() }
         let inventory = try Inventory(path: bench.inventoryPath)
         let devices: [(String, String, UInt8)] = [

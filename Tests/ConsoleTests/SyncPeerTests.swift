@@ -48,9 +48,9 @@ struct SyncPeerTests {
     }
 
     @Test func hostileAssignmentsAreRefusedNamedAndLeftOnTheServer() async throws {
-        let server = try LocalPostgres()
+        let server = try await LocalPostgres.create()
         defer { server.remove() }
-        try server.start()
+        try await server.start()
         // Beacons 1–3 good, 4 battery 20 %, 5 firmware 1.0.6.
         try await withNewFleet(count: 5, simulatorOptions: CrashTests.brisk) { bench in
             let first = try await bench.beaconbench(["sync", "--to", server.url])
@@ -58,7 +58,7 @@ struct SyncPeerTests {
             for row in Self.hostile { try Self.insert(server, row.address, row.values) }
             for row in Self.valid { try Self.insert(server, "'\(row.address)'", row.values) }
             let snapshot = "SELECT * FROM fleet_assignments ORDER BY address"
-            let before = try server.psql(snapshot)
+            let before = try await server.psql(snapshot)
 
             // JSON: each refused row named, the line as docs/json.md says.
             let json = try await bench.beaconbench(["--json", "sync", "--to", server.url])
@@ -107,7 +107,7 @@ struct SyncPeerTests {
             #expect(!(text.stdout + text.stderr).contains("\u{07}"))
 
             // The server's rows are as they were; the bench holds the valid ones only.
-            #expect(try server.psql(snapshot) == before)
+            await #expect(try server.psql(snapshot) == before)
             let inventory = try Inventory(path: bench.inventoryPath, readOnly: true)
             let local = try await inventory.assignments()
             #expect(local.map(\.address) == Self.valid.map(\.address), "\(local.map(\.address))")
@@ -128,7 +128,7 @@ struct SyncPeerTests {
                 #expect(beacon.major == 1 && beacon.minor == 1 && beacon.factoryDefault, "beacon \(number): \(beacon)")
             }
             // Still as they were (beacon 3's convergence goes up at the next sync).
-            #expect(try server.psql(snapshot) == before)
+            await #expect(try server.psql(snapshot) == before)
         }
     }
 
@@ -138,21 +138,21 @@ struct SyncPeerTests {
         try await withSyncScene("sync-refused-kept") { scene in
             let path = scene.directory + "/inventory.sqlite"
             let bench = try await LargeInventory(path: path, devices: 3, outcomes: 10)
-            #expect(try scene.sync(bench).waitForExit().status >> 8 == 0, "\(scene.stderr)")
+            await #expect(try scene.sync(bench).waitForExit().status >> 8 == 0, "\(scene.stderr)")
             try Self.insert(scene.server, "'C2:00:00:00:01:00'", "'car', 99999999999, 'auto', NULL, '{}'")
-            let before = try scene.server.psql("SELECT * FROM fleet_assignments ORDER BY address")
+            let before = try await scene.server.psql("SELECT * FROM fleet_assignments ORDER BY address")
             // Assigned here later than the office's row.
             try await bench.inventory.assign([
                 Assignment(
                     address: "C2:00:00:00:01:00", profile: "van", assignedAt: Inventory.now(), assignedBy: "tech@bench")
             ])
-            #expect(try scene.sync(bench).waitForExit().status >> 8 == 2, "\(scene.stderr)")
+            await #expect(try scene.sync(bench).waitForExit().status >> 8 == 2, "\(scene.stderr)")
             #expect(
                 scene.stderr.contains("C2:00:00:00:01:00: this bench's assignment was not pushed"), "\(scene.stderr)")
-            #expect(try scene.server.psql("SELECT * FROM fleet_assignments ORDER BY address") == before)
+            await #expect(try scene.server.psql("SELECT * FROM fleet_assignments ORDER BY address") == before)
             #expect(try await bench.inventory.assignments().first?.profile == "van")
 
-            let drift = try scene.beaconbench(["--inventory", scene.server.url, "--json", "drift"]).waitForExit()
+            let drift = try await scene.beaconbench(["--inventory", scene.server.url, "--json", "drift"]).waitForExit()
             #expect(drift.status >> 8 == 2, "\(scene.stderr)")
             let findings = ConsoleFixture.jsonLines(scene.stdout, kind: "drift")
             #expect(
@@ -168,9 +168,9 @@ struct SyncPeerTests {
     @Test func aHostileIdentityClaimIsRefused() async throws {
         try await withSyncScene("sync-claim") { scene in
             let bench = try await LargeInventory(path: scene.directory + "/inventory.sqlite", devices: 2, outcomes: 5)
-            #expect(try scene.sync(bench).waitForExit().status >> 8 == 0, "\(scene.stderr)")
+            await #expect(try scene.sync(bench).waitForExit().status >> 8 == 0, "\(scene.stderr)")
             let id = try await bench.inventory.benchID()
-            _ = try scene.server.psql(
+            _ = try await scene.server.psql(
                 "INSERT INTO identity_claims VALUES (100, 70000, 'C2:00:00:00:00:00', '\(id)', '2026-12-02T10:00:00.000Z')"
             )
             let server = try PostgresConnection(scene.server.url)
@@ -179,7 +179,7 @@ struct SyncPeerTests {
                     on: server, address: "C2:00:00:00:00:00", major: 100, preferred: 5, floor: 0, bench: id)
             }
             #expect(error?.message.contains("minor '70000' is outside 0–65535") == true, "\(String(describing: error))")
-            #expect(
+            await #expect(
                 try scene.server.count("SELECT minor FROM identity_claims WHERE address = 'C2:00:00:00:00:00'")
                     == 70000)
             // Another device under major 100: the next minor is not 70001 truncated, nor 65535.
@@ -250,7 +250,7 @@ struct SyncPeerTests {
             // Every column extreme at once, one row per value.
             for (index, text) in texts.enumerated() {
                 let integer = integers[index % integers.count]
-                _ = try server.psql(
+                _ = try await server.psql(
                     """
                     INSERT INTO fleet_assignments (address, profile, major, minor_policy, minor, overrides, assigned_at,
                         assigned_by, origin, converged_at, converged_bench, converged_run)
@@ -263,7 +263,7 @@ struct SyncPeerTests {
 
             // This bench's rows on the server: local ids and statuses no bench wrote.
             for (index, integer) in integers.enumerated() where integer != "NULL" {
-                _ = try server.psql(
+                _ = try await server.psql(
                     """
                     INSERT INTO runs (bench_id, local_id, status) VALUES ('\(id)', \(integer), 'running')
                         ON CONFLICT DO NOTHING;
@@ -282,7 +282,7 @@ struct SyncPeerTests {
             // Every row of the bench's own is on the server all the same.
             for table in ["runs", "outcomes", "readings"] {
                 let here = try await bench.inventory.query("SELECT count(*) FROM \(table)").first?.first?.integer ?? -1
-                let there = try server.count(
+                let there = try await server.count(
                     """
                     SELECT count(*) FROM \(table) WHERE bench_id = '\(id)' AND local_id BETWEEN 1 AND \(here)
                     """)
@@ -290,10 +290,10 @@ struct SyncPeerTests {
             }
 
             // The schema version: negative, then absurdly new.
-            _ = try server.psql("UPDATE beaconbench_schema SET version = -version")
+            _ = try await server.psql("UPDATE beaconbench_schema SET version = -version")
             try synced("a negative schema version", expecting: [3])
             #expect(scene.stderr.contains("not one beaconbench wrote"), "\(scene.stderr)")
-            _ = try server.psql("UPDATE beaconbench_schema SET version = 2147483647")
+            _ = try await server.psql("UPDATE beaconbench_schema SET version = 2147483647")
             try synced("a schema version from the future", expecting: [3])
             #expect(scene.stderr.contains("newer than this beaconbench"), "\(scene.stderr)")
         }
@@ -318,7 +318,7 @@ struct SyncPeerTests {
             let other = try scene.beaconbench([
                 "--inventory", scene.directory + "/other.sqlite", "sync", "--to", server.url,
             ])
-            #expect(other.waitForExit().status >> 8 == 0, "\(scene.stderr)")
+            await #expect(other.waitForExit().status >> 8 == 0, "\(scene.stderr)")
             let holder = try PostgresConnection(server.url)
             try holder.exec("BEGIN")
             try holder.exec("LOCK TABLE readings IN ACCESS EXCLUSIVE MODE")
@@ -330,15 +330,15 @@ struct SyncPeerTests {
                 WHERE application_name = 'beaconbench' AND wait_event_type = 'Lock' AND pid <> \(holderPID)
                 """
             let deadline = ContinuousClock.now + .seconds(60)
-            while sync.isRunning, ContinuousClock.now < deadline, try server.count(waiting) == 0 {
+            while sync.isRunning, ContinuousClock.now < deadline, try await server.count(waiting) == 0 {
                 try await Task.sleep(for: .milliseconds(20))
             }
-            try #require(
+            try await #require(
                 try server.count(waiting) == 1,
                 "waited 60 s for the sync to wait on the lock on readings (running: \(sync.isRunning)): \(scene.stderr)"
             )
             sync.send(signal)
-            let exit = sync.waitForExit().status
+            let exit = await sync.waitForExit().status
             #expect(exit & 0x7F == 0, "ended by signal \(exit & 0x7F), not by exiting")
             #expect(exit >> 8 == status, "exit \(exit >> 8): \(scene.stderr)")
 
@@ -357,21 +357,21 @@ struct SyncPeerTests {
                 #expect(JSONShapeTests.problems(String(text), kinds).isEmpty, "\(text)")
             }
             // What it said is what the server holds.
-            #expect(try server.count("SELECT count(*) FROM devices WHERE bench_id = '\(id)'") == 600)
-            #expect(try server.count("SELECT count(*) FROM outcomes WHERE bench_id = '\(id)'") == outcomes)
+            await #expect(try server.count("SELECT count(*) FROM devices WHERE bench_id = '\(id)'") == 600)
+            await #expect(try server.count("SELECT count(*) FROM outcomes WHERE bench_id = '\(id)'") == outcomes)
             // Its connection is gone (the cancelled statement rolled back).
             let connected = """
                 SELECT count(*) FROM pg_stat_activity WHERE application_name = 'beaconbench' AND pid <> \(holderPID)
                 """
             let gone = ContinuousClock.now + .seconds(10)
-            while ContinuousClock.now < gone, try server.count(connected) > 0 {
+            while ContinuousClock.now < gone, try await server.count(connected) > 0 {
                 try await Task.sleep(for: .milliseconds(20))
             }
-            #expect(try server.count(connected) == 0, "the stopped sync's connection is still open")
+            await #expect(try server.count(connected) == 0, "the stopped sync's connection is still open")
 
             try holder.exec("ROLLBACK")
-            #expect(try server.count("SELECT count(*) FROM readings WHERE bench_id = '\(id)'") == 0)
-            #expect(try scene.sync(bench).waitForExit().status >> 8 == 0, "\(scene.stderr)")
+            await #expect(try server.count("SELECT count(*) FROM readings WHERE bench_id = '\(id)'") == 0)
+            await #expect(try scene.sync(bench).waitForExit().status >> 8 == 0, "\(scene.stderr)")
             let differences = try await scene.differences(bench)
             #expect(differences.isEmpty, "\(differences.prefix(5))")
         }

@@ -27,7 +27,7 @@ enum RowByRow {
                 $0.map { $0.textForm ?? "\\N" }
             }
             let serverColumns = columns.map { $0 == "id" ? "local_id" : $0 }
-            let remote = try server.rows(
+            let remote = try await server.rows(
                 "SELECT \(serverColumns.joined(separator: ", ")) FROM \(table) WHERE bench_id = '\(bench)'")
             let localCounts = Dictionary(local.map { ($0, 1) }, uniquingKeysWith: +)
             let remoteCounts = Dictionary(remote.map { ($0, 1) }, uniquingKeysWith: +)
@@ -147,7 +147,7 @@ struct SyncScene {
         let sync = try sync(bench)
         let deadline = ContinuousClock.now + .seconds(60)
         while sync.isRunning, ContinuousClock.now < deadline,
-            (try? server.count("SELECT count(*) FROM outcomes WHERE bench_id = '\(id)'")) ?? 0 == 0
+            await (try? server.count("SELECT count(*) FROM outcomes WHERE bench_id = '\(id)'")) ?? 0 == 0
         {
             try await Task.sleep(for: .milliseconds(20))
         }
@@ -165,9 +165,9 @@ struct SyncScene {
 
 /// A scene for `body` (its server started unless `started` is false), removed after.
 func withSyncScene(_ name: String, started: Bool = true, _ body: (SyncScene) async throws -> Void) async throws {
-    let server = try LocalPostgres()
+    let server = try await LocalPostgres.create()
     defer { server.remove() }
-    if started { try server.start() }
+    if started { try await server.start() }
     let directory = try scratchDirectory(name)
     defer { try? FileManager.default.removeItem(atPath: directory) }
     try await body(SyncScene(server: server, directory: directory))
@@ -193,9 +193,9 @@ struct SyncTests {
     /// once, the shared one as the second bench left it, with both
     /// benches' history; the audit agrees with the benches' own.
     @Test func threeBenchesOneFleet() async throws {
-        let server = try LocalPostgres()
+        let server = try await LocalPostgres.create()
         defer { server.remove() }
-        try server.start()
+        try await server.start()
         let shared = "C0:FE:00:00:00:04"
 
         var exports: [Int: [String: [String: Any]]] = [:]
@@ -267,11 +267,11 @@ struct SyncTests {
             try await sync(third, times: 2)
             try await collect(third, 2)
         }
-        #expect(try server.count("SELECT count(*) FROM benches") == 3)
-        #expect(try server.count("SELECT count(*) FROM trips") > 0, "the third bench's trips reached the server")
+        await #expect(try server.count("SELECT count(*) FROM benches") == 3)
+        await #expect(try server.count("SELECT count(*) FROM trips") > 0, "the third bench's trips reached the server")
 
         // The office: the same commands against the server.
-        let office = try ConsoleFixture.start(nil)
+        let office = try await ConsoleFixture.start(nil)
         defer { office.stop() }
         func officeRun(_ arguments: [String]) async throws -> ToolOutput {
             try await runTool(
@@ -337,7 +337,7 @@ struct SyncTests {
             show.stdout.contains("benches      \(benchIDs[0] ?? "?"), \(benchIDs[1] ?? "?")"), "\(show.stdout)")
 
         // The server is only read: device commands are refused before anything runs.
-        let runsBefore = try server.count("SELECT count(*) FROM runs")
+        let runsBefore = try await server.count("SELECT count(*) FROM runs")
         let refused = try await officeRun(["apply", "car", shared])
         #expect(refused.status == 1 && refused.stderr.contains("a bench's own inventory"), "\(refused.stderr)")
         let batch = office.directory + "/office.batch"
@@ -345,7 +345,7 @@ struct SyncTests {
         let refusedBatch = try await officeRun(["run", batch])
         #expect(refusedBatch.status == 1, "\(refusedBatch.stderr)")
         #expect((refusedBatch.stdout + refusedBatch.stderr).contains("office.batch:2:"), "\(refusedBatch.stderr)")
-        #expect(try server.count("SELECT count(*) FROM runs") == runsBefore)
+        await #expect(try server.count("SELECT count(*) FROM runs") == runsBefore)
     }
 
     /// A JSON object as text with sorted keys, to compare.
@@ -376,16 +376,17 @@ struct SyncTests {
                 try await Task.sleep(for: .milliseconds(Int.random(in: 30...1_500, using: &generator)))
                 if sync.isRunning { killedWhileRunning += 1 }
                 kill(sync.pid, SIGKILL)
-                _ = sync.waitForExit()
-                serverCounts.append(
+                _ = await sync.waitForExit()
+                await serverCounts.append(
                     (try? scene.server.count("SELECT count(*) FROM outcomes WHERE bench_id = '\(id)'")) ?? 0)
                 try await bench.moreWork(round)
             }
             #expect(killedWhileRunning > 0, "no sync was cut short: the test would prove nothing")
-            #expect(try scene.sync(bench).waitForExit().status == 0)
+            await #expect(try scene.sync(bench).waitForExit().status == 0)
             let differences = try await scene.differences(bench)
             #expect(differences.isEmpty, "after kills leaving \(serverCounts) outcomes: \(differences.prefix(5))")
-            #expect(try scene.server.count("SELECT count(*) FROM outcomes") == (try await bench.count("outcomes")))
+            await #expect(
+                try scene.server.count("SELECT count(*) FROM outcomes") == (try await bench.count("outcomes")))
         }
     }
 
@@ -400,8 +401,8 @@ struct SyncTests {
             let before = try await runTool("/usr/bin/sqlite3", [bench.path, ".dump"])
             let sync = try await scene.syncUnderWay(bench)
             #expect(sync.isRunning, "the sync ended before the server stopped: the test would prove nothing")
-            scene.server.stop()
-            let status = sync.waitForExit().status
+            await scene.server.stop()
+            let status = await sync.waitForExit().status
             #expect(status >> 8 == 3, "exit status \(status >> 8)")
             let errors = scene.stderr
             #expect(errors.contains("sync: lost the connection to the server"), "\(errors)")
@@ -412,8 +413,8 @@ struct SyncTests {
             let after = try await runTool("/usr/bin/sqlite3", [bench.path, ".dump"])
             #expect(before.stdout == after.stdout, "the local inventory changed")
 
-            try scene.server.start()
-            #expect(try scene.sync(bench).waitForExit().status == 0)
+            try await scene.server.start()
+            await #expect(try scene.sync(bench).waitForExit().status == 0)
             let differences = try await scene.differences(bench)
             #expect(differences.isEmpty, "\(differences.prefix(5))")
         }
@@ -428,9 +429,9 @@ struct SyncTests {
                 path: scene.directory + "/inventory.sqlite", devices: 500, outcomes: 200_000)
             let sync = try await scene.syncUnderWay(bench)
             #expect(sync.isRunning, "the sync ended before the outage: the test would prove nothing")
-            scene.server.stop()
-            try scene.server.start()
-            #expect(sync.waitForExit().status == 0)
+            await scene.server.stop()
+            try await scene.server.start()
+            await #expect(sync.waitForExit().status == 0)
             #expect(scene.stderr.contains("trying again in"), "\(scene.stderr)")
             let differences = try await scene.differences(bench)
             #expect(differences.isEmpty, "\(differences.prefix(5))")
@@ -444,12 +445,12 @@ struct SyncTests {
     @Test func theServerSchemaIsMigratedAndANewerOneRefused() async throws {
         try await withSyncScene("sync-migrate") { scene in
             let server = scene.server
-            #expect(
+            await #expect(
                 try scene.beaconbench(["--inventory", server.url, "inventory", "list"]).waitForExit().status >> 8 == 3)
             #expect(scene.stderr.contains("holds no beaconbench inventory"), "\(scene.stderr)")
 
-            _ = try server.psql(ServerSchema.migrations[0].sql)
-            _ = try server.psql(
+            _ = try await server.psql(ServerSchema.migrations[0].sql)
+            _ = try await server.psql(
                 """
                 INSERT INTO beaconbench_schema VALUES (1);
                 INSERT INTO benches VALUES ('old-bench', 'old-host', NULL);
@@ -459,26 +460,26 @@ struct SyncTests {
                 """)
             let bench = try await LargeInventory(
                 path: scene.directory + "/inventory.sqlite", devices: 20, outcomes: 100)
-            #expect(try scene.sync(bench).waitForExit().status == 0)
-            #expect(try server.count("SELECT max(version) FROM beaconbench_schema") == ServerSchema.version)
-            #expect(try server.count("SELECT count(*) FROM fleet_devices WHERE benches = 'old-bench'") == 1)
-            #expect(try server.count("SELECT count(*) FROM fleet_devices") == 21)
+            await #expect(try scene.sync(bench).waitForExit().status == 0)
+            await #expect(try server.count("SELECT max(version) FROM beaconbench_schema") == ServerSchema.version)
+            await #expect(try server.count("SELECT count(*) FROM fleet_devices WHERE benches = 'old-bench'") == 1)
+            await #expect(try server.count("SELECT count(*) FROM fleet_devices") == 21)
 
             // A bench role that may write rows but create nothing syncs to a server already set up.
-            _ = try server.psql(
+            _ = try await server.psql(
                 "CREATE ROLE writer LOGIN; GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public TO writer")
             let writer = server.url.replacingOccurrences(of: "user=bench", with: "user=writer")
-            #expect(try scene.sync(bench, to: writer).waitForExit().status == 0, "\(scene.stderr)")
+            await #expect(try scene.sync(bench, to: writer).waitForExit().status == 0, "\(scene.stderr)")
             // A refusal (here: no such role) is reported at once, not tried again.
             let nobody = server.url.replacingOccurrences(of: "user=bench", with: "user=nobody")
-            #expect(try scene.sync(bench, to: nobody).waitForExit().status >> 8 == 3)
+            await #expect(try scene.sync(bench, to: nobody).waitForExit().status >> 8 == 3)
             #expect(
                 scene.stderr.contains("does not exist") && !scene.stderr.contains("trying again"), "\(scene.stderr)")
 
-            _ = try server.psql("INSERT INTO beaconbench_schema VALUES (99)")
-            #expect(try scene.sync(bench).waitForExit().status >> 8 == 3)
+            _ = try await server.psql("INSERT INTO beaconbench_schema VALUES (99)")
+            await #expect(try scene.sync(bench).waitForExit().status >> 8 == 3)
             #expect(scene.stderr.contains("newer than this beaconbench"), "\(scene.stderr)")
-            #expect(try scene.beaconbench(["--inventory", server.url, "audit"]).waitForExit().status >> 8 == 3)
+            await #expect(try scene.beaconbench(["--inventory", server.url, "audit"]).waitForExit().status >> 8 == 3)
             #expect(scene.stderr.contains("newer than this beaconbench"), "\(scene.stderr)")
         }
     }
@@ -491,12 +492,12 @@ struct SyncTests {
                 path: scene.directory + "/inventory.sqlite", devices: 10, outcomes: 100)
             let before = try await bench.count("outcomes")
             let url = scene.server.url + "&password=s3cret-never-printed"
-            #expect(try scene.sync(bench, to: url).waitForExit().status >> 8 == 3)
+            await #expect(try scene.sync(bench, to: url).waitForExit().status >> 8 == 3)
             #expect(scene.stderr.contains("cannot connect to the server"), "\(scene.stderr)")
             #expect(!(scene.stderr + scene.stdout).contains("s3cret"))
             #expect(try await bench.count("outcomes") == before)
             // Reading a server that is down is exit 3 too.
-            #expect(try scene.beaconbench(["--inventory", url, "audit"]).waitForExit().status >> 8 == 3)
+            await #expect(try scene.beaconbench(["--inventory", url, "audit"]).waitForExit().status >> 8 == 3)
             #expect(!scene.stderr.contains("s3cret"))
         }
     }

@@ -82,7 +82,7 @@ struct TrustedOutcomesTests {
     @Test(arguments: [2, 3])
     func severalProcessesOnOneInventoryNeverDuplicate(processes: Int) async throws {
         let simulator = ["--count", "30", "--fresh", "--seed", String(60 + processes)] + CrashTests.brisk
-        try await withResource({ try ConsoleFixture.start(simulator) }, stop: { $0.stop() }) { bench in
+        try await withResource({ try await ConsoleFixture.start(simulator) }, stop: { await $0.stop() }) { bench in
             for round in 0..<2 {
                 let outputs = try await withThrowingTaskGroup(of: ToolOutput.self) { group in
                     for _ in 0..<processes {
@@ -152,7 +152,8 @@ struct TrustedOutcomesTests {
               "battery": 80, "firmware": "1.0.8", "major": 1, "minor": 1}]
             """.utf8
         ).write(to: URL(fileURLWithPath: fleet))
-        try await withResource({ try ConsoleFixture.start(["--fleet", fleet]) }, stop: { $0.stop() }) { bench in
+        try await withResource({ try await ConsoleFixture.start(["--fleet", fleet]) }, stop: { await $0.stop() }) {
+            bench in
             let run = try await bench.beaconbench(["run", bench.batch("provision-new.batch"), "--set", "scan=1s"])
             #expect(run.status == 2)
             let row = try await Self.rows(
@@ -167,7 +168,7 @@ struct TrustedOutcomesTests {
     /// run takes them down (saying so) and finishes the job at once.
     @Test func linksLeftByAKilledRunAreTakenDown() async throws {
         let simulator = ["--count", "20", "--fresh", "--seed", "71"] + CrashTests.brisk
-        try await withResource({ try ConsoleFixture.start(simulator) }, stop: { $0.stop() }) { bench in
+        try await withResource({ try await ConsoleFixture.start(simulator) }, stop: { await $0.stop() }) { bench in
             let child = try ChildProcess(
                 builtProduct("beaconbench"),
                 [
@@ -180,7 +181,7 @@ struct TrustedOutcomesTests {
                 left = try await bench.truth().values.filter(\.connected).count
             }
             kill(child.pid, SIGKILL)
-            _ = child.waitForExit()
+            _ = await child.waitForExit()
             left = try await bench.truth().values.filter(\.connected).count
             #expect(left > 0, "the kill left no link to take down")
             let started = ContinuousClock.now
@@ -205,11 +206,11 @@ struct TrustedOutcomesTests {
         let mounted = try await runTool("/bin/mount", ["-t", "tmpfs", "-o", "size=420k", "tmpfs", mount])
         try #require(mounted.status == 0, "\(mounted.stderr)")
         defer {
-            _ = try? runToolBlocking("/bin/umount", [mount])
+            unmount(mount)
             try? FileManager.default.removeItem(atPath: mount)
         }
         let simulator = ["--count", "60", "--fresh", "--seed", "81"] + CrashTests.brisk
-        try await withResource({ try ConsoleFixture.start(simulator) }, stop: { $0.stop() }) { bench in
+        try await withResource({ try await ConsoleFixture.start(simulator) }, stop: { await $0.stop() }) { bench in
             let inventory = mount + "/inventory.sqlite"
             let run = try await runTool(
                 builtProduct("beaconbench"),
@@ -233,9 +234,9 @@ struct TrustedOutcomesTests {
 @Suite("identities across benches")
 struct IdentitiesAcrossBenchesTests {
     @Test func twoBenchesOneServer() async throws {
-        let server = try LocalPostgres(port: 54_339)
+        let server = try await LocalPostgres.create(port: 54_339)
         defer { server.remove() }
-        try server.start()
+        try await server.start()
         let unreachable = "postgresql://127.0.0.1:1/nowhere"
         for (label, registry) in [("reachable", server.url), ("unreachable", unreachable)] {
             let numbers =

@@ -15,7 +15,7 @@ struct EchoFixture {
     let client: BusConnection
 
     static func start() async throws -> EchoFixture {
-        let bus = try PrivateBus.start()
+        let bus = try await PrivateBus.start()
         let server = try await BusConnection.connect(.address(bus.address))
         let client = try await BusConnection.connect(.address(bus.address))
         try await server.export(echoInterface, at: path, properties: ["Greeting": "hello", "Count": .uint32(0)])
@@ -26,7 +26,7 @@ struct EchoFixture {
     func stop() async {
         await client.close()
         await server.close()
-        bus.stop()
+        await bus.stop()
     }
 
     /// Calls a method of the echo object.

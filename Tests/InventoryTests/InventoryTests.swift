@@ -182,7 +182,7 @@ struct InventoryTests {
             let process = try ChildProcess(writer, ["inventory-writer", path], standardOutput: output)
             try await Task.sleep(for: .milliseconds(Int.random(in: 30...250, using: &random)))
             kill(process.pid, SIGKILL)
-            _ = process.terminateReportingStatus(grace: .seconds(1))
+            _ = await process.terminateReportingStatus(grace: .seconds(1))
             let lines = (try? String(contentsOfFile: output, encoding: .utf8))?.split(separator: "\n") ?? []
             let committed = lines.compactMap { $0.hasPrefix("committed ") ? Int($0.dropFirst(10)) : nil }.last ?? 0
 

@@ -22,7 +22,7 @@ struct SimulatorFixture {
     )
         async throws -> SimulatorFixture
     {
-        let bus = try PrivateBus.start()
+        let bus = try await PrivateBus.start()
         let simulatorConnection = try await BusConnection.connect(.address(bus.address))
         var options = SimulatorOptions()
         options.seed = seed
@@ -40,7 +40,7 @@ struct SimulatorFixture {
     func stop() async {
         await client.close()
         await simulatorConnection.close()
-        bus.stop()
+        await bus.stop()
     }
 
     func devicePath(_ state: BeaconState, adapter: ObjectPath = adapter) -> ObjectPath {

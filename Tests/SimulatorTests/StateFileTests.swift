@@ -27,8 +27,8 @@ struct StateFileTests {
             SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Update",
             [.string(address), .string(#"{"battery": 12, "firmware": "1.0.6"}"#)])
         await connection.close()
-        #expect(first.process.terminateReportingStatus() == 0)
-        first.bus.stop()
+        await #expect(first.process.terminateReportingStatus() == 0)
+        await first.bus.stop()
         let attributes = try FileManager.default.attributesOfItem(atPath: state)
         #expect((attributes[.posixPermissions] as? Int) == 0o600)
 

@@ -14,7 +14,7 @@ struct StockClientTests {
 
     /// The built simulator on a private bus (LocalBus' launcher, as `beaconbench --sim` uses it).
     static func startSimulator(_ arguments: [String]) async throws -> SimulatorProcess {
-        try SimulatorProcess.start(executable: builtProduct("beaconbench-sim"), arguments: arguments)
+        try await SimulatorProcess.start(executable: builtProduct("beaconbench-sim"), arguments: arguments)
     }
 
     static func stop(_ simulator: SimulatorProcess) { simulator.stop() }
@@ -34,9 +34,9 @@ struct StockClientTests {
         #expect(simulator.readyLine == "ready bus=\(simulator.bus.address) adapters=2 beacons=4")
         // A generous grace: on a loaded machine (the whole suite at once) the
         // way out can take seconds; it must still be a clean exit 0.
-        let status = simulator.process.terminateReportingStatus(grace: .seconds(30))
+        let status = await simulator.process.terminateReportingStatus(grace: .seconds(30))
         #expect(status == 0)
-        simulator.bus.stop()
+        await simulator.bus.stop()
 
         let help = try await runTool(builtProduct("beaconbench-sim"), ["--help"])
         #expect(help.status == 0)

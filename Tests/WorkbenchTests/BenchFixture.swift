@@ -21,7 +21,7 @@ struct BenchFixture {
         count: Int = 3, seed: UInt64 = 21, fleet: [BeaconState]? = nil,
         configure: (inout SimulatorOptions) -> Void = { _ in }
     ) async throws -> BenchFixture {
-        let bus = try PrivateBus.start()
+        let bus = try await PrivateBus.start()
         let simulatorConnection = try await BusConnection.connect(.address(bus.address))
         var options = SimulatorOptions()
         options.seed = seed
@@ -49,7 +49,7 @@ struct BenchFixture {
         await client.stop()
         await clientConnection.close()
         await simulatorConnection.close()
-        bus.stop()
+        await bus.stop()
     }
 
     /// Connects to a beacon, checks it is an SBeacon, runs `body`, disconnects.

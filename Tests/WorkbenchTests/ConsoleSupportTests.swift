@@ -359,7 +359,7 @@ struct DoctorTests {
     /// A bus with no bluetoothd: the bus is fine, bluetoothd fails with how
     /// to start it, and nothing after it is claimed.
     @Test func aBusWithoutBluetoothd() async throws {
-        let bus = try PrivateBus.start()
+        let bus = try await PrivateBus.start()
         defer { bus.stop() }
         let checks = await Doctor.check(bus: .address(bus.address), adapter: nil)
         #expect(checks.map(\.name) == ["bus", "bluetoothd", "bluetoothd version"])

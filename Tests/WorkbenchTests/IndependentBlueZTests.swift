@@ -13,7 +13,7 @@ struct IndependentBlueZTests {
         .appendingPathComponent("Peers").path
 
     @Test func adaptersDevicesAndAdvertsFromAnotherImitation() async throws {
-        let bus = try PrivateBus.start()
+        let bus = try await PrivateBus.start()
         defer { bus.stop() }
         let mock = try ChildProcess("/usr/bin/python3", ["\(Self.peers)/dbusmock_bluez.py", bus.address])
         defer { mock.terminate() }

@@ -1,0 +1,118 @@
+import Foundation
+
+// Everything in this module that waits (for a process to exit, for a
+// daemon to say it is ready, for psql) blocks the thread it runs on.
+// Swift's cooperative pool has only as many threads as cores: two such
+// waits on a 2-core machine, and every task of the process stalls
+// (simulators, clients, timers). So each blocking call has an `async`
+// overload of the same name that runs it on a thread of its own; in an
+// async context Swift picks the overload, and the compiler asks for the
+// `await` that shows the wait.
+
+/// Runs `body` on a new thread and resumes the caller with its result.
+/// The cooperative pool is never held while it blocks.
+public func onThreadOfItsOwn<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
+    }
+}
+
+/// The same for a `body` that cannot fail.
+public func onThreadOfItsOwn<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(returning: body()) }
+    }
+}
+
+extension CleanUp.Stoppable {
+    /// `stop()` on a thread of its own.
+    public func stop() async {
+        await onThreadOfItsOwn { self.stop() }
+    }
+}
+
+extension PrivateBus {
+    /// `start()` on a thread of its own.
+    public static func start() async throws -> PrivateBus {
+        try await onThreadOfItsOwn { try start() }
+    }
+}
+
+extension SimulatorProcess {
+    /// `start(executable:arguments:timeout:)` on a thread of its own.
+    public static func start(
+        executable: String, arguments: [String], timeout: Duration = .seconds(30)
+    ) async throws -> SimulatorProcess {
+        try await onThreadOfItsOwn { try start(executable: executable, arguments: arguments, timeout: timeout) }
+    }
+
+    /// `stop()` on a thread of its own.
+    public func stop() async {
+        await onThreadOfItsOwn { self.stop() }
+    }
+}
+
+extension ChildProcess {
+    /// `waitForExit()` on a thread of its own.
+    public func waitForExit() async -> (status: Int32, usage: rusage) {
+        let (status, usage) = await onThreadOfItsOwn { () -> UsageBox in
+            let (status, usage) = self.waitForExit()
+            return UsageBox(status: status, usage: usage)
+        }.pair
+        return (status, usage)
+    }
+
+    /// `terminate(grace:)` on a thread of its own.
+    public func terminate(grace: Duration = .seconds(5)) async {
+        await onThreadOfItsOwn { self.terminate(grace: grace) }
+    }
+
+    /// `terminateReportingStatus(grace:)` on a thread of its own.
+    public func terminateReportingStatus(grace: Duration = .seconds(5)) async -> Int32? {
+        await onThreadOfItsOwn { self.terminateReportingStatus(grace: grace) }
+    }
+}
+
+/// `rusage` is a plain C struct; carried across threads by value.
+private struct UsageBox: @unchecked Sendable {
+    var status: Int32
+    var usage: rusage
+    var pair: (Int32, rusage) { (status, usage) }
+}
+
+extension LocalPostgres {
+    /// A new cluster (initdb), made on a thread of its own.
+    public static func create(port: Int = 54_329) async throws -> LocalPostgres {
+        try await onThreadOfItsOwn { try LocalPostgres(port: port) }
+    }
+
+    /// `start()` on a thread of its own.
+    public func start() async throws {
+        try await onThreadOfItsOwn { try self.start() }
+    }
+
+    /// `stop()` on a thread of its own.
+    public func stop() async {
+        await onThreadOfItsOwn { self.stop() }
+    }
+
+    /// `remove()` on a thread of its own.
+    public func remove() async {
+        await onThreadOfItsOwn { self.remove() }
+    }
+
+    /// `psql(_:)` on a thread of its own.
+    public func psql(_ sql: String) async throws -> String {
+        try await onThreadOfItsOwn { try self.psql(sql) }
+    }
+
+    /// `rows(_:)` on a thread of its own.
+    public func rows(_ sql: String) async throws -> [[String]] {
+        try await onThreadOfItsOwn { try self.rows(sql) }
+    }
+
+    /// `count(_:)` on a thread of its own.
+    public func count(_ sql: String) async throws -> Int {
+        try await onThreadOfItsOwn { try self.count(sql) }
+    }
+}
