@@ -6,7 +6,7 @@ import SBeaconProtocol
 import Testing
 import Workbench
 
-@Suite("The batch language: checked whole, errors at FILE:LINE:COL")
+@Suite("The batch language: checked whole, errors at FILE:LINE:COL", .timeLimit(.minutes(2)))
 struct BatchParserTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()

@@ -5,7 +5,7 @@ import Testing
 
 /// The command table is the one place a command is defined: the parser,
 /// `help`, completion, the man page and the shell completions all read it.
-@Suite("The command table")
+@Suite("The command table", .timeLimit(.minutes(5)))
 struct CommandTableTests {
     static let profiles: Set<String> = ["car", "van", "truck", "bus", "motorcycle"]
 

@@ -9,7 +9,7 @@ import Testing
 
 /// bluetoothd restarting under a fleet run, and beaconbench killed with
 /// SIGKILL at random moments: the inventory stays whole and true.
-@Suite("crashes and restarts", .serialized)
+@Suite("crashes and restarts", .serialized, .exclusive(.heavyLoad), .timeLimit(.minutes(10)))
 struct CrashTests {
     /// A radio slow enough that a run of a few dozen beacons takes seconds.
     static let brisk = [

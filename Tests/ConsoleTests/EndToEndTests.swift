@@ -8,7 +8,7 @@ import Testing
 
 /// The built binary against the simulator: what an operator does, checked
 /// against the simulator's ground truth and the inventory.
-@Suite("beaconbench end to end", .serialized)
+@Suite("beaconbench end to end", .serialized, .timeLimit(.minutes(10)))
 struct EndToEndTests {
     static let car = DrivingBehaviourConfig(
         cornering: 350, braking: 350, acceleration: 450, duration: 300, enable: [.detection, .lowPassFilter])

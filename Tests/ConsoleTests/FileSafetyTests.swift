@@ -9,7 +9,7 @@ import Testing
 /// that another user's or one on read-only media can be audited; a
 /// password is never visible to other processes after start-up, nor kept
 /// in the REPL's history.
-@Suite("files and secrets", .serialized)
+@Suite("files and secrets", .serialized, .timeLimit(.minutes(5)))
 struct FileSafetyTests {
     // MARK: Helpers
 

@@ -8,7 +8,7 @@ import Testing
 /// Connect with the wrong reply, one with no reply, a device vanishing
 /// mid-call, half a GATT tree. Every command ends, with an error that says
 /// what went wrong, and nothing crashes.
-@Suite("a hostile bluetoothd")
+@Suite("a hostile bluetoothd", .timeLimit(.minutes(10)))
 struct HostileBluezTests {
     @Test func everyCommandEndsWithAReason() async throws {
         let bus = try await PrivateBus.start()

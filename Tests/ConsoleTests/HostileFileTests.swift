@@ -5,7 +5,7 @@ import Testing
 /// Batches and profiles built to cost memory or flood a terminal: each is a
 /// clear error naming the file and line, exit 1, in bounded time and
 /// memory, with nothing touched.
-@Suite("hostile batches and profiles")
+@Suite("hostile batches and profiles", .timeLimit(.minutes(5)))
 struct HostileFileTests {
     /// Runs the built beaconbench under a virtual-memory limit (`ulimit -v`,
     /// KiB), the way a careful reviewer would.

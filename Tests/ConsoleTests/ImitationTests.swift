@@ -15,7 +15,7 @@ import Testing
 /// RemoveDevice and power cycles stay within the policy. Wall times are
 /// printed, never asserted (speed belongs to `make bench`); each run has a
 /// stall cap of minutes.
-@Suite("an independent BlueZ imitation", .serialized)
+@Suite("an independent BlueZ imitation", .serialized, .timeLimit(.minutes(10)))
 struct ImitationTests {
     static let car = DrivingBehaviourConfig(
         cornering: 350, braking: 350, acceleration: 450, duration: 300, enable: [.detection, .lowPassFilter])

@@ -7,7 +7,7 @@ import Testing
 /// batches, its man page renders, its completions are in place; `make
 /// uninstall` takes it all away. (BIN= installs what the tests built; the
 /// default release build installs the same files, built again.)
-@Suite("make install")
+@Suite("make install", .timeLimit(.minutes(10)))
 struct InstallTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().path

@@ -11,7 +11,9 @@ import Testing
 /// sync unless asked (and sent whole by a later sync that asks, though the
 /// server's cursors have passed them), forgotten devices leaving the fleet
 /// view, and the server answering the log and records queries.
-@Suite("issue 16: simulated runs, forgotten devices, records on the server", .serialized)
+@Suite(
+    "issue 16: simulated runs, forgotten devices, records on the server", .serialized, .exclusive(.postgreSQL),
+    .timeLimit(.minutes(10)))
 struct Inventory16SyncTests {
     static let real = "C4:00:00:00:00:01"
     static let simulatedOnly = "C4:00:00:00:00:02"

@@ -8,7 +8,7 @@ import Testing
 /// this program knows), and what it refuses it leaves exactly as it was.
 /// Every case runs the built binary: a read command, a write command and
 /// `report`.
-@Suite("inventory paths")
+@Suite("inventory paths", .timeLimit(.minutes(5)))
 struct InventoryPathTests {
     /// One read, one write, one report.
     static let commands: [[String]] = [

@@ -1,7 +1,7 @@
 import Console
 import Testing
 
-@Suite("the command line")
+@Suite("the command line", .timeLimit(.minutes(2)))
 struct InvocationTests {
     @Test func globalOptionsEnvironmentAndModes() throws {
         let environment = [

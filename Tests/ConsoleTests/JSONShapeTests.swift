@@ -8,7 +8,7 @@ import Testing
 
 /// Every command's `--json` against docs/json.md: the built binary, on a
 /// simulated bench, its lines checked kind by kind and field by field.
-@Suite("JSON output is what docs/json.md says")
+@Suite("JSON output is what docs/json.md says", .timeLimit(.minutes(10)))
 struct JSONShapeTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent()

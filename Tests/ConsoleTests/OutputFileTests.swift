@@ -8,7 +8,7 @@ import Testing
 /// inventory by any name; refused, it exits 1 naming the path and why, and
 /// changes nothing. Each kind is tried on the built binary against a small
 /// real inventory.
-@Suite("output files")
+@Suite("output files", .timeLimit(.minutes(5)))
 struct OutputFileTests {
     static let addresses = ["C0:FE:00:00:00:01", "C0:FE:00:00:00:02", "C0:FE:00:00:00:03"]
 

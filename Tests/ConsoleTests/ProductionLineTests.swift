@@ -11,7 +11,7 @@ import Testing
 /// beacon must leave with its desired state or a reason, the tally must be
 /// right, and the station must keep up. `BEACONBENCH_LINE_COUNT=200` runs
 /// the full line (about 7 minutes); the suite runs 24 beacons.
-@Suite("a production line at the station", .serialized)
+@Suite("a production line at the station", .serialized, .exclusive(.heavyLoad), .timeLimit(.minutes(15)))
 struct ProductionLineTests {
     static var count: Int {
         Int(ProcessInfo.processInfo.environment["BEACONBENCH_LINE_COUNT"] ?? "") ?? 24

@@ -9,7 +9,7 @@ import Testing
 /// read, so a FIFO or a link in it blocks nothing and reads nothing; a key
 /// written twice is an error at FILE:LINE:COL. Each refusal exits 1 having
 /// touched nothing (no inventory is created).
-@Suite("profile directories: whose, who may write, what is read")
+@Suite("profile directories: whose, who may write, what is read", .timeLimit(.minutes(5)))
 struct ProfileDirectoryTests {
     /// A bench whose profile directory `profiles` holds a copy of the
     /// shipped van as `lorry.json`, mode 0755, files 0644.

@@ -8,7 +8,7 @@ import Testing
 /// (docs/reliability.md, "Recovering without an operator"): the recap's
 /// `recovery` lines, the outcome log's `recover` rows, and the simulator's
 /// counters saying nothing was done more than its policy allows.
-@Suite("recovering without an operator", .serialized)
+@Suite("recovering without an operator", .serialized, .timeLimit(.minutes(10)))
 struct RecoveryTests {
     /// Writes `plan` to a file and runs `body` on a fleet of `count` new
     /// beacons (the last two cannot be provisioned) with it.

@@ -4,7 +4,7 @@ import Testing
 
 /// The REPL through a pseudo-terminal (Tests/Peers/repl_driver.py types and
 /// reads as a person at a terminal would).
-@Suite("the REPL on a terminal", .serialized)
+@Suite("the REPL on a terminal", .serialized, .timeLimit(.minutes(5)))
 struct ReplTests {
     struct Transcript: Decodable {
         var ok: Bool

@@ -9,7 +9,7 @@ import Testing
 /// no console error, nothing fetched, every chart present with the counts
 /// the inventory holds, the device table's filter working, hostile device
 /// strings shown as text.
-@Suite("the fleet report in a browser", .serialized)
+@Suite("the fleet report in a browser", .serialized, .exclusive(.postgreSQL, .heavyLoad), .timeLimit(.minutes(10)))
 struct ReportTests {
     static let peer = ConsoleFixture.repository + "/Tests/Peers/report_browser.py"
     static let charts: Set<String> = [

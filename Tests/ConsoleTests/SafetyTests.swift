@@ -2,7 +2,7 @@ import Foundation
 import TestSupport
 import Testing
 
-@Suite("least privilege and saved fuzz inputs")
+@Suite("least privilege and saved fuzz inputs", .timeLimit(.minutes(5)))
 struct SafetyTests {
     /// Every seed and every input that ever crashed a fuzz target, replayed
     /// through the same code (the replayer is beaconbench-fuzz built

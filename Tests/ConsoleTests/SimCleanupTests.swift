@@ -6,7 +6,7 @@ import Testing
 /// `beaconbench --sim`: its private bus is this user's alone, and neither
 /// the bus nor the simulator nor their directory outlives beaconbench,
 /// however it ends (SIGTERM, SIGHUP, SIGKILL, its output closed).
-@Suite("--sim leaves nothing behind")
+@Suite("--sim leaves nothing behind", .timeLimit(.minutes(5)))
 struct SimCleanupTests {
     /// The built beaconbench, run under umask 000 by bash with `script`
     /// (`"$@"` is beaconbench and its arguments), in an environment of its

@@ -9,7 +9,7 @@ import Testing
 /// The install-bench station and the desired state (`assign`, `drift`),
 /// end to end: the built binary against the simulator, beacons moved in
 /// and out of range through its control interface.
-@Suite("station, assign and drift", .serialized)
+@Suite("station, assign and drift", .serialized, .timeLimit(.minutes(10)))
 struct StationTests {
     static func address(_ number: Int) -> String { String(format: "C0:FE:00:00:%02X:%02X", number / 256, number % 256) }
 
@@ -330,7 +330,7 @@ struct StationTests {
 
 /// The office assigns on the shared server; two benches sync, see the
 /// beacons and converge them; the server says which bench did it first.
-@Suite("the office and two benches", .serialized)
+@Suite("the office and two benches", .serialized, .exclusive(.postgreSQL), .timeLimit(.minutes(10)))
 struct OfficeTests {
     @Test func anOfficeAssignsTwoBenchesConvergeAndDriftIsEmpty() async throws {
         let server = try await LocalPostgres.create()

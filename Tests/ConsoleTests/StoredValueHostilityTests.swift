@@ -12,7 +12,7 @@ import Testing
 /// values SQLite accepts and the tool never writes, then every read
 /// command of the built binary. None may die of a signal, print a raw
 /// control character or exit other than 0, 2 or 3 (with a message).
-@Suite("stored values are input", .serialized)
+@Suite("stored values are input", .serialized, .exclusive(.postgreSQL), .timeLimit(.minutes(10)))
 struct StoredValueHostilityTests {
     static let addresses = ["C0:FE:00:00:00:01", "C0:FE:00:00:00:02", "C0:FE:00:00:00:03"]
 

@@ -8,7 +8,7 @@ import Testing
 /// One grammar for what a person writes (docs/batch-language.md,
 /// "Values"): decimal numbers, documented units, real dates, each key once,
 /// and `report` reading and combining selectors as `select` does.
-@Suite("the strict value grammar")
+@Suite("the strict value grammar", .timeLimit(.minutes(5)))
 struct StrictGrammarTests {
     static let profiles: Set<String> = ["car", "van", "truck", "bus", "motorcycle"]
 

@@ -11,7 +11,7 @@ import Testing
 /// The shared server as a peer, not a friend: what `sync` pulls is checked
 /// as local input is, and a row that fails is refused, named, and left on
 /// the server as it is. A sync stopped by a signal says what it sent.
-@Suite("sync: the server is a peer", .serialized)
+@Suite("sync: the server is a peer", .serialized, .exclusive(.postgreSQL), .timeLimit(.minutes(10)))
 struct SyncPeerTests {
     static let assignmentColumns =
         "address, profile, major, minor_policy, minor, overrides, assigned_at, assigned_by, origin"

@@ -173,7 +173,7 @@ func withSyncScene(_ name: String, started: Bool = true, _ body: (SyncScene) asy
     try await body(SyncScene(server: server, directory: directory))
 }
 
-@Suite("array parameters")
+@Suite("array parameters", .timeLimit(.minutes(2)))
 struct PostgresArrayTests {
     @Test func everyElementQuotedEscapedAndNULFree() {
         #expect(PostgresArray.literal([String?]()) == "{}")
@@ -184,7 +184,7 @@ struct PostgresArrayTests {
     }
 }
 
-@Suite("several benches, one PostgreSQL server", .serialized)
+@Suite("several benches, one PostgreSQL server", .serialized, .exclusive(.postgreSQL), .timeLimit(.minutes(10)))
 struct SyncTests {
     /// Three benches provision separate fleets; beacon 4 is on the first
     /// bench and, later, on the second (as a van, another major). All sync

@@ -4,7 +4,7 @@ import Testing
 
 /// The REPL on a pseudo-terminal whose screen pyte emulates
 /// (Tests/Peers/repl_driver.py): what a person would see.
-@Suite("the terminal: screens through a pty", .serialized)
+@Suite("the terminal: screens through a pty", .serialized, .timeLimit(.minutes(5)))
 struct Terminal16ScreenTests {
     struct Screen: Decodable {
         var display: [String]

@@ -7,7 +7,7 @@ import Workbench
 @testable import Console
 
 /// The terminal's widths, decisions and progress line, without a terminal.
-@Suite("the terminal: widths, colour, progress")
+@Suite("the terminal: widths, colour, progress", .timeLimit(.minutes(2)))
 struct Terminal16UnitTests {
     static func terminal(
         color: Bool = true, json: Bool = false, term: String? = "xterm-256color", noColor: String? = nil,

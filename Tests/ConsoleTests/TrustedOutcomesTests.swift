@@ -11,7 +11,7 @@ import Testing
 /// the profile's identity, unique identities with several processes on one
 /// inventory, retries recorded once, reads recorded on a failing path,
 /// links left by a killed process, a full disk.
-@Suite("outcomes that can be trusted", .serialized)
+@Suite("outcomes that can be trusted", .serialized, .timeLimit(.minutes(10)))
 struct TrustedOutcomesTests {
     static func rows(_ path: String, _ sql: String) async throws -> [String] {
         try await runTool("/usr/bin/sqlite3", [path, sql]).stdout.split(separator: "\n").map(String.init)
@@ -231,7 +231,7 @@ struct TrustedOutcomesTests {
 /// Two benches, one server: no duplicate identity while the server can be
 /// reached; a `duplicate-identity` finding naming both devices and their
 /// benches when it could not.
-@Suite("identities across benches")
+@Suite("identities across benches", .exclusive(.postgreSQL), .timeLimit(.minutes(10)))
 struct IdentitiesAcrossBenchesTests {
     @Test func twoBenchesOneServer() async throws {
         let server = try await LocalPostgres.create(port: 54_339)

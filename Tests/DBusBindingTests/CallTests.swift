@@ -1,7 +1,7 @@
 import DBusBinding
 import Testing
 
-@Suite("Calls: errors, timeouts, concurrency")
+@Suite("Calls: errors, timeouts, concurrency", .timeLimit(.minutes(5)))
 struct CallTests {
     @Test func errorsKeepTheirNameAndMessageBothWays() async throws {
         try await withEchoFixture { fixture throws in

@@ -4,7 +4,7 @@ import TestSupport
 import Testing
 
 /// The binding against stock D-Bus tools and a hostile peer, on a private bus.
-@Suite("Interoperability with busctl, gdbus, dbus-python and a hostile peer")
+@Suite("Interoperability with busctl, gdbus, dbus-python and a hostile peer", .timeLimit(.minutes(5)))
 struct InteropTests {
     static let peersDirectory = URL(fileURLWithPath: #filePath)
         .deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Peers").path

@@ -2,7 +2,7 @@ import CDBus
 import DBusBinding
 import Testing
 
-@Suite("Names, paths and signatures are checked before libdbus sees them")
+@Suite("Names, paths and signatures are checked before libdbus sees them", .timeLimit(.minutes(2)))
 struct NameTests {
     @Test(arguments: ["", "org", "/org/", "//", "/org//bluez", "/org/blu-ez", "/org/bluez\0", "/é", "relative/path"])
     func invalidPathsAreRefused(_ text: String) {

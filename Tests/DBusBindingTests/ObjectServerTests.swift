@@ -4,7 +4,7 @@ import FoundationXML
 import TestSupport
 import Testing
 
-@Suite("Serving objects: properties, object manager, introspection")
+@Suite("Serving objects: properties, object manager, introspection", .timeLimit(.minutes(5)))
 struct ObjectServerTests {
     @Test func propertiesGetGetAllAndSet() async throws {
         try await withEchoFixture { fixture throws in

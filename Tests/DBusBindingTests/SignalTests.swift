@@ -2,7 +2,7 @@ import DBusBinding
 import TestSupport
 import Testing
 
-@Suite("Signals reach the subscribers whose rules match, and no others")
+@Suite("Signals reach the subscribers whose rules match, and no others", .timeLimit(.minutes(5)))
 struct SignalTests {
     @Test func eachSubscriberGetsOnlyWhatItsRuleMatches() async throws {
         try await withEchoFixture { fixture throws in

@@ -1,7 +1,7 @@
 import DBusBinding
 import Testing
 
-@Suite("Values cross the bus unchanged")
+@Suite("Values cross the bus unchanged", .timeLimit(.minutes(3)))
 struct ValueRoundTripTests {
     static let basics: [BusValue] = [
         .byte(0), .boolean(true), .int16(.min), .uint16(.max), .int32(.min), .uint32(.max), .int64(.min),

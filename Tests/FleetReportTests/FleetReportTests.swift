@@ -6,7 +6,7 @@ import Testing
 
 @testable import FleetReport
 
-@Suite("Fleet report: numbers and safety")
+@Suite("Fleet report: numbers and safety", .timeLimit(.minutes(5)))
 struct FleetReportTests {
     static let now = Inventory.parseTimestamp("2026-11-15T12:00:00.000Z")!
     static let day = 86_400.0

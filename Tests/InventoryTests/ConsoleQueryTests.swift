@@ -9,7 +9,7 @@ import Testing
 /// What the console (issue 16) asks of the inventory: pulled records, the
 /// log with its limit said, forgetting a device, simulated runs. Each test
 /// on a real SQLite file.
-@Suite("Inventory queries for the console: records, log, forget, simulated runs")
+@Suite("Inventory queries for the console: records, log, forget, simulated runs", .timeLimit(.minutes(3)))
 struct ConsoleQueryTests {
     static let a = "C1:02:11:22:33:44"
     static let b = "C1:02:55:66:77:88"

@@ -6,7 +6,7 @@ import Testing
 
 @testable import Inventory
 
-@Suite("The SQLite inventory: schema, durability, bound parameters")
+@Suite("The SQLite inventory: schema, durability, bound parameters", .timeLimit(.minutes(5)))
 struct InventoryTests {
     static func temporaryPath() throws -> String {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("inventory-\(UUID().uuidString)")
@@ -204,7 +204,7 @@ struct InventoryTests {
     }
 }
 
-@Suite("Audits from the inventory, and exports")
+@Suite("Audits from the inventory, and exports", .timeLimit(.minutes(2)))
 struct InventoryAuditTests {
     @Test func theInventoryFeedsTheAuditAndExportsDevices() async throws {
         let inventory = try Inventory(path: try InventoryTests.temporaryPath())
@@ -238,7 +238,7 @@ struct InventoryAuditTests {
     }
 }
 
-@Suite("Inventory timestamps")
+@Suite("Inventory timestamps", .timeLimit(.minutes(2)))
 struct TimestampTests {
     @Test func writtenAndParsedBack() {
         for seconds in [0.0, 1_769_767_200.123, 1_800_000_000.999, 951_782_400.5] {  // incl. 2000-02-29

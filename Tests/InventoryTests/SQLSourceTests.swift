@@ -3,7 +3,7 @@ import Testing
 
 /// SQL only with bound parameters: no string literal in the sources that
 /// holds SQL may also hold an interpolation.
-@Suite("SQL in the sources")
+@Suite("SQL in the sources", .timeLimit(.minutes(2)))
 struct SQLSourceTests {
     static let sources = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("Sources")

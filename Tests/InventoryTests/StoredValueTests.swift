@@ -5,7 +5,7 @@ import Testing
 /// The checks of values read back (docs/inventory.md, "Values read back"),
 /// rule by rule; the commands over a spoiled inventory are
 /// `StoredValueHostilityTests` (ConsoleTests).
-@Suite("stored values: the rules")
+@Suite("stored values: the rules", .timeLimit(.minutes(2)))
 struct StoredValueTests {
     @Test func timestampsAreStrictAndNeverRollOver() {
         #expect(Inventory.parseTimestamp("2026-11-30T09:41:07.123Z") != nil)

@@ -3,7 +3,7 @@ import Profiles
 import SBeaconProtocol
 import Testing
 
-@Suite("Audit findings for a table of device states")
+@Suite("Audit findings for a table of device states", .timeLimit(.minutes(2)))
 struct AuditTests {
     static let now = Date(timeIntervalSince1970: 1_800_000_000)
     static let van = Profile(

@@ -3,7 +3,7 @@ import Profiles
 import SBeaconProtocol
 import Testing
 
-@Suite("Profiles: the shipped ones load, broken ones are named precisely")
+@Suite("Profiles: the shipped ones load, broken ones are named precisely", .timeLimit(.minutes(2)))
 struct ProfileTests {
     static let shipped = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("profiles").path

@@ -1,7 +1,7 @@
 import SBeaconProtocol
 import Testing
 
-@Suite("SBeacon codecs: bytes in, typed values out, per the contract")
+@Suite("SBeacon codecs: bytes in, typed values out, per the contract", .timeLimit(.minutes(2)))
 struct CodecTests {
     @Test func crcIsCCITTFalse() {
         // The standard check value of CRC-16/CCITT-FALSE.
@@ -172,7 +172,7 @@ struct CodecTests {
     }
 }
 
-@Suite("Device Information strings")
+@Suite("Device Information strings", .timeLimit(.minutes(2)))
 struct DeviceInformationTextTests {
     @Test func endAtTheFirstNUL() {
         #expect(DeviceInformationText.decode(Array("1.0.8".utf8)) == "1.0.8")

@@ -3,7 +3,7 @@ import Testing
 
 @testable import SafeText
 
-@Suite struct TextWidthTests {
+@Suite(.timeLimit(.minutes(2))) struct TextWidthTests {
     @Test func asciiTakesAColumnEach() {
         #expect(TextWidth.columns(of: "") == 0)
         #expect(TextWidth.columns(of: "device  profile") == 15)

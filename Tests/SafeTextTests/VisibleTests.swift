@@ -2,7 +2,7 @@ import Testing
 
 @testable import SafeText
 
-@Suite struct VisibleTests {
+@Suite(.timeLimit(.minutes(2))) struct VisibleTests {
     @Test func controlCharactersAreShown() {
         #expect(Visible.text("a\u{1B}]0;pwned\u{07}\u{1B}[2Jb") == "a\\x1b]0;pwned\\x07\\x1b[2Jb")
         #expect(Visible.text("nul\u{0}here\n\r\t\u{7F}") == "nul\\x00here\\x0a\\x0d\\x09\\x7f")
@@ -43,7 +43,7 @@ import Testing
     }
 }
 
-@Suite struct CSVTests {
+@Suite(.timeLimit(.minutes(2))) struct CSVTests {
     @Test func quotingFollowsRFC4180() {
         #expect(
             CSV.record(["a", "b,c", "say \"hi\"", "two\nlines"]) == "a,\"b,c\",\"say \"\"hi\"\"\",two\\x0alines\r\n")
@@ -61,7 +61,7 @@ import Testing
     }
 }
 
-@Suite struct JSONTextTests {
+@Suite(.timeLimit(.minutes(2))) struct JSONTextTests {
     @Test func terminalControlsAreEscapedExactly() {
         #expect(JSONText.safe("{\"a\":\"x\u{9B}y\u{202E}\u{7F}\"}") == "{\"a\":\"x\\u009by\\u202e\\u007f\"}")
         #expect(JSONText.string("q\"\\\n\u{1B}\u{F0001}") == "\"q\\\"\\\\\\n\\u001b\\udb80\\udc01\"")

@@ -5,7 +5,7 @@ import SBeaconProtocol
 import TestSupport
 import Testing
 
-@Suite("The simulated bluetoothd, driven over a private bus as a BlueZ client would")
+@Suite("The simulated bluetoothd, driven over a private bus as a BlueZ client would", .timeLimit(.minutes(5)))
 struct BluetoothdTests {
     @Test func adapterPropertiesHaveBlueZNamesAndTypes() async throws {
         try await withSimulator { fixture throws in

@@ -65,7 +65,7 @@ func connectedValues(_ signals: [BusSignal]) -> [Bool] {
 
 /// Each fault plan action against the running daemon, as a BlueZ client
 /// sees it.
-@Suite("Fault plan actions behave as BlueZ does")
+@Suite("Fault plan actions behave as BlueZ does", .timeLimit(.minutes(5)))
 struct FaultActionTests {
     @Test func aStaleDeviceFailsEveryConnectUntilRemovedAndRediscovered() async throws {
         try await withPlan(
@@ -487,7 +487,7 @@ struct FaultActionTests {
 }
 
 /// `--fault-plan` on the built binary.
-@Suite("beaconbench-sim --fault-plan")
+@Suite("beaconbench-sim --fault-plan", .timeLimit(.minutes(5)))
 struct FaultPlanBinaryTests {
     @Test func aBadPlanStopsItNamingTheFileAndTheRuleAndAGoodOneIsInForceWhenItIsReady() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("plans-\(UUID().uuidString)")

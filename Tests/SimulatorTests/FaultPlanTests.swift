@@ -3,7 +3,7 @@ import Foundation
 import Testing
 
 /// The fault plan as a value: parsed strictly, and deciding deterministically.
-@Suite("Fault plans: parsing, checking and deciding")
+@Suite("Fault plans: parsing, checking and deciding", .timeLimit(.minutes(2)))
 struct FaultPlanTests {
     static let beacon2 = FaultPlan.Context(adapter: 0, beacon: 2, address: "C1:00:00:00:00:02")
     static let beacon3 = FaultPlan.Context(adapter: 0, beacon: 3, address: "C1:00:00:00:00:03")

@@ -5,7 +5,7 @@ import SBeaconProtocol
 import TestSupport
 import Testing
 
-@Suite("Injected faults fire at their rates, with BlueZ' errors")
+@Suite("Injected faults fire at their rates, with BlueZ' errors", .timeLimit(.minutes(5)))
 struct FaultTests {
     @Test func theFaultListIsParsedAndCheckedLikeTheCommandLineSaysItIs() throws {
         #expect(try Fault.parse("connect-abort=0.1,att-error=0.25") == [.connectAbort: 0.1, .attError: 0.25])

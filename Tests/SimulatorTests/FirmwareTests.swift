@@ -3,7 +3,7 @@ import Testing
 
 @testable import BeaconSimulator
 
-@Suite("The simulated firmware follows the contract byte for byte")
+@Suite("The simulated firmware follows the contract byte for byte", .timeLimit(.minutes(2)))
 struct FirmwareTests {
     static let now: Int64 = 1_800_000_000_000
 

@@ -8,7 +8,7 @@ import Testing
 /// The test equipment for hostile input (issue 15): byte strings in fleet
 /// files, the hostile fixture served byte for byte over D-Bus, and
 /// Tests/Peers/screen.py.
-@Suite("Hostile beacons: arbitrary bytes in names and Device Information")
+@Suite("Hostile beacons: arbitrary bytes in names and Device Information", .timeLimit(.minutes(5)))
 struct HostileFleetTests {
     static let tests = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     static let fixture = tests.appendingPathComponent("Fixtures/hostile-fleet.json").path

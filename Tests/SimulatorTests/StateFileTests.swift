@@ -5,7 +5,7 @@ import SBeaconProtocol
 import TestSupport
 import Testing
 
-@Suite("Fleet files and state kept across runs of the built simulator")
+@Suite("Fleet files and state kept across runs of the built simulator", .timeLimit(.minutes(5)))
 struct StateFileTests {
     @Test func aSecondRunSeesWhatTheFirstOneWrote() async throws {
         let directory = FileManager.default.temporaryDirectory.appendingPathComponent("sim-state-\(UUID().uuidString)")

@@ -7,7 +7,7 @@ import Testing
 /// The built `beaconbench-sim` against stock BlueZ clients: bluetoothctl
 /// from Debian's bluez, and a bleak script, pointed at a private bus through
 /// DBUS_SYSTEM_BUS_ADDRESS.
-@Suite("beaconbench-sim with bluetoothctl and bleak")
+@Suite("beaconbench-sim with bluetoothctl and bleak", .timeLimit(.minutes(5)))
 struct StockClientTests {
     static let peers = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Peers").path

@@ -56,7 +56,7 @@ func count(_ inventory: Inventory, _ sql: String, _ parameters: [SQLiteValue] = 
     try await inventory.query(sql, parameters).first?.first?.integer ?? -1
 }
 
-@Suite("A fleet run: devices not seen, Ctrl-C, progress counts")
+@Suite("A fleet run: devices not seen, Ctrl-C, progress counts", .timeLimit(.minutes(5)))
 struct FleetRunEdgeTests {
     /// A full address one digit off fails "not seen" once discovery has
     /// looked for it, and the inventory gets no row of it: no device, no
@@ -195,7 +195,7 @@ struct FleetRunEdgeTests {
     }
 }
 
-@Suite("Watching many beacons")
+@Suite("Watching many beacons", .timeLimit(.minutes(5)))
 struct WatchTests {
     /// 24 beacons in range, 5 connection slots: every one is watched, its
     /// shake counted, none fails, and no Connect was refused and retried;
@@ -279,7 +279,7 @@ struct WatchTests {
     }
 }
 
-@Suite("Beacons coming and going")
+@Suite("Beacons coming and going", .timeLimit(.minutes(5)))
 struct InRangeTests {
     /// A beacon that leaves radio range drops out of `inRange` once it has
     /// not been heard for the window (its device object stays, as in
@@ -321,7 +321,7 @@ struct InRangeTests {
     }
 }
 
-@Suite("Doctor")
+@Suite("Doctor", .timeLimit(.minutes(5)))
 struct DoctorTests {
     /// Against the simulator: the bus, bluetoothd, the policy and the
     /// adapter are fine; powered off, the adapter fails with the fix.

@@ -9,7 +9,7 @@ import Testing
 
 @testable import Workbench
 
-@Suite("The fleet runner over a simulated fleet")
+@Suite("The fleet runner over a simulated fleet", .timeLimit(.minutes(5)))
 struct FleetRunnerTests {
     /// A failed step's read of the value it writes is not kept: the write
     /// may have landed before the link dropped (the fault matrix caught an

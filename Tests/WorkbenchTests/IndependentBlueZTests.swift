@@ -7,7 +7,7 @@ import Testing
 
 /// BlueZClient against python-dbusmock's bluez5 template: an imitation of
 /// bluetoothd written by others, not the project's simulator.
-@Suite("BlueZClient against python-dbusmock's bluez5")
+@Suite("BlueZClient against python-dbusmock's bluez5", .timeLimit(.minutes(5)))
 struct IndependentBlueZTests {
     static let peers = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .appendingPathComponent("Peers").path

@@ -8,7 +8,7 @@ import TestSupport
 import Testing
 import Workbench
 
-@Suite("Operations on one beacon, against the simulator")
+@Suite("Operations on one beacon, against the simulator", .timeLimit(.minutes(5)))
 struct OperationTests {
     static var now: Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 

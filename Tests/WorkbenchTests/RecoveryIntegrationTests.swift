@@ -14,7 +14,7 @@ import Testing
 /// client's presence, GATT paths, RemoveDevice and power cycle; the fleet
 /// runner's stale and slot recoveries under fault plans, counted by the
 /// simulator's `Counters`.
-@Suite("Recovering without an operator, against the simulator")
+@Suite("Recovering without an operator, against the simulator", .timeLimit(.minutes(5)))
 struct RecoveryIntegrationTests {
     /// Beacons that can all be provisioned: new, charged, current firmware, still.
     static func sound(_ count: Int, seed: UInt64) -> [BeaconState] {

@@ -4,7 +4,7 @@ import Testing
 
 /// The recovery policies of issue 26 as pure values: no bus, no clock but
 /// the instants given.
-@Suite("Recovery policies (pure)")
+@Suite("Recovery policies (pure)", .timeLimit(.minutes(2)))
 struct RecoveryPolicyTests {
     typealias Failure = Recovery.Failure
     static let abort = "le-connection-abort-by-local"

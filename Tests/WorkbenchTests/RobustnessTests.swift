@@ -7,7 +7,7 @@ import TestSupport
 import Testing
 import Workbench
 
-@Suite("Operations under the radio's faults and a bluetoothd restart")
+@Suite("Operations under the radio's faults and a bluetoothd restart", .timeLimit(.minutes(5)))
 struct RobustnessTests {
     /// Each fault kind at 30 % with a fixed seed, ten config writes: each
     /// either succeeds and the beacon holds what was reported, or fails with

@@ -1,0 +1,85 @@
+import Testing
+
+/// What end-to-end suites contend for. Suites that name the same resource
+/// never run at the same time (`.exclusive(…)` on their `@Suite`); every
+/// other suite runs beside them, in parallel as usual.
+///
+/// - `postgreSQL`: the suite starts PostgreSQL servers of its own
+///   (`initdb`, `pg_ctl`: seconds of CPU each, and a sync's timing beside
+///   them).
+/// - `heavyLoad`: the suite loads the whole machine or acts at moments of a
+///   long run (Chromium, killed and restarted runs, the fault matrix, the
+///   production line).
+enum SharedResource: String, Comparable, Sendable {
+    case postgreSQL
+    case heavyLoad
+
+    static func < (left: Self, right: Self) -> Bool { left.rawValue < right.rawValue }
+
+    fileprivate var gate: SuiteGate {
+        switch self {
+        case .postgreSQL: SuiteGate.postgreSQL
+        case .heavyLoad: SuiteGate.heavyLoad
+        }
+    }
+}
+
+/// One suite at a time, first come first served. Waiting suspends the
+/// suite's task: no thread is blocked.
+private actor SuiteGate {
+    static let postgreSQL = SuiteGate()
+    static let heavyLoad = SuiteGate()
+
+    private var held = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    func enter() async {
+        guard held else {
+            held = true
+            return
+        }
+        await withCheckedContinuation { waiting.append($0) }
+    }
+
+    /// Hands the gate to the next suite waiting, if any.
+    func leave() {
+        if waiting.isEmpty {
+            held = false
+        } else {
+            waiting.removeFirst().resume()
+        }
+    }
+}
+
+/// A suite trait: the suite's tests start only once no other suite holding
+/// one of `resources` runs, and the resources are held until the suite's
+/// last test ends. Not recursive, so its scope is provided once, around the
+/// whole suite; a suite's `.timeLimit` applies to each of its tests and
+/// does not count the wait. Resources are taken in one order (sorted), so
+/// two suites that each need both cannot hold one each and wait forever.
+struct ExclusiveTrait: SuiteTrait, TestScoping {
+    let resources: [SharedResource]
+
+    var isRecursive: Bool { false }
+
+    func provideScope(
+        for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
+    ) async throws {
+        for resource in resources { await resource.gate.enter() }
+        do {
+            try await function()
+        } catch {
+            for resource in resources.reversed() { await resource.gate.leave() }
+            throw error
+        }
+        for resource in resources.reversed() { await resource.gate.leave() }
+    }
+}
+
+extension Trait where Self == ExclusiveTrait {
+    /// The suite runs only while no other suite using any of `resources`
+    /// runs (see `SharedResource`).
+    static func exclusive(_ resources: SharedResource...) -> Self {
+        Self(resources: Array(Set(resources)).sorted())
+    }
+}
