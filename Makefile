@@ -1,5 +1,5 @@
 # Shortcuts for the scripts in scripts/, and the install.
-.PHONY: test demo bench lint format fuzz install uninstall
+.PHONY: test soak demo bench lint format fuzz install uninstall
 
 PREFIX ?= /usr/local
 DESTDIR ?=
@@ -9,9 +9,17 @@ DESTDIR ?=
 # without building.
 CONFIG ?= release
 BIN ?=
+# make soak: builds, then runs the whole suite RUNS times beside LOAD CPU
+# hogs (scripts/soak).
+RUNS ?= 5
+LOAD ?= 2
 
 test:
 	./scripts/test
+
+soak:
+	swift build --build-tests
+	./scripts/soak $(RUNS) --load $(LOAD)
 
 demo:
 	./scripts/demo
