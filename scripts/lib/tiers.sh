@@ -27,7 +27,8 @@ TIER2_OTHER_SUITES=(
 )
 
 # A regular expression over test IDs (`Target.Suite/test()`, as `swift test
-# list` prints them); Swift's regex syntax, which PCRE (grep -P) shares here.
+# list` prints them), in Swift's regex syntax: ConsoleTests but for the
+# tier-1 suites (a negative lookahead), and the other tier-2 suites.
 tier2_regex() {
   local console others
   console=$(IFS='|'; printf '%s' "${TIER1_CONSOLE_SUITES[*]}")
@@ -105,7 +106,7 @@ check_root_skips() {
 # a tier failed or a check did. DIR receives the logs and xUnit files,
 # list.txt (every test) and results.txt (every test's outcome).
 run_tiers() {
-  local dir=$1 quiet=${2:-0} failed=0 listed tier1 tier2
+  local dir=$1 quiet=${2:-0} failed=0 listed tier1 tier2 tier
   mkdir -p "$dir"
   rm -f "$dir"/tier*.log "$dir"/tier*.xml
 
@@ -123,6 +124,12 @@ run_tiers() {
   tier1=$(wc -l <"$dir/results.txt")
   xunit_results "$dir/tier2-swift-testing.xml" >>"$dir/results.txt"
   tier2=$(($(wc -l <"$dir/results.txt") - tier1))
+  for tier in 1 2; do
+    if [[ ! -s $dir/tier$tier-swift-testing.xml ]]; then
+      echo "error: tier $tier left no results (it crashed or was killed: see $dir/tier$tier.log)" >&2
+      printf '(tier %s: no results)\tfailed\n' "$tier" >>"$dir/results.txt"
+    fi
+  done
 
   printf '== tier 1: %s tests, %s s, %s\n' "$tier1" "$time1" "$( ((status1 == 0)) && echo passed || echo "FAILED (exit $status1)")"
   printf '== tier 2: %s tests, %s s, %s\n' "$tier2" "$time2" "$( ((status2 == 0)) && echo passed || echo "FAILED (exit $status2)")"
@@ -135,7 +142,7 @@ run_tiers() {
 
   if ((listed == 0 || tier1 + tier2 != listed)); then
     echo "error: the tiers ran $tier1 + $tier2 tests, swift test list has $listed:" >&2
-    cut -f1 "$dir/results.txt" | sort | comm -3 - <(sort "$dir/list.txt") |
+    cut -f1 "$dir/results.txt" | { grep -v '^(tier ' || true; } | sort | comm -3 - <(sort "$dir/list.txt") |
       sed -e 's/^\t/  never ran: /' -e '/^  never ran/!s/^/  ran but not listed (or twice): /' >&2
     failed=1
   fi
