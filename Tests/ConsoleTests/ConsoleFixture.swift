@@ -70,6 +70,20 @@ struct ConsoleFixture {
 
     func batch(_ name: String) -> String { Self.repository + "/batches/" + name }
 
+    /// How many beacons the simulator holds (its ready line's `beacons=N`).
+    var beacons: Int {
+        simulator?.readyLine.split(separator: " ").first { $0.hasPrefix("beacons=") }
+            .flatMap { Int($0.dropFirst("beacons=".count)) } ?? 0
+    }
+
+    /// A scan that lasts until every beacon is heard (`--until`), 120 s at
+    /// most: what a test that counts beacons afterwards scans with, not a
+    /// fixed second of luck.
+    var scanAll: String { "scan 120s --until \(beacons)" }
+
+    /// The same for the shipped batches (`scan ${scan} --until ${expect}`).
+    var scanAllOptions: [String] { ["--set", "scan=120s", "--set", "expect=\(beacons)"] }
+
     /// The simulator's ground truth, by address.
     func truth() async throws -> [String: SimulatorControl.Report] {
         let connection = try await BusConnection.connect(.address(busAddress))
