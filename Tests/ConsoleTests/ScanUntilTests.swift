@@ -6,7 +6,7 @@ import Testing
 /// waits until it has heard them, not for a fixed time. The tests' scans
 /// before exact counts use it (issue 27: `scan 1s` then "30 seen" was
 /// wall-clock luck under load).
-@Suite("scan --until: as long as it takes to hear N beacons")
+@Suite("scan --until: as long as it takes to hear N beacons", .timeLimit(.minutes(10)))
 struct ScanUntilTests {
     /// 30 beacons, `scan 600s --until 30`: all 30 seen, and the scan ends
     /// when the 30th is heard — the run is killed at 300 s (runTool's
