@@ -150,3 +150,26 @@ run_tiers() {
   check_root_skips "$dir/tier1.log" "$dir/tier2.log" || failed=1
   return "$failed"
 }
+
+# check_time_limits: every top-level @Suite (and any @Test outside a suite)
+# in Tests/ names a .timeLimit (a nested suite inherits its parent's).
+check_time_limits() {
+  python3 - <<'PY'
+import glob, re, sys
+missing = []
+for path in sorted(glob.glob("Tests/**/*.swift", recursive=True)):
+    text = open(path, encoding="utf-8").read()
+    for match in re.finditer(r"^@(Suite|Test)\b", text, re.M):
+        rest = text[match.start():]
+        declaration = re.search(r"\b(struct|class|enum|actor|extension|func)\s+(\w+)", rest)
+        attribute = rest[: declaration.start()] if declaration else rest[:300]
+        if "timeLimit" not in attribute:
+            line = text.count("\n", 0, match.start()) + 1
+            name = declaration.group(2) if declaration else "?"
+            missing.append(f"{path}:{line}: @{match.group(1)} {name} has no .timeLimit")
+if missing:
+    print("error: every suite needs a time limit (docs/development.md, Time limits):", file=sys.stderr)
+    print("\n".join(missing), file=sys.stderr)
+    sys.exit(1)
+PY
+}
