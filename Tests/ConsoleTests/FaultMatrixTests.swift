@@ -10,7 +10,7 @@ import Testing
 /// simulator's faults, then a rerun: every device ends ok, skipped or failed
 /// with a reason, the inventory never claims what a beacon does not hold,
 /// and the reruns converge.
-@Suite("fault matrix", .serialized, .exclusive(.heavyLoad), .timeLimit(.minutes(15)))
+@Suite("fault matrix", .serialized, .timeLimit(.minutes(15)))
 struct FaultMatrixTests {
     static let car = EndToEndTests.car
 

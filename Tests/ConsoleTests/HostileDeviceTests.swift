@@ -9,7 +9,7 @@ import Testing
 /// pseudo-terminal into a terminal emulator (Tests/Peers/screen.py, pyte),
 /// which must show no effect of a foreign escape sequence; the CSV export
 /// read back holds no formula; the JSON gives the strings exactly.
-@Suite("hostile beacons", .serialized, .timeLimit(.minutes(5)))
+@Suite("hostile beacons", .serialized, .timeLimit(.minutes(10)))
 struct HostileDeviceTests {
     static let fleet = ConsoleFixture.repository + "/Tests/Fixtures/hostile-fleet.json"
     static let addresses = (1...6).map { "C0:FE:15:00:00:0\($0)" }
