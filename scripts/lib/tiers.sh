@@ -116,7 +116,7 @@ run_tiers() {
   echo "== tier 1: unit and in-process tests (parallel)"
   run_tier tier1 "$dir" "$quiet" --skip "$TIER2"
   local status1=$TIER_STATUS time1=$TIER_SECONDS
-  echo "== tier 2: end-to-end suites (parallel; PostgreSQL and heavy-load suites one at a time)"
+  echo "== tier 2: end-to-end suites (parallel; heavy-load suites one at a time, PostgreSQL ones two at a time)"
   run_tier tier2 "$dir" "$quiet" --filter "$TIER2"
   local status2=$TIER_STATUS time2=$TIER_SECONDS
 
