@@ -74,10 +74,10 @@ struct FileSafetyTests {
 
     // MARK: File modes
 
-    /// The first connect to beacon 0 held by the simulator until released.
+    /// The run's first connect (to whichever beacon) held by the simulator until released.
     static let firstConnectHeld =
-        #"{"rules": [{"id": "hold", "hook": "connect.requested", "target": {"beacon": 0}, "trigger": {"nth": 1}, "#
-        + #""action": {"kind": "stall", "until": "released", "hold": "first-connect"}}]}"#
+        #"{"rules": [{"id": "hold", "hook": "connect.requested", "target": {"any": true}, "trigger": {"nth": 1}, "#
+        + #""times": 1, "action": {"kind": "stall", "until": "released", "hold": "first-connect"}}]}"#
 
     /// Under umask 000: the XDG directories made 0700; the inventory, its
     /// -wal and -shm (seen while the run has them open: its first connect
