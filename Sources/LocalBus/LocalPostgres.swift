@@ -29,21 +29,41 @@ public final class LocalPostgres: Sendable {
         guard made.status == 0 else { throw LocalBusError("initdb: \(made.log)") }
     }
 
-    /// Starts the server and waits until it accepts connections.
+    /// How long `pg_ctl` may wait for the server to start or stop: a stall
+    /// guard (a start takes about a second, more under load), not a pace.
+    static let pgCtlTimeout = "300"
+
+    /// Starts the server and returns once it accepts connections.
+    ///
+    /// Readiness is the server's own word, not a sleep: `pg_ctl start -w`
+    /// (PostgreSQL 10 and later) reads the status line the postmaster writes
+    /// into `postmaster.pid`, and returns when it says `ready` (written once
+    /// the server accepts connections) or when the postmaster dies, or after
+    /// `-t` seconds. `pg_isready` on the socket then confirms it from the
+    /// client's side, once.
     public func start() throws {
         let started = try asOwner(
             "pg_ctl",
             [
-                "-D", directory + "/data", "-l", directory + "/log", "-w", "-o",
+                "-D", directory + "/data", "-l", directory + "/log", "-w", "-t", Self.pgCtlTimeout, "-o",
                 "-k \(directory) -h '' -p \(port) -c fsync=off -c synchronous_commit=off", "start",
             ])
-        guard started.status == 0 else { throw LocalBusError("pg_ctl start: \(started.log)") }
+        guard started.status == 0 else {
+            let log = (try? String(contentsOfFile: directory + "/log", encoding: .utf8)) ?? ""
+            throw LocalBusError("pg_ctl start: \(started.log) \(log.suffix(2000))")
+        }
+        let ready = try asOwner("pg_isready", ["-h", directory, "-p", String(port), "-U", "bench", "-d", "postgres"])
+        guard ready.status == 0 else {
+            throw LocalBusError("pg_ctl said the server was ready, pg_isready did not (status \(ready.status))")
+        }
     }
 
     /// Stops the server at once (like a crash or a pulled cable: clients
-    /// see their connection closed).
+    /// see their connection closed); returns once it is gone (`-w`: its
+    /// `postmaster.pid` removed).
     public func stop() {
-        _ = try? asOwner("pg_ctl", ["-D", directory + "/data", "-m", "immediate", "-w", "stop"])
+        _ = try? asOwner(
+            "pg_ctl", ["-D", directory + "/data", "-m", "immediate", "-w", "-t", Self.pgCtlTimeout, "stop"])
     }
 
     /// Stops the server and deletes the cluster.

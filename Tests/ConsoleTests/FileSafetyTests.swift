@@ -1,3 +1,5 @@
+import BeaconSimulator
+import DBusBinding
 import Foundation
 import InventorySync
 import TestSupport
@@ -72,11 +74,16 @@ struct FileSafetyTests {
 
     // MARK: File modes
 
+    /// The run's first connect (to whichever beacon) held by the simulator until released.
+    static let firstConnectHeld =
+        #"{"rules": [{"id": "hold", "hook": "connect.requested", "target": {"any": true}, "trigger": {"nth": 1}, "#
+        + #""times": 1, "action": {"kind": "stall", "until": "released", "hold": "first-connect"}}]}"#
+
     /// Under umask 000: the XDG directories made 0700; the inventory, its
-    /// -wal and -shm (seen while the run has them open), its reserve and
-    /// the history 0600.
+    /// -wal and -shm (seen while the run has them open: its first connect
+    /// held by the simulator), its reserve and the history 0600.
     @Test func everyFileIsPrivateWhateverTheUmask() async throws {
-        try await withNewFleet(count: 3) { bench in
+        try await RecoveryTests.withPlan(Self.firstConnectHeld, count: 3) { bench in
             let data = bench.directory + "/data"
             let inventory = data + "/beaconbench/inventory.sqlite"
             // The default inventory, under XDG_DATA_HOME: no --inventory.
@@ -84,16 +91,17 @@ struct FileSafetyTests {
             let run = Task {
                 try await runTool(
                     command[0], Array(command.dropFirst()), environment: bench.environment,
-                    stdin: "\(bench.scanAll)\nselect all\ninfo\n", timeout: 120)
+                    stdin: "\(bench.scanAll)\nselect all\ninfo\n", timeout: 300)
             }
+            // While the run's first connect is held, it has the inventory open.
+            let control = SimulatorControl.Client(try await BusConnection.connect(.address(bench.busAddress)))
+            try await control.waitFor(#"{"held": "first-connect"}"#, timeout: .seconds(300))
             var sidecars: [String: Int] = [:]
-            for _ in 0..<400 {
-                for suffix in ["-wal", "-shm"] {
-                    if let mode = Self.mode(inventory + suffix) { sidecars[suffix] = mode }
-                }
-                if sidecars.count == 2 { break }
-                try await Task.sleep(for: .milliseconds(10))
+            for suffix in ["-wal", "-shm"] {
+                if let mode = Self.mode(inventory + suffix) { sidecars[suffix] = mode }
             }
+            #expect(try await control.release("first-connect") == 1)
+            await control.connection.close()
             let output = try await run.value
             #expect(output.status == 0, "\(output.stderr.suffix(2000))")
             #expect(sidecars == ["-wal": 0o600, "-shm": 0o600], "\(sidecars.mapValues(Self.octal))")
@@ -383,33 +391,73 @@ struct FileSafetyTests {
                 == "invalid percent-encoded token: \"***\"")
     }
 
+    /// A TCP socket listening on 127.0.0.1 that never accepts: a client's
+    /// connection completes (the kernel's backlog) and then waits for an
+    /// answer that never comes, until the socket is closed (a reset).
+    final class SilentServer {
+        let descriptor: Int32
+        let port: Int
+
+        init() throws {
+            // Close-on-exec: a child started meanwhile must not hold it open.
+            let descriptor = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            address.sin_port = 0
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let bound = withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                    bind(descriptor, pointer, length) == 0 && listen(descriptor, 8) == 0
+                        && getsockname(descriptor, pointer, &length) == 0
+                }
+            }
+            guard descriptor >= 0, bound else {
+                _ = Glibc.close(descriptor)
+                throw LocalBusError("cannot listen on 127.0.0.1")
+            }
+            self.descriptor = descriptor
+            port = Int(UInt16(bigEndian: address.sin_port))
+        }
+
+        func close() { _ = Glibc.close(descriptor) }
+    }
+
     /// A password in `sync --to URL` and in `--server` conninfo: accepted
     /// with one warning, and gone from /proc/PID/cmdline while the sync
-    /// still runs (tries again for about 7 s); never printed.
+    /// still runs; never printed. The sync is kept running, for as long as
+    /// the test looks, by a server that never answers (`connect_timeout=0`:
+    /// libpq waits for ever); closed, the sync tries again and ends (exit 3).
     @Test func aPasswordOnTheCommandLineIsScrubbedAtOnce() async throws {
         try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { bench in
             let errors = bench.directory + "/stderr"
-            let child = try ChildProcess(
-                builtProduct("beaconbench"),
-                [
-                    "--bus", bench.busAddress, "--server", "host=127.0.0.1 port=1 password=hunter2", "--inventory",
-                    bench.inventoryPath, "sync", "--to", "postgresql://u:hunter2@127.0.0.1:1/db",
-                ], standardError: errors)
+            let silent = try SilentServer()
+            let child: ChildProcess
+            do {
+                child = try ChildProcess(
+                    builtProduct("beaconbench"),
+                    [
+                        "--bus", bench.busAddress, "--server", "host=127.0.0.1 port=1 password=hunter2", "--inventory",
+                        bench.inventoryPath, "sync", "--to",
+                        "postgresql://u:hunter2@127.0.0.1:\(silent.port)/db?connect_timeout=0",
+                    ], standardError: errors)
+            } catch {
+                silent.close()
+                throw error
+            }
             var seen = ""
-            for _ in 0..<500 {
+            try await SyncScene.waitUntil("the command line of the sync without its password (/proc)") {
                 let bytes = (try? Data(contentsOf: URL(fileURLWithPath: "/proc/\(child.pid)/cmdline"))) ?? Data()
                 seen = String(decoding: bytes, as: UTF8.self).replacingOccurrences(of: "\0", with: " ")
-                if !seen.isEmpty, !seen.contains("hunter2") { break }
-                try await Task.sleep(for: .milliseconds(10))
+                return !seen.isEmpty && !seen.contains("hunter2")
             }
             // (A process that has exited shows an empty command line.)
             let stillRunning = !seen.isEmpty && kill(child.pid, 0) == 0
-            let ended = await withCheckedContinuation { continuation in
-                Thread.detachNewThread { continuation.resume(returning: child.waitForExit()) }
-            }
+            silent.close()
+            let ended = await child.waitForExit()
             #expect(stillRunning, "the sync ended before its command line could be read")
             #expect(!seen.contains("hunter2"), "\(seen)")
-            #expect(seen.contains("postgresql://u:*******@127.0.0.1:1/db"), "\(seen)")
+            #expect(seen.contains("postgresql://u:*******@127.0.0.1:\(silent.port)/db?connect_timeout=0"), "\(seen)")
             #expect(seen.contains("port=1 password=*******"), "\(seen)")
             #expect((ended.status >> 8) & 0xff == 3)
             let stderr = try String(contentsOfFile: errors, encoding: .utf8)

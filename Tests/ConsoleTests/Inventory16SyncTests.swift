@@ -22,9 +22,10 @@ struct Inventory16SyncTests {
     static let offset: Int64 = 1_764_000_000_000
 
     @Test func simulatedRunsAreHeldBackUntilAskedThenSentWhole() async throws {
-        let server = try await LocalPostgres.create()
-        defer { server.remove() }
-        try await server.start()
+        try await withPostgres { server in try await Self.simulatedRunsAreHeldBackUntilAskedThenSentWhole(server) }
+    }
+
+    static func simulatedRunsAreHeldBackUntilAskedThenSentWhole(_ server: LocalPostgres) async throws {
         let directory = try scratchDirectory("inventory16-sync")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let inventory = try Inventory(path: directory + "/inventory.sqlite")
@@ -62,16 +63,20 @@ struct Inventory16SyncTests {
         // device only it knows with that device's reading and trips.
         let first = try await InventorySync.push(inventory, to: server.url)
         #expect(first.heldBackRuns == 1 && first.heldBackDevices == 1)
-        func count(_ table: String, _ condition: String = "true") throws -> Int {
-            try server.count("SELECT count(*) FROM \(table) WHERE bench_id = '\(bench)' AND \(condition)")
+        func count(_ table: String, _ condition: String = "true") async throws -> Int {
+            try await server.count("SELECT count(*) FROM \(table) WHERE bench_id = '\(bench)' AND \(condition)")
         }
-        #expect(try count("runs") == 1 && count("runs", "simulated <> 0") == 0)
-        #expect(try count("outcomes") == 3)
-        #expect(try count("devices") == 3 && count("devices", "address = '\(Self.simulatedOnly)'") == 0)
-        #expect(try count("readings") == 1 && count("trips") == 1 && count("identities") == 0)
+        await #expect(try count("runs") == 1)
+        await #expect(try count("runs", "simulated <> 0") == 0)
+        await #expect(try count("outcomes") == 3)
+        await #expect(try count("devices") == 3)
+        await #expect(try count("devices", "address = '\(Self.simulatedOnly)'") == 0)
+        await #expect(try count("readings") == 1)
+        await #expect(try count("trips") == 1)
+        await #expect(try count("identities") == 0)
         await #expect(try server.count("SELECT count(*) FROM identity_claims") == 0)
         // The forgotten device is on the server, marked, and out of the fleet view.
-        #expect(try count("devices", "address = '\(Self.forgotten)' AND forgotten_at IS NOT NULL") == 1)
+        await #expect(try count("devices", "address = '\(Self.forgotten)' AND forgotten_at IS NOT NULL") == 1)
         await #expect(try server.count("SELECT count(*) FROM fleet_devices") == 2)
         #expect(!(try await RowByRow.differences(inventory, server, bench: bench).isEmpty))
 
@@ -83,7 +88,9 @@ struct Inventory16SyncTests {
         try await inventory.endRun(laterRun, .finished)
         try await inventory.recordReading(address: Self.real, at: Date(), battery: 89, rssi: -51, firmware: "1.0.8")
         _ = try await InventorySync.push(inventory, to: server.url)
-        #expect(try count("runs") == 2 && count("outcomes") == 4 && count("readings") == 2)
+        await #expect(try count("runs") == 2)
+        await #expect(try count("outcomes") == 4)
+        await #expect(try count("readings") == 2)
 
         // Asked: everything, though the server's cursors are past the
         // simulated run's rows: the server then holds exactly the bench's rows.
@@ -91,13 +98,15 @@ struct Inventory16SyncTests {
         #expect(included.heldBackRuns == 0 && included.heldBackDevices == 0)
         #expect(included.sent["runs"] == 1 && included.sent["outcomes"] == 2 && included.sent["readings"] == 1)
         #expect(try await RowByRow.differences(inventory, server, bench: bench) == [])
-        #expect(try count("runs", "simulated = 1") == 1 && count("identities") == 1)
+        await #expect(try count("runs", "simulated = 1") == 1)
+        await #expect(try count("identities") == 1)
         await #expect(try server.count("SELECT count(*) FROM identity_claims WHERE major = 300") == 1)
         await #expect(try server.count("SELECT count(*) FROM fleet_devices") == 3)
         // Repeated: nothing changes.
         _ = try await InventorySync.push(inventory, to: server.url, includeSimulated: true)
         #expect(try await RowByRow.differences(inventory, server, bench: bench) == [])
-        #expect(try count("runs") == 3 && count("outcomes") == 6)
+        await #expect(try count("runs") == 3)
+        await #expect(try count("outcomes") == 6)
 
         // Syncs that asked and were cut short, as the server was left:
         // after the outcomes but before the run; after the readings but

@@ -290,6 +290,9 @@ struct ReportTests {
         let line = try await Self.report(fixture, page: page)
         let writtenIn = written.duration(to: clock.now)
         let bytes = try #require(Self.int(line["bytes"]))
+        // A size, not a speed: the same inventory always makes the same
+        // page, and a page of 100,000 devices that stays a few MiB is what
+        // the compact, deflated device table is for (docs/report.md, "Scale").
         #expect(bytes < 8 << 20, "the page is \(bytes) bytes")
         let seen = try await Self.browse(page, filter: "1.0.6", sort: true)
         let sort = try #require(seen["sort"] as? [String: Any])
@@ -302,7 +305,8 @@ struct ReportTests {
                 + " load event at \(timing["load_ms"] ?? "?") ms, table rendered at \(rendered) ms,"
                 + " navigate to load \(timing["wall_ms"] ?? "?") ms,"
                 + " filtering all rows took \((seen["filter"] as? [String: Any])?["filter_ms"] ?? "?") ms")
-        #expect(rendered < 10_000, "a generous bound; the measured figure is printed above")
+        // No bound on the time: the figures are printed above (docs/report.md, "Scale").
+        #expect(rendered >= 0, "the page's script never said it rendered the table")
         #expect(Self.counts(seen, "battery") == (count, count))
         #expect(Self.counts(seen, "firmware") == (count, count))
         #expect(Self.counts(seen, "calibration-age").total == count)
@@ -322,9 +326,10 @@ struct ReportTests {
     /// The whole fleet from the server: two benches' synthetic inventories
     /// synced to a local PostgreSQL, reported with --inventory postgresql://…
     @Test func theWholeFleetFromTheServer() async throws {
-        let server = try await LocalPostgres.create()
-        defer { server.remove() }
-        try await server.start()
+        try await withPostgres { server in try await Self.theWholeFleetFromTheServer(server) }
+    }
+
+    static func theWholeFleetFromTheServer(_ server: LocalPostgres) async throws {
         let fixture = try await ConsoleFixture.start(nil)
         defer { fixture.stop() }
         let second = fixture.directory + "/second.sqlite"

@@ -246,9 +246,10 @@ struct StoredValueHostilityTests {
     /// A hostile local inventory pushed to a real PostgreSQL, then hostile
     /// values in the server's own tables read by the office.
     @Test func syncAndTheServerSide() async throws {
-        let server = try await LocalPostgres.create(port: 54_351)
-        defer { server.remove() }
-        try await server.start()
+        try await withPostgres(port: 54_351) { server in try await Self.syncAndTheServerSide(server) }
+    }
+
+    static func syncAndTheServerSide(_ server: LocalPostgres) async throws {
         let fixture = try await ConsoleFixture.start(nil)
         defer { fixture.stop() }
         let base = fixture.directory + "/base.sqlite"

@@ -42,21 +42,22 @@ struct SyncPeerTests {
         ("C1:00:00:00:00:10", #"'van', NULL, 'auto', NULL, '{"cornering":300,"duration":400}'"#),
     ]
 
-    static func insert(_ server: LocalPostgres, _ address: String, _ values: String) throws {
-        _ = try server.psql(
+    static func insert(_ server: LocalPostgres, _ address: String, _ values: String) async throws {
+        _ = try await server.psql(
             "INSERT INTO fleet_assignments (\(assignmentColumns)) VALUES (\(address), \(values), \(stamp))")
     }
 
     @Test func hostileAssignmentsAreRefusedNamedAndLeftOnTheServer() async throws {
-        let server = try await LocalPostgres.create()
-        defer { server.remove() }
-        try await server.start()
+        try await withPostgres { server in try await Self.hostileAssignmentsAreRefusedNamedAndLeftOnTheServer(server) }
+    }
+
+    static func hostileAssignmentsAreRefusedNamedAndLeftOnTheServer(_ server: LocalPostgres) async throws {
         // Beacons 1–3 good, 4 battery 20 %, 5 firmware 1.0.6.
         try await withNewFleet(count: 5, simulatorOptions: CrashTests.brisk) { bench in
             let first = try await bench.beaconbench(["sync", "--to", server.url])
             #expect(first.status == 0, "\(first.stderr)")
-            for row in Self.hostile { try Self.insert(server, row.address, row.values) }
-            for row in Self.valid { try Self.insert(server, "'\(row.address)'", row.values) }
+            for row in Self.hostile { try await Self.insert(server, row.address, row.values) }
+            for row in Self.valid { try await Self.insert(server, "'\(row.address)'", row.values) }
             let snapshot = "SELECT * FROM fleet_assignments ORDER BY address"
             let before = try await server.psql(snapshot)
 
@@ -139,7 +140,7 @@ struct SyncPeerTests {
             let path = scene.directory + "/inventory.sqlite"
             let bench = try await LargeInventory(path: path, devices: 3, outcomes: 10)
             await #expect(try scene.sync(bench).waitForExit().status >> 8 == 0, "\(scene.stderr)")
-            try Self.insert(scene.server, "'C2:00:00:00:01:00'", "'car', 99999999999, 'auto', NULL, '{}'")
+            try await Self.insert(scene.server, "'C2:00:00:00:01:00'", "'car', 99999999999, 'auto', NULL, '{}'")
             let before = try await scene.server.psql("SELECT * FROM fleet_assignments ORDER BY address")
             // Assigned here later than the office's row.
             try await bench.inventory.assign([
@@ -173,19 +174,31 @@ struct SyncPeerTests {
             _ = try await scene.server.psql(
                 "INSERT INTO identity_claims VALUES (100, 70000, 'C2:00:00:00:00:00', '\(id)', '2026-12-02T10:00:00.000Z')"
             )
-            let server = try PostgresConnection(scene.server.url)
-            let error = #expect(throws: SyncError.self) {
-                _ = try ServerIdentities.claim(
-                    on: server, address: "C2:00:00:00:00:00", major: 100, preferred: 5, floor: 0, bench: id)
+            // libpq blocks: on a thread of its own (LocalBus/OffPool.swift).
+            let url = scene.server.url
+            let (hostile, other) = try await onThreadOfItsOwn {
+                () throws -> (Result<UInt16, SyncError>, Result<UInt16, SyncError>) in
+                let server = try PostgresConnection(url)
+                let hostile = Result { () throws(SyncError) -> UInt16 in
+                    try ServerIdentities.claim(
+                        on: server, address: "C2:00:00:00:00:00", major: 100, preferred: 5, floor: 0, bench: id)
+                }
+                // Another device under major 100: the next minor is not 70001 truncated, nor 65535.
+                let other = Result { () throws(SyncError) -> UInt16 in
+                    try ServerIdentities.claim(
+                        on: server, address: "C2:00:00:00:00:01", major: 100, preferred: 5, floor: 0, bench: id)
+                }
+                return (hostile, other)
             }
-            #expect(error?.message.contains("minor '70000' is outside 0–65535") == true, "\(String(describing: error))")
+            guard case .failure(let error) = hostile else {
+                Issue.record("a claim under minor 70000 succeeded: \(hostile)")
+                return
+            }
+            #expect(error.message.contains("minor '70000' is outside 0–65535"), "\(error)")
             await #expect(
                 try scene.server.count("SELECT minor FROM identity_claims WHERE address = 'C2:00:00:00:00:00'")
                     == 70000)
-            // Another device under major 100: the next minor is not 70001 truncated, nor 65535.
-            let other = try ServerIdentities.claim(
-                on: server, address: "C2:00:00:00:00:01", major: 100, preferred: 5, floor: 0, bench: id)
-            #expect(other == 5)
+            #expect(try other.get() == 5)
         }
     }
 
@@ -197,15 +210,15 @@ struct SyncPeerTests {
             let server = scene.server
             let bench = try await LargeInventory(path: scene.directory + "/inventory.sqlite", devices: 20, outcomes: 50)
             let id = try await bench.inventory.benchID()
-            func synced(_ what: String, expecting statuses: Set<Int32> = [0, 2, 3]) throws {
-                let (status, _) = try scene.sync(bench).waitForExit()
+            func synced(_ what: String, expecting statuses: Set<Int32> = [0, 2, 3]) async throws {
+                let (status, _) = try await scene.sync(bench).waitForExit()
                 let signalled = status & 0x7F != 0 && status & 0x7F != 0x7F
                 #expect(!signalled, "\(what): killed by signal \(status & 0x7F)")
                 #expect(statuses.contains(status >> 8), "\(what): exit \(status >> 8): \(scene.stderr)")
                 if status >> 8 != 0 { #expect(!scene.stderr.isEmpty, "\(what): no message") }
                 #expect(!(scene.stdout + scene.stderr).contains("\u{1B}"), "\(what): an escape reached the terminal")
             }
-            try synced("first", expecting: [0])
+            try await synced("first", expecting: [0])
             let texts = [
                 "''", #"E'\x1b]0;pwned\x07\x1b[2J'"#, "repeat('9', 100000)", #"E'\x01\x7f\u202e'"#, "'NaN'", "'-0'",
                 "'../../../etc/passwd'", "' C0:FE:00:00:00:01'", "'{\"cornering\":1e999}'", "'[]'",
@@ -227,7 +240,7 @@ struct SyncPeerTests {
                 "converged_run": "NULL",
             ]
             var number = 0
-            func row(_ column: String, _ value: String) throws {
+            func row(_ column: String, _ value: String) async throws {
                 number += 1
                 var values = valid
                 values[column] = value
@@ -236,16 +249,16 @@ struct SyncPeerTests {
                     ? "\(value) || '\(number)'" : String(format: "'C3:00:00:00:%02X:%02X'", number / 256, number % 256)
                 if column == "address" && value == "NULL" { return }
                 let columns = textColumns + integerColumns
-                _ = try server.psql(
+                _ = try await server.psql(
                     "INSERT INTO fleet_assignments (\(columns.joined(separator: ", "))) VALUES ("
                         + ([address] + columns.dropFirst().map { values[$0] ?? "NULL" }).joined(separator: ", ")
                         + ") ON CONFLICT DO NOTHING")
             }
             for column in textColumns {
-                for value in texts { try row(column, value) }
+                for value in texts { try await row(column, value) }
             }
             for column in integerColumns {
-                for value in integers { try row(column, value) }
+                for value in integers { try await row(column, value) }
             }
             // Every column extreme at once, one row per value.
             for (index, text) in texts.enumerated() {
@@ -258,7 +271,7 @@ struct SyncPeerTests {
                         \(text), \(text), \(text), \(integer))
                     """)
             }
-            try synced("fleet_assignments", expecting: [2])
+            try await synced("fleet_assignments", expecting: [2])
             #expect(scene.stderr.contains("server rows refused"), "\(scene.stderr)")
 
             // This bench's rows on the server: local ids and statuses no bench wrote.
@@ -277,7 +290,7 @@ struct SyncPeerTests {
                         \(integer), \(integer)) ON CONFLICT DO NOTHING;
                     """)
             }
-            try synced("runs, outcomes, readings, identity_claims, devices", expecting: [2])
+            try await synced("runs, outcomes, readings, identity_claims, devices", expecting: [2])
             #expect(scene.stderr.contains("sync: refused runs row"), "\(scene.stderr)")
             // Every row of the bench's own is on the server all the same.
             for table in ["runs", "outcomes", "readings"] {
@@ -291,10 +304,10 @@ struct SyncPeerTests {
 
             // The schema version: negative, then absurdly new.
             _ = try await server.psql("UPDATE beaconbench_schema SET version = -version")
-            try synced("a negative schema version", expecting: [3])
+            try await synced("a negative schema version", expecting: [3])
             #expect(scene.stderr.contains("not one beaconbench wrote"), "\(scene.stderr)")
             _ = try await server.psql("UPDATE beaconbench_schema SET version = 2147483647")
-            try synced("a schema version from the future", expecting: [3])
+            try await synced("a schema version from the future", expecting: [3])
             #expect(scene.stderr.contains("newer than this beaconbench"), "\(scene.stderr)")
         }
     }
@@ -314,29 +327,19 @@ struct SyncPeerTests {
             let bench = try await LargeInventory(
                 path: scene.directory + "/inventory.sqlite", devices: 600, outcomes: 12_000)
             let id = try await bench.inventory.benchID()
-            // The schema, made by another bench's sync.
-            let other = try scene.beaconbench([
-                "--inventory", scene.directory + "/other.sqlite", "sync", "--to", server.url,
-            ])
-            await #expect(other.waitForExit().status >> 8 == 0, "\(scene.stderr)")
-            let holder = try PostgresConnection(server.url)
-            try holder.exec("BEGIN")
-            try holder.exec("LOCK TABLE readings IN ACCESS EXCLUSIVE MODE")
-            let holderPID = try #require(try holder.exec("SELECT pg_backend_pid()").first?.first ?? nil)
+            try await scene.makeSchema()
+            let lock = try await scene.lockReadings()
+            let holderPID = lock.pid
 
             let sync = try scene.beaconbench(["--inventory", bench.path, "--json", "sync", "--to", server.url])
             let waiting = """
                 SELECT count(*) FROM pg_stat_activity
                 WHERE application_name = 'beaconbench' AND wait_event_type = 'Lock' AND pid <> \(holderPID)
                 """
-            let deadline = ContinuousClock.now + .seconds(60)
-            while sync.isRunning, ContinuousClock.now < deadline, try await server.count(waiting) == 0 {
-                try await Task.sleep(for: .milliseconds(20))
-            }
-            try await #require(
-                try server.count(waiting) == 1,
-                "waited 60 s for the sync to wait on the lock on readings (running: \(sync.isRunning)): \(scene.stderr)"
-            )
+            let held = try await SyncScene.waitUntil(
+                "the sync to wait on the lock on readings (pg_stat_activity)", stopEarly: { !sync.isRunning }
+            ) { try await server.count(waiting) == 1 }
+            try #require(held, "the sync ended before it reached readings: \(scene.stderr)")
             sync.send(signal)
             let exit = await sync.waitForExit().status
             #expect(exit & 0x7F == 0, "ended by signal \(exit & 0x7F), not by exiting")
@@ -363,13 +366,14 @@ struct SyncPeerTests {
             let connected = """
                 SELECT count(*) FROM pg_stat_activity WHERE application_name = 'beaconbench' AND pid <> \(holderPID)
                 """
-            let gone = ContinuousClock.now + .seconds(10)
-            while ContinuousClock.now < gone, try await server.count(connected) > 0 {
-                try await Task.sleep(for: .milliseconds(20))
+            // (The server ends the session once it sees the client gone.)
+            try await SyncScene.waitUntil(
+                "the stopped sync's connection to close (pg_stat_activity)", cap: .seconds(120)
+            ) {
+                try await server.count(connected) == 0
             }
-            await #expect(try server.count(connected) == 0, "the stopped sync's connection is still open")
 
-            try holder.exec("ROLLBACK")
+            await lock.release()
             await #expect(try server.count("SELECT count(*) FROM readings WHERE bench_id = '\(id)'") == 0)
             await #expect(try scene.sync(bench).waitForExit().status >> 8 == 0, "\(scene.stderr)")
             let differences = try await scene.differences(bench)

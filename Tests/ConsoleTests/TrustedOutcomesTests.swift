@@ -102,8 +102,24 @@ struct TrustedOutcomesTests {
                 // Several processes contend for one adapter's connect slot: a
                 // device may give up on InProgress in one process (another
                 // process does it); the truth below is the judge.
-                for output in outputs {
-                    #expect(output.status == 0 || output.status == 2, "\(output.stderr.suffix(1000))")
+                for (index, output) in outputs.enumerated() {
+                    // On a failure, every error and warning line it wrote
+                    // (the last lines alone are progress and the recap), and
+                    // its JSON errors and recoveries.
+                    let said = output.stderr.split(separator: "\n").filter {
+                        $0.contains("error") || $0.contains("warning") || $0.contains("cannot")
+                    }
+                    let lines = ConsoleFixture.jsonLines(output.stdout).filter {
+                        ["error", "recovery", "summary"].contains($0["kind"] as? String ?? "")
+                    }
+                    #expect(
+                        output.status == 0 || output.status == 2,
+                        """
+                        process \(index + 1) of \(processes), round \(round): exit \(output.status)
+                        \(said.suffix(40).joined(separator: "\n"))
+                        \(lines.map { "\($0)" }.joined(separator: "\n"))
+                        last of stderr: \(output.stderr.suffix(1500))
+                        """)
                 }
                 let truth = try await bench.truth()
                 Self.expectUniqueIdentities(truth, "\(processes) processes, round \(round)")

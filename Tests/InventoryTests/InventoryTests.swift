@@ -176,15 +176,37 @@ struct InventoryTests {
     @Test func aKilledWriterLosesNothingCommittedAndIsMarkedInterrupted() async throws {
         let writer = builtProduct("beaconbench-bench")
         var random = SystemRandomNumberGenerator()
+        // The writer's own lines mark the moment: it is killed as soon as it
+        // has said it committed a randomly chosen number of steps (0: as
+        // soon as its run began), so every kill lands while it writes —
+        // in the next step's transaction or between two.
+        func committedSoFar(_ output: String) -> (began: Bool, committed: Int) {
+            let lines = (try? String(contentsOfFile: output, encoding: .utf8))?.split(separator: "\n") ?? []
+            let committed = lines.compactMap { $0.hasPrefix("committed ") ? Int($0.dropFirst(10)) : nil }.last ?? 0
+            return (lines.contains { $0.hasPrefix("run ") }, committed)
+        }
         for round in 0..<20 {
             let path = try Self.temporaryPath()
             let output = path + ".out"
+            let target = Int.random(in: 0...60, using: &random)
             let process = try ChildProcess(writer, ["inventory-writer", path], standardOutput: output)
-            try await Task.sleep(for: .milliseconds(Int.random(in: 30...250, using: &random)))
-            kill(process.pid, SIGKILL)
+            let deadline = ContinuousClock.now + .seconds(300)
+            while true {
+                let (began, committed) = committedSoFar(output)
+                if began && committed >= target { break }
+                guard process.isRunning else {
+                    Issue.record("round \(round): the writer ended by itself after \(committed) steps")
+                    break
+                }
+                guard ContinuousClock.now < deadline else {
+                    Issue.record("round \(round): waited 300 s for the writer to commit \(target) steps")
+                    break
+                }
+                try await Task.sleep(for: .milliseconds(2))
+            }
+            process.send(SIGKILL)
             _ = await process.terminateReportingStatus(grace: .seconds(1))
-            let lines = (try? String(contentsOfFile: output, encoding: .utf8))?.split(separator: "\n") ?? []
-            let committed = lines.compactMap { $0.hasPrefix("committed ") ? Int($0.dropFirst(10)) : nil }.last ?? 0
+            let committed = committedSoFar(output).committed
 
             let inventory = try Inventory(path: path)
             #expect(try await inventory.query("PRAGMA integrity_check").first?.first?.text == "ok", "round \(round)")

@@ -131,14 +131,6 @@ class Browser:
                 return event
             self.events.append(event)
 
-    def drain(self, seconds):
-        deadline = time.monotonic() + seconds
-        try:
-            while True:
-                self.events.append(self.read_message(deadline))
-        except TimeoutError:
-            pass
-
 
 COLLECT = r"""
 (() => {
@@ -177,9 +169,17 @@ COLLECT = r"""
 """
 
 
-def evaluate(browser, session, expression):
+# How long the page may take to do what a test waits for (load, first
+# render, a filter): a stall guard of minutes, never a pace. Waits end on
+# the page's own events (a promise that a MutationObserver resolves), and a
+# stall fails naming what was awaited.
+STALL = 300
+
+
+def evaluate(browser, session, expression, timeout=60):
     result = browser.send(
-        "Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}, session
+        "Runtime.evaluate", {"expression": expression, "returnByValue": True, "awaitPromise": True}, session,
+        timeout=timeout,
     )
     if "exceptionDetails" in result:
         raise RuntimeError(f"evaluate: {result['exceptionDetails']}")
@@ -187,33 +187,43 @@ def evaluate(browser, session, expression):
 
 
 def type_filter(browser, session, text):
-    """Types TEXT into the filter box as a user would; returns what the page then shows."""
-    before = evaluate(browser, session, "document.getElementById('table-status').textContent")
-    evaluate(browser, session, "(() => { const f = document.getElementById('filter'); f.value = ''; f.focus(); })()")
+    """Types TEXT into the filter box as a user would; returns what the page shows once it has filtered.
+
+    The page filters 120 ms after the last key and, last, writes the time it
+    took into #table-status's data-ms (ReportPage.swift, refilter): a
+    MutationObserver set before typing resolves on that write — also when the
+    filter matches as many rows as before and the status text stays the same.
+    """
+    evaluate(
+        browser, session,
+        r"""(() => {
+          const status = document.getElementById('table-status');
+          window.__filtered = new Promise(resolve => {
+            const observer = new MutationObserver(() => { observer.disconnect(); resolve(); });
+            observer.observe(status, {attributes: true, attributeFilter: ['data-ms']});
+          });
+          const f = document.getElementById('filter'); f.value = ''; f.focus();
+        })()""",
+    )
     browser.send("Input.insertText", {"text": text}, session)
-    started = time.monotonic()
-    state = None
-    while time.monotonic() - started < 20:
-        time.sleep(0.2)
-        state = evaluate(
-            browser, session,
-            r"""(() => {
-              const rows = [...document.querySelectorAll('#device-table tbody tr')];
-              return {
-                value: document.getElementById('filter').value,
-                status: document.getElementById('table-status').textContent,
-                matching: Number(document.getElementById('table-status').dataset.matching),
-                ms: Number(document.getElementById('table-status').dataset.ms || -1),
-                shown: rows.length,
-                cells: rows.map(r => [...r.children].map(td => td.textContent)),
-              };
-            })()""",
-        )
-        # The filter runs 120 ms after the last key: done once the status changed,
-        # or (a filter that matches as many rows as before) after 1.5 s.
-        if state["value"] == text and (state["status"] != before or time.monotonic() - started > 1.5):
-            break
-    return state
+    try:
+        evaluate(browser, session, "window.__filtered.then(() => true)", timeout=STALL)
+    except TimeoutError:
+        raise SystemExit(f"report_browser.py: waited {STALL} s for the page to filter on {text!r}")
+    return evaluate(
+        browser, session,
+        r"""(() => {
+          const rows = [...document.querySelectorAll('#device-table tbody tr')];
+          return {
+            value: document.getElementById('filter').value,
+            status: document.getElementById('table-status').textContent,
+            matching: Number(document.getElementById('table-status').dataset.matching),
+            ms: Number(document.getElementById('table-status').dataset.ms || -1),
+            shown: rows.length,
+            cells: rows.map(r => [...r.children].map(td => td.textContent)),
+          };
+        })()""",
+    )
 
 
 def Number(text):
@@ -241,13 +251,28 @@ def main():
             browser.send(domain + ".enable", {}, session)
         started = time.monotonic()
         browser.send("Page.navigate", {"url": url}, session)
-        browser.wait_for("Page.loadEventFired", session)
+        try:
+            browser.wait_for("Page.loadEventFired", session, timeout=STALL)
+        except TimeoutError:
+            raise SystemExit(f"report_browser.py: waited {STALL} s for the page's load event")
         wall = (time.monotonic() - started) * 1000
-        deadline = time.monotonic() + 30
-        while evaluate(browser, session, "document.documentElement.dataset.rendered || ''") == "":
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
+        # The page's script marks the table drawn (data-rendered on <html>):
+        # a promise resolved by that mark, not a poll.
+        try:
+            evaluate(
+                browser, session,
+                r"""new Promise(resolve => {
+                  const html = document.documentElement;
+                  if (html.dataset.rendered) return resolve(true);
+                  const observer = new MutationObserver(() => {
+                    if (html.dataset.rendered) { observer.disconnect(); resolve(true); }
+                  });
+                  observer.observe(html, {attributes: true, attributeFilter: ['data-rendered']});
+                })""",
+                timeout=STALL,
+            )
+        except TimeoutError:
+            raise SystemExit(f"report_browser.py: waited {STALL} s for the page's script to draw the table")
         report = evaluate(browser, session, COLLECT)
         report["timing"] = {"load_ms": report.pop("load"), "script_done_ms": report.pop("rendered"), "wall_ms": wall}
         if arguments.sort:
@@ -294,7 +319,9 @@ def main():
             shot = browser.send("Page.captureScreenshot", {"format": "png"}, session)
             with open(arguments.screenshot, "wb") as file:
                 file.write(base64.b64decode(shot["data"]))
-        browser.drain(0.3)
+        # One more round trip through the page: every event it sent before
+        # (a console error, a request) is read before its answer.
+        evaluate(browser, session, "true")
         errors, requests = [], []
         for event in browser.events:
             method, params = event.get("method"), event.get("params", {})
