@@ -29,7 +29,7 @@ struct TrustedOutcomesTests {
             let run = try await bench.beaconbench(
                 [
                     "--json", "run", bench.batch("provision-new.batch"), "--set", "profile=\(profile)", "--set",
-                    "scan=1s",
+                    "scan=120s", "--set", "expect=\(bench.beacons)",
                 ])
             #expect(run.status == 0, "\(run.stderr.suffix(2000))")
             let truth = try await bench.truth()
