@@ -7,29 +7,18 @@ import TestSupport
 import Testing
 
 extension SimulatorFixture {
-    @discardableResult
-    func control(
-        _ method: MemberName, _ arguments: [BusValue] = [], timeout: Duration = .seconds(60)
-    ) async throws
-        -> BusMessage
-    {
-        try await client.call(
-            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, method, arguments,
-            timeout: timeout)
-    }
-
     /// `WaitFor(condition, ms)`: the JSON of the state reached.
     @discardableResult
     func waitFor(_ condition: String, ms: Int = 120_000) async throws -> String {
-        try await SimulatorControl.Client(client).waitFor(condition, timeout: .milliseconds(ms))
+        try await control.waitFor(condition, timeout: .milliseconds(ms))
     }
 
     func counters() async throws -> SimulatedBluetoothd.Counters {
-        try await SimulatorControl.Client(client).counters()
+        try await control.counters()
     }
 
     func firedRules() async throws -> FaultPlan.Report {
-        try await SimulatorControl.Client(client).firedRules()
+        try await control.firedRules()
     }
 
     func deviceSignals(_ state: BeaconState, adapter: ObjectPath = adapter) async throws -> AsyncStream<BusSignal> {
@@ -350,7 +339,7 @@ struct FaultActionTests {
             try await fixture.client.call(
                 SimulatorFixture.bluez, fixture.devicePath(known), "org.bluez.Device1", "Disconnect")
             for state in [known, fixture.fleet[0]] {
-                try await fixture.control("Update", [.string(state.address), .string(#"{"inRange": false}"#)])
+                try await fixture.control.update(state.address, #"{"inRange": false}"#)
             }
             // Discovery runs on; beacon 0, never given Connect, goes; beacon 1
             // (left first, but given Connect) stays, as BlueZ keeps it.
@@ -405,13 +394,12 @@ struct FaultActionTests {
             try await fixture.waitFor(#"{"held": "second-write"}"#)
             // Held after it landed, before the reply.
             #expect(try await fixture.report(state).config.braking == 600)
-            let released = try await fixture.control("Release", [.string("second-write")])
-            #expect(released.body.first?.uint32 == 1)
+            #expect(try await fixture.control.release("second-write") == 1)
             try await second
             #expect(try await fixture.firedRules().recent.map(\.rule) == ["hold"])
 
             let nothing = await #expect(throws: BusError.self) {
-                try await fixture.control("Release", [.string("second-write")])
+                try await fixture.control.release("second-write")
             }
             #expect(nothing?.message == "Release: nothing is held under 'second-write'")
             let timedOut = await #expect(throws: BusError.self) {
@@ -435,7 +423,7 @@ struct FaultActionTests {
             let again = await #expect(throws: BusError.self) { try await fixture.connect(fixture.fleet[0]) }
             #expect(again?.name == .bluez.inProgress)
             #expect(again?.message == "In Progress")
-            try await fixture.control("Release", [.string("first-connect")])
+            _ = try await fixture.control.release("first-connect")
             try await first
             #expect(try await fixture.waitFor(#"{"linksUp": 1, "adapter": 0}"#) == #"{"adapter":0,"linksUp":1}"#)
         }
@@ -461,24 +449,15 @@ struct FaultActionTests {
     @Test func thePlanIsSetAndReadThroughTheControlInterface() async throws {
         try await withSimulator(configure: { $0.faults = [.attError: 0.5] }) { fixture throws in
             let bad = await #expect(throws: BusError.self) {
-                try await fixture.control(
-                    "SetFaultPlan",
-                    [
-                        .string(
-                            #"{"rules": [{"id": "r", "hook": "att.read", "trigger": {"nth": 1}, "action": {"kind": "nope"}}]}"#
-                        )
-                    ])
+                try await fixture.control.setFaultPlan(
+                    #"{"rules": [{"id": "r", "hook": "att.read", "trigger": {"nth": 1}, "action": {"kind": "nope"}}]}"#)
             }
             #expect(bad?.name == .invalidArgs)
             #expect(bad?.message.hasPrefix(#"SetFaultPlan: rule "r".action.kind: unknown kind 'nope'"#) == true)
-            try await fixture.control(
-                "SetFaultPlan",
-                [
-                    .string(
-                        #"{"seed": 5, "rules": [{"id": "r", "hook": "att.read", "trigger": {"nth": 1}, "action": {"kind": "fail"}}]}"#
-                    )
-                ])
-            let plan = try await SimulatorControl.Client(fixture.client).faultPlan()
+            try await fixture.control.setFaultPlan(
+                #"{"seed": 5, "rules": [{"id": "r", "hook": "att.read", "trigger": {"nth": 1}, "action": {"kind": "fail"}}]}"#
+            )
+            let plan = try await fixture.control.faultPlan()
             #expect(plan.seed == 5)
             // The --faults rules stay beside the new plan's.
             #expect(plan.rules.map(\.id) == ["r", "faults.att-error.read", "faults.att-error.write"])
@@ -508,19 +487,14 @@ struct FaultPlanBinaryTests {
             .write(toFile: good, atomically: true, encoding: .utf8)
         try await withResource(
             {
-                try SimulatorProcess.start(
+                try await SimulatorProcess.start(
                     executable: builtProduct("beaconbench-sim"),
                     arguments: ["--count", "3", "--seed", "7", "--slots", "2", "--fault-plan", good])
-            }, stop: { $0.stop() }
+            }, stop: { await $0.stop() }
         ) { simulator in
             let connection = try await BusConnection.connect(.address(simulator.bus.address))
             let control = SimulatorControl.Client(connection)
-            let fleet = try JSONDecoder().decode(
-                [SimulatorControl.Report].self,
-                from: Data(
-                    (try await connection.call(
-                        SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Beacons"
-                    ).body.first?.string ?? "").utf8))
+            let fleet = try await control.beacons()
             let objects = try await connection.managedObjects(of: "org.bluez")
             let devices = objects.compactMap { $0.value["org.bluez.Device1"] }
             #expect(devices.count == 1, "only the preheard beacon is on the bus before any discovery")
