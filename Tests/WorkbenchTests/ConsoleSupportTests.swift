@@ -370,14 +370,14 @@ struct DoctorTests {
     /// A bus with no bluetoothd: the bus is fine, bluetoothd fails with how
     /// to start it, and nothing after it is claimed.
     @Test func aBusWithoutBluetoothd() async throws {
-        let bus = try await PrivateBus.start()
-        defer { bus.stop() }
-        let checks = await Doctor.check(bus: .address(bus.address), adapter: nil)
-        #expect(checks.map(\.name) == ["bus", "bluetoothd", "bluetoothd version"])
-        #expect(checks[0].status == .ok)
-        #expect(checks[1].status == .failed)
-        #expect(checks[1].detail.contains("nothing owns org.bluez"))
-        #expect(checks[1].fix?.contains("systemctl enable --now bluetooth") == true)
+        try await withResource({ try await PrivateBus.start() }, stop: { await $0.stop() }) { bus in
+            let checks = await Doctor.check(bus: .address(bus.address), adapter: nil)
+            #expect(checks.map(\.name) == ["bus", "bluetoothd", "bluetoothd version"])
+            #expect(checks[0].status == .ok)
+            #expect(checks[1].status == .failed)
+            #expect(checks[1].detail.contains("nothing owns org.bluez"))
+            #expect(checks[1].fix?.contains("systemctl enable --now bluetooth") == true)
+        }
     }
 
     /// No bus at all.
@@ -407,27 +407,33 @@ struct DoctorTests {
         let daemonPath =
             FileManager.default.isExecutableFile(atPath: "/usr/bin/dbus-daemon")
             ? "/usr/bin/dbus-daemon" : "/bin/dbus-daemon"
-        let daemon = try ChildProcess(
-            daemonPath, ["--config-file=\(directory)/bus.conf", "--nofork", "--nopidfile", "--nosyslog"])
-        defer { daemon.stop() }
-        let address = BusAddress.address("unix:path=\(socket)")
-        var simulatorConnection: BusConnection?
-        try await waitUntil("the bus listens") {
-            simulatorConnection = try? await BusConnection.connect(address)
-            return simulatorConnection != nil
+        try await withResource(
+            {
+                try ChildProcess(
+                    daemonPath, ["--config-file=\(directory)/bus.conf", "--nofork", "--nopidfile", "--nosyslog"])
+            }, stop: { await $0.terminate() }
+        ) { _ in
+            let address = BusAddress.address("unix:path=\(socket)")
+            var simulatorConnection: BusConnection?
+            // Our own dbus-daemon, started without --print-address: ready when
+            // a connect works (no event to wait for), polled.
+            try await waitUntil("the bus listens") {
+                simulatorConnection = try? await BusConnection.connect(address)
+                return simulatorConnection != nil
+            }
+            let connection = try #require(simulatorConnection)
+            let simulator = SimulatedBluetoothd(
+                bus: connection, options: SimulatorOptions(),
+                fleet: FleetGenerator.make(count: 1, seed: 1, now: Int64(Date().timeIntervalSince1970 * 1000)))
+            try await simulator.start()
+            let checks = await Doctor.check(bus: address, adapter: nil)
+            await connection.close()
+            let policy = try #require(checks.first { $0.name == "D-Bus policy" }, "\(checks)")
+            #expect(checks.first { $0.name == "bluetoothd" }?.status == .ok)
+            #expect(policy.status == .failed)
+            #expect(policy.detail.contains("AccessDenied"), "\(policy)")
+            #expect(policy.fix?.contains("usermod -aG bluetooth") == true || policy.fix?.contains("log out") == true)
+            #expect(!checks.contains { $0.name == "adapter" })
         }
-        let connection = try #require(simulatorConnection)
-        let simulator = SimulatedBluetoothd(
-            bus: connection, options: SimulatorOptions(),
-            fleet: FleetGenerator.make(count: 1, seed: 1, now: Int64(Date().timeIntervalSince1970 * 1000)))
-        try await simulator.start()
-        let checks = await Doctor.check(bus: address, adapter: nil)
-        await connection.close()
-        let policy = try #require(checks.first { $0.name == "D-Bus policy" }, "\(checks)")
-        #expect(checks.first { $0.name == "bluetoothd" }?.status == .ok)
-        #expect(policy.status == .failed)
-        #expect(policy.detail.contains("AccessDenied"), "\(policy)")
-        #expect(policy.fix?.contains("usermod -aG bluetooth") == true || policy.fix?.contains("log out") == true)
-        #expect(!checks.contains { $0.name == "adapter" })
     }
 }
