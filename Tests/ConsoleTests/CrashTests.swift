@@ -36,7 +36,10 @@ struct CrashTests {
         let simulator = ["--count", "30", "--fresh", "--seed", "31"] + Self.brisk
         try await withResource({ try await ConsoleFixture.start(simulator) }, stop: { await $0.stop() }) { bench in
             async let run = bench.beaconbench(
-                ["--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s"], timeout: 300)
+                [
+                    "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set",
+                    "expect=\(bench.beacons)",
+                ], timeout: 300)
             // Restart once the run is writing beacons.
             let connection = try await BusConnection.connect(.address(bench.busAddress))
             var writing = false
@@ -66,7 +69,7 @@ struct CrashTests {
             var random = SystemRandomNumberGenerator()
             let arguments = [
                 "--bus", bench.busAddress, "--inventory", bench.inventoryPath, "run",
-                bench.batch("provision-new.batch"), "--set", "scan=1s",
+                bench.batch("provision-new.batch"), "--set", "scan=120s", "--set", "expect=\(bench.beacons)",
             ]
             var killedRuns = 0
             for kill in 0..<20 {
@@ -129,7 +132,10 @@ struct CrashTests {
             // a beacon unprovisioned), so up to three.
             for _ in 0..<3 {
                 let final = try await bench.beaconbench(
-                    ["--json", "run", bench.batch("provision-new.batch"), "--set", "scan=3s"], timeout: 300)
+                    [
+                        "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set",
+                        "expect=\(bench.beacons)",
+                    ], timeout: 300)
                 #expect(final.status == 0 || final.status == 2, "\(final.stderr.suffix(2000))")
                 let truth = try await bench.truth()
                 if truth.values.allSatisfy({ !Self.provisionable($0) || FaultMatrixTests.held($0) == EndToEndTests.car }
