@@ -306,6 +306,35 @@ extension SimulatorControl {
             return Int(reply.body.first?.uint32 ?? 0)
         }
 
+        /// `Beacons() → s`: the ground truth of every beacon.
+        public func beacons() async throws -> [SimulatorControl.Report] {
+            try JSONDecoder().decode([SimulatorControl.Report].self, from: Data(try await call("Beacons").utf8))
+        }
+
+        /// `Beacon(s) → s`: the ground truth of one beacon.
+        public func beacon(_ address: String) async throws -> SimulatorControl.Report {
+            try JSONDecoder().decode(
+                SimulatorControl.Report.self, from: Data(try await call("Beacon", [.string(address)]).utf8))
+        }
+
+        /// `Update(s, s)`: changes a beacon (`{"inRange": false}`, `{"faults": {…}}`, …).
+        public func update(_ address: String, _ json: String) async throws {
+            try await call("Update", [.string(address), .string(json)])
+        }
+
+        /// `Drive(s, u, u)`: a trip ending now, with harsh events.
+        public func drive(_ address: String, minutes: UInt32, harshEvents: UInt32) async throws {
+            try await call("Drive", [.string(address), .uint32(minutes), .uint32(harshEvents)])
+        }
+
+        /// `Shake(s, y)`: a real-time event (4, 5, 6 or 8) now.
+        public func shake(_ address: String, eventType: UInt8) async throws {
+            try await call("Shake", [.string(address), .byte(eventType)])
+        }
+
+        /// `Restart()`: bluetoothd restarting.
+        public func restart() async throws { try await call("Restart") }
+
         /// `WaitFor(s, u) → s`: the state reached, as JSON.
         @discardableResult
         public func waitFor(_ condition: String, timeout: Duration = .seconds(120)) async throws -> String {

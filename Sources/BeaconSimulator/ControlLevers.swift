@@ -13,6 +13,7 @@ extension SimulatedBluetoothd {
         change(&firmware.state)
         beacons[address] = firmware
         markChanged()
+        checkWaiters()
         await advertChanged(address)
     }
 

@@ -2,12 +2,14 @@ import DBusBinding
 import Foundation
 
 /// The control interface's `WaitFor`: a call that returns when a state is
-/// reached (a beacon connected, N links up, a rule fired N times, a step
+/// reached (a beacon connected or disconnected, in or out of range, N links up, a rule fired N times, a step
 /// held, an adapter back), so tests act at a moment instead of after a
 /// sleep. Checked whenever such a state may have changed; never polled.
 extension SimulatedBluetoothd {
     enum Condition: Sendable, Equatable {
         case connected(String)
+        case disconnected(String)
+        case inRange(String, Bool)
         case linksUp(Int, adapter: Int)
         case ruleFired(String, count: Int)
         case held(String)
@@ -15,7 +17,8 @@ extension SimulatedBluetoothd {
 
         /// Parses `{"connected": "C1:…"}`, `{"linksUp": 2, "adapter": 0}`,
         /// `{"ruleFired": "m1", "count": 2}`, `{"held": "name"}`,
-        /// `{"adapterPresent": "00:1A:…", "path": "/org/bluez/hci1"}`.
+        /// `{"adapterPresent": "00:1A:…", "path": "/org/bluez/hci1"}`,
+        /// `{"disconnected": "C1:…"}`, `{"inRange": "C1:…", "is": false}`.
         init(json text: String) throws {
             guard case .object(let object) = try? JSONValue.parse(text) else {
                 throw BusError(.invalidArgs, "WaitFor: the condition must be a JSON object")
@@ -36,6 +39,19 @@ extension SimulatedBluetoothd {
             if let address = string("connected") {
                 try only(["connected"])
                 self = .connected(address.uppercased())
+            } else if let address = string("disconnected") {
+                try only(["disconnected"])
+                self = .disconnected(address.uppercased())
+            } else if let address = string("inRange") {
+                try only(["inRange", "is"])
+                var wanted = true
+                if let value = object["is"] {
+                    guard case .bool(let bool) = value else {
+                        throw BusError(.invalidArgs, "WaitFor: \"is\" must be true or false")
+                    }
+                    wanted = bool
+                }
+                self = .inRange(address.uppercased(), wanted)
             } else if let count = int("linksUp") {
                 try only(["linksUp", "adapter"])
                 self = .linksUp(count, adapter: int("adapter") ?? 0)
@@ -51,7 +67,7 @@ extension SimulatedBluetoothd {
             } else {
                 throw BusError(
                     .invalidArgs,
-                    "WaitFor: the condition is one of connected, linksUp (+adapter), ruleFired (+count), held, "
+                    "WaitFor: the condition is one of connected, disconnected, inRange (+is), linksUp (+adapter), ruleFired (+count), held, "
                         + "adapterPresent (+path), not \(text.prefix(200))")
             }
         }
@@ -74,6 +90,14 @@ extension SimulatedBluetoothd {
             return JSONValue.object([
                 "connected": .string(address), "path": .string(adapters[index].devices[address]!.path.rawValue),
             ]).text
+        case .disconnected(let address):
+            guard beacons[address] != nil, !adapters.contains(where: { $0.devices[address]?.connected == true }) else {
+                return nil
+            }
+            return JSONValue.object(["disconnected": .string(address)]).text
+        case .inRange(let address, let wanted):
+            guard let state = beacons[address]?.state, state.inRange == wanted else { return nil }
+            return JSONValue.object(["inRange": .string(address), "is": .bool(wanted)]).text
         case .linksUp(let count, let adapter):
             guard adapters.indices.contains(adapter), adapters[adapter].present, linksUp(adapter) >= count else {
                 return nil

@@ -313,6 +313,7 @@ extension SimulatedBluetoothd {
     /// timer runs out.
     func vanish(_ address: String, for ms: Int?, keepObject: Bool, preheard: FaultPlan.Preheard?) async {
         beacons[address]?.state.inRange = false
+        checkWaiters()
         for index in adapters.indices where adapters[index].devices[address]?.connected == true {
             await disconnect(index, address, reason: .timeout)
         }
@@ -343,5 +344,8 @@ extension SimulatedBluetoothd {
         }
     }
 
-    func returnToRange(_ address: String) { beacons[address]?.state.inRange = true }
+    func returnToRange(_ address: String) {
+        beacons[address]?.state.inRange = true
+        checkWaiters()
+    }
 }

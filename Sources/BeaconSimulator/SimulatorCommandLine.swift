@@ -227,19 +227,45 @@ public enum SimulatorMain {
     enum Ending { case signal, parentGone }
 
     /// SIGINT or SIGTERM, or the parent gone, from the moment it is made.
+    ///
+    /// The signals are caught by a handler installed here and now with
+    /// `sigaction`, which writes a byte to a pipe (the self-pipe trick); a
+    /// thread of its own reads it. Not a Dispatch signal source: that had
+    /// the disposition set to SIG_IGN first, and its own handler installed
+    /// later, asynchronously, on Dispatch's manager thread; under load a
+    /// SIGTERM sent the moment the ready line was read fell into that
+    /// window, the kernel discarded it, and the simulator never ended
+    /// ("simulator not exited 30 s after SIGTERM").
     final class Endings {
-        private let sources: [any DispatchSourceSignal]
         private let stream: AsyncStream<Ending>
 
         init(_ lifeline: Lifeline?) {
             let (stream, continuation) = AsyncStream.makeStream(of: Ending.self)
             self.stream = stream
-            sources = [SIGINT, SIGTERM].map { number in
-                signal(number, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-                source.setEventHandler { continuation.yield(.signal) }
-                source.resume()
-                return source
+            var ends: [Int32] = [-1, -1]
+            if pipe(&ends) == 0 {
+                for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+                endingSignalPipe = ends[1]
+                var action = sigaction()
+                action.__sigaction_handler.sa_handler = { _ in
+                    var byte: UInt8 = 1
+                    _ = write(endingSignalPipe, &byte, 1)
+                }
+                sigemptyset(&action.sa_mask)
+                action.sa_flags = Int32(SA_RESTART)
+                sigaction(SIGINT, &action, nil)
+                sigaction(SIGTERM, &action, nil)
+                let reader = ends[0]
+                let waiter = Thread {
+                    var byte: UInt8 = 0
+                    while true {
+                        let count = read(reader, &byte, 1)
+                        if count > 0 || (count < 0 && errno != EINTR) { break }
+                    }
+                    continuation.yield(.signal)
+                }
+                waiter.stackSize = 64 * 1024
+                waiter.start()
             }
             lifeline?.watch { continuation.yield(.parentGone) }
         }
@@ -249,7 +275,9 @@ public enum SimulatorMain {
             var iterator = stream.makeAsyncIterator()
             return await iterator.next() ?? .signal
         }
-
-        deinit { for source in sources { source.cancel() } }
     }
 }
+
+/// The write end of the pipe the SIGINT and SIGTERM handler writes to
+/// (set once, before the handler is installed; read only by the handler).
+nonisolated(unsafe) private var endingSignalPipe: Int32 = -1

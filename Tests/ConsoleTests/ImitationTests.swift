@@ -127,7 +127,7 @@ struct ImitationTests {
             ] + options,
             standardOutput: output)
         defer { peer.terminate() }
-        try await waitFor("the imitation to print 'ready'", cap: .seconds(60)) {
+        try await waitUntil("the imitation to print 'ready'", cap: .seconds(60)) {
             (try? String(contentsOfFile: output, encoding: .utf8))?.contains("ready") == true
         }
 
@@ -277,17 +277,5 @@ struct ImitationTests {
         await connection.close()
         let text = reply.body.first?.string ?? ""
         return try JSONSerialization.jsonObject(with: Data(text.utf8)) as? [String: Any] ?? [:]
-    }
-
-    /// Polls `condition` until it holds; fails naming what it waited for after `cap`.
-    static func waitFor(_ what: String, cap: Duration, _ condition: () -> Bool) async throws {
-        let deadline = ContinuousClock.now + cap
-        while !condition() {
-            guard ContinuousClock.now < deadline else {
-                Issue.record("timed out after \(cap) waiting for \(what)")
-                throw CancellationError()
-            }
-            try await Task.sleep(for: .milliseconds(25))
-        }
     }
 }

@@ -78,8 +78,8 @@ struct CallTests {
 
     @Test func cancellingTheCallerCancelsTheCall() async throws {
         try await withEchoFixture { fixture throws in
-            let task = Task { try await fixture.call("NeverReply", timeout: .seconds(30)) }
-            try await Task.sleep(for: .milliseconds(50))
+            let task = Task { try await fixture.call("NeverReply", timeout: .seconds(300)) }
+            try await fixture.handlerEntered("NeverReply")
             task.cancel()
             await #expect(throws: CancellationError.self) { try await task.value }
             #expect(await fixture.client.pendingCallCount == 0)
@@ -109,8 +109,8 @@ struct CallTests {
         try await withEchoFixture { fixture throws in
             // The slow call is still pending when the fast one, sent after
             // it, has its answer: replies are matched by serial, not order.
-            let slow = Task { try await fixture.call("Delayed", [.uint32(60_000)], timeout: .seconds(90)) }
-            while await fixture.server.activeHandlerCount == 0 { try await Task.sleep(for: .milliseconds(5)) }
+            let slow = Task { try await fixture.call("Delayed", [.uint32(600_000)], timeout: .seconds(900)) }
+            try await fixture.handlerEntered("Delayed")
             #expect(try await fixture.call("Delayed", [.uint32(1)]).body == [.uint32(1)])
             #expect(await fixture.client.pendingCallCount == 1)
             slow.cancel()
@@ -120,8 +120,8 @@ struct CallTests {
 
     @Test func aClosedConnectionFailsWhatIsPendingAndWhatComesAfter() async throws {
         try await withEchoFixture { fixture throws in
-            let pending = Task { try await fixture.call("NeverReply", timeout: .seconds(30)) }
-            try await Task.sleep(for: .milliseconds(50))
+            let pending = Task { try await fixture.call("NeverReply", timeout: .seconds(300)) }
+            try await fixture.handlerEntered("NeverReply")
             await fixture.client.close()
             let error = await #expect(throws: BusError.self) { try await pending.value }
             #expect(error?.name == .disconnected)
@@ -133,9 +133,9 @@ struct CallTests {
 
     @Test func theBusGoingAwayFailsPendingCalls() async throws {
         try await withEchoFixture { fixture throws in
-            let pending = Task { try await fixture.call("NeverReply", timeout: .seconds(30)) }
-            try await Task.sleep(for: .milliseconds(50))
-            fixture.bus.stop()
+            let pending = Task { try await fixture.call("NeverReply", timeout: .seconds(300)) }
+            try await fixture.handlerEntered("NeverReply")
+            await fixture.bus.stop()
             let error = await #expect(throws: BusError.self) { try await pending.value }
             #expect(error?.name == .disconnected)
             #expect(await fixture.client.isConnected == false)

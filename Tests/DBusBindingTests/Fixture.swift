@@ -13,14 +13,24 @@ struct EchoFixture {
     let bus: PrivateBus
     let server: BusConnection
     let client: BusConnection
+    /// The member of each call whose handler began (NeverReply, Delayed),
+    /// in order: a test acts once a call is really under way.
+    let entered: AsyncStream<String>
 
     static func start() async throws -> EchoFixture {
         let bus = try await PrivateBus.start()
         let server = try await BusConnection.connect(.address(bus.address))
         let client = try await BusConnection.connect(.address(bus.address))
-        try await server.export(echoInterface, at: path, properties: ["Greeting": "hello", "Count": .uint32(0)])
+        let (entered, continuation) = AsyncStream.makeStream(of: String.self)
+        try await server.export(
+            echoInterface(entered: continuation), at: path, properties: ["Greeting": "hello", "Count": .uint32(0)])
         #expect(try await server.requestName(name) == .primaryOwner)
-        return EchoFixture(bus: bus, server: server, client: client)
+        return EchoFixture(bus: bus, server: server, client: client, entered: entered)
+    }
+
+    /// Waits until the server's handler of a `member` call has begun.
+    func handlerEntered(_ member: String) async throws {
+        _ = try await take(1, from: entered.filter { $0 == member }, "the server to begin handling \(member)")
     }
 
     func stop() async {
@@ -54,45 +64,51 @@ struct EchoFixture {
         .dictionary(key: .uint16, value: .variant),
     ]
 
-    static let echoInterface = BusInterface(
-        name: interface,
-        methods: [
-            echo("EchoVariant", [.variant]),
-            echo("EchoBasics", everyBasicType),
-            echo("EchoNested", nestedTypes),
-            echo("EchoBytes", [.array(.byte)]),
-            echo("EchoStrings", [.array(.string)]),
-            .init(name: "Fail", inputs: [.init("name", .string), .init("message", .string)]) { call in
-                throw BusError(BusErrorName(call.body[0].string!), call.body[1].string!)
-            },
-            .init(name: "ThrowSwiftError") { _ in
-                throw TestSupportError("a plain Swift error")
-            },
-            .init(name: "NeverReply") { _ in
-                try await Task.sleep(for: .seconds(3600))
-                return []
-            },
-            .init(name: "Delayed", inputs: [.init("milliseconds", .uint32)], outputs: [.init(nil, .uint32)]) { call in
-                try await Task.sleep(for: .milliseconds(Int(call.body[0].uint32!)))
-                return call.body
-            },
-            .init(name: "WrongReply", outputs: [.init(nil, .string)]) { _ in [.uint32(1)] },
-            .init(name: "Add", inputs: [.init("a", .int32), .init("b", .int32)], outputs: [.init("sum", .int32)]) {
-                call in [.int32(call.body[0].int32! &+ call.body[1].int32!)]
-            },
-        ],
-        properties: [
-            .init("Greeting", .string, access: .readwrite),
-            .init("Count", .uint32, access: .read),
-            .init("Secret", .string, access: .readwrite, changeSignal: .invalidates),
-            .init("Checked", .int32, access: .readwrite) { value, _ in
-                guard let number = value.int32, number >= 0 else {
-                    throw BusError(.invalidArgs, "Checked must not be negative")
-                }
-            },
-        ],
-        signals: [.init(name: "Tick", arguments: [.init("count", .uint32)])]
-    )
+    static func echoInterface(entered: AsyncStream<String>.Continuation) -> BusInterface {
+        BusInterface(
+            name: interface,
+            methods: [
+                echo("EchoVariant", [.variant]),
+                echo("EchoBasics", everyBasicType),
+                echo("EchoNested", nestedTypes),
+                echo("EchoBytes", [.array(.byte)]),
+                echo("EchoStrings", [.array(.string)]),
+                .init(name: "Fail", inputs: [.init("name", .string), .init("message", .string)]) { call in
+                    throw BusError(BusErrorName(call.body[0].string!), call.body[1].string!)
+                },
+                .init(name: "ThrowSwiftError") { _ in
+                    throw TestSupportError("a plain Swift error")
+                },
+                .init(name: "NeverReply") { _ in
+                    entered.yield("NeverReply")
+                    // Never: until the call is cancelled.
+                    try await Task.sleep(for: .seconds(86_400))
+                    return []
+                },
+                .init(name: "Delayed", inputs: [.init("milliseconds", .uint32)], outputs: [.init(nil, .uint32)]) {
+                    call in
+                    entered.yield("Delayed")
+                    try await Task.sleep(for: .milliseconds(Int(call.body[0].uint32!)))
+                    return call.body
+                },
+                .init(name: "WrongReply", outputs: [.init(nil, .string)]) { _ in [.uint32(1)] },
+                .init(name: "Add", inputs: [.init("a", .int32), .init("b", .int32)], outputs: [.init("sum", .int32)]) {
+                    call in [.int32(call.body[0].int32! &+ call.body[1].int32!)]
+                },
+            ],
+            properties: [
+                .init("Greeting", .string, access: .readwrite),
+                .init("Count", .uint32, access: .read),
+                .init("Secret", .string, access: .readwrite, changeSignal: .invalidates),
+                .init("Checked", .int32, access: .readwrite) { value, _ in
+                    guard let number = value.int32, number >= 0 else {
+                        throw BusError(.invalidArgs, "Checked must not be negative")
+                    }
+                },
+            ],
+            signals: [.init(name: "Tick", arguments: [.init("count", .uint32)])]
+        )
+    }
 }
 
 /// Runs `body` with a fresh echo fixture, and always stops it.

@@ -110,52 +110,56 @@ struct InteropTests {
 
     @Test func aHostilePeerGetsErrorsNotCrashes() async throws {
         try await withEchoFixture { fixture throws in
-            let peer = try ChildProcess(
-                "/usr/bin/python3",
-                ["\(Self.peersDirectory)/hostile_peer.py", fixture.bus.address, "org.example.Hostile"])
-            defer { peer.terminate() }
             let client = fixture.client
-            var owner: String?
-            for _ in 0..<500 where owner == nil {
-                owner = try await client.nameOwner(of: "org.example.Hostile")
-                if owner == nil { try await Task.sleep(for: .milliseconds(10)) }
-            }
-            try #require(owner != nil, "the hostile peer did not start")
-            let hostile: BusName = "org.example.Hostile"
-            let path: ObjectPath = "/org/example/Hostile"
-            let interface: InterfaceName = "org.example.Hostile1"
+            // The peer is ready when it owns its name: NameOwnerChanged,
+            // subscribed to before it starts.
+            let owners = try await client.nameOwnerChanges(of: "org.example.Hostile")
+            try await withResource(
+                {
+                    try ChildProcess(
+                        "/usr/bin/python3",
+                        ["\(Self.peersDirectory)/hostile_peer.py", fixture.bus.address, "org.example.Hostile"])
+                }, stop: { await $0.terminate() }
+            ) { _ in
+                _ = try await take(1, from: owners.filter { $0.newOwner != nil }, "the hostile peer to own its name")
+                let hostile: BusName = "org.example.Hostile"
+                let path: ObjectPath = "/org/example/Hostile"
+                let interface: InterfaceName = "org.example.Hostile1"
 
-            // Wrong signature where a{oa{sa{sv}}} was expected.
-            let wrong = await #expect(throws: BusError.self) { try await client.managedObjects(at: path, of: hostile) }
-            #expect(wrong?.name == .invalidSignature)
-            // 8 MiB of bytes and 200,000 variants decode (they are legal).
-            let huge = try await client.call(hostile, path, interface, "HugeBytes", timeout: .seconds(20))
-            #expect(huge.body[0].bytes?.count == 8 * 1024 * 1024)
-            let many = try await client.call(hostile, path, interface, "ManyVariants", timeout: .seconds(20))
-            #expect(many.body[0].elements?.count == 200_000)
-            let deep = try await client.call(hostile, path, interface, "DeepVariant")
-            #expect(deep.signature == "v")
-            // Unix fds are refused with a typed error, alone or nested.
-            let fd = await #expect(throws: BusError.self) {
-                try await client.call(hostile, path, interface, "FileDescriptor")
+                // Wrong signature where a{oa{sa{sv}}} was expected.
+                let wrong = await #expect(throws: BusError.self) {
+                    try await client.managedObjects(at: path, of: hostile)
+                }
+                #expect(wrong?.name == .invalidSignature)
+                // 8 MiB of bytes and 200,000 variants decode (they are legal).
+                let huge = try await client.call(hostile, path, interface, "HugeBytes", timeout: .seconds(20))
+                #expect(huge.body[0].bytes?.count == 8 * 1024 * 1024)
+                let many = try await client.call(hostile, path, interface, "ManyVariants", timeout: .seconds(20))
+                #expect(many.body[0].elements?.count == 200_000)
+                let deep = try await client.call(hostile, path, interface, "DeepVariant")
+                #expect(deep.signature == "v")
+                // Unix fds are refused with a typed error, alone or nested.
+                let fd = await #expect(throws: BusError.self) {
+                    try await client.call(hostile, path, interface, "FileDescriptor")
+                }
+                #expect(fd?.name == .notSupported)
+                await #expect(throws: BusError.self) { try await client.call(hostile, path, interface, "WithFdInside") }
+                // A PropertiesChanged of the wrong shape is a decoding error for
+                // that signal only; the next one is read.
+                let changes = try await client.signals(matching: .propertiesChanged(sender: hostile))
+                try await client.call(hostile, path, interface, "BadSignals")
+                let received = try await take(2, from: changes, "2 signal(s) on changes")
+                #expect(received.count == 2)
+                #expect(throws: BusError.self) { try PropertiesChanged(received[0]) }
+                #expect(try PropertiesChanged(received[1]).changed == ["RSSI": .int16(-42)])
+                // The peer dies while we wait for its reply: an error, promptly.
+                let vanished = await #expect(throws: BusError.self) {
+                    try await client.call(hostile, path, interface, "Vanish", timeout: .seconds(20))
+                }
+                #expect(vanished?.name == .noReply)
+                // And we are still fine.
+                #expect(try await fixture.call("Add", [.int32(1), .int32(1)]).body == [.int32(2)])
             }
-            #expect(fd?.name == .notSupported)
-            await #expect(throws: BusError.self) { try await client.call(hostile, path, interface, "WithFdInside") }
-            // A PropertiesChanged of the wrong shape is a decoding error for
-            // that signal only; the next one is read.
-            let changes = try await client.signals(matching: .propertiesChanged(sender: hostile))
-            try await client.call(hostile, path, interface, "BadSignals")
-            let received = await collect(changes, count: 2)
-            #expect(received.count == 2)
-            #expect(throws: BusError.self) { try PropertiesChanged(received[0]) }
-            #expect(try PropertiesChanged(received[1]).changed == ["RSSI": .int16(-42)])
-            // The peer dies while we wait for its reply: an error, promptly.
-            let vanished = await #expect(throws: BusError.self) {
-                try await client.call(hostile, path, interface, "Vanish", timeout: .seconds(20))
-            }
-            #expect(vanished?.name == .noReply)
-            // And we are still fine.
-            #expect(try await fixture.call("Add", [.int32(1), .int32(1)]).body == [.int32(2)])
         }
     }
 }

@@ -54,7 +54,7 @@ struct ObjectServerTests {
             try await server.export(
                 device, at: path, properties: ["Address": "A1:B2:A3:B5:C7:D9", "RSSI": .int16(-60)])
             try await server.export(battery, at: path, properties: ["Percentage": .byte(87)])
-            let announcements = try await collect(added, count: 2).map(InterfacesAdded.init)
+            let announcements = try await take(2, from: added, "2 signal(s) on added").map(InterfacesAdded.init)
             #expect(announcements.count == 2)
             #expect(announcements[0].path == path)
             #expect(
@@ -70,7 +70,7 @@ struct ObjectServerTests {
 
             try await server.unexport(["org.bluez.Battery1"], at: path)
             try await server.unexport(at: path)
-            let gone = try await collect(removed, count: 2).map(InterfacesRemoved.init)
+            let gone = try await take(2, from: removed, "2 signal(s) on removed").map(InterfacesRemoved.init)
             #expect(
                 gone.map(\.interfaces) == [
                     ["org.bluez.Battery1"],

@@ -27,13 +27,26 @@ struct SignalTests {
             try await server.emitSignal(path: "/x", interface: "org.example.Args", member: "Said", body: ["unwanted"])
             try await server.emitSignal(path: "/x", interface: "org.example.Args", member: "Said", body: ["wanted"])
             try await server.emitSignal(path: "/x", interface: "org.example.Args", member: "Said", body: [.uint32(7)])
+            // Markers, sent after all of that by the same connection: a bus
+            // delivers one sender's messages in order, so whatever of the
+            // above a stream was to get came before its marker. (These
+            // absences were "nothing within 300 ms".) The server takes the
+            // other sender's name first, so that its marker matches that
+            // rule; the NameOwnerChanged saying so reaches the client before
+            // the marker, and after the signals sent before it.
+            try await server.emitSignal(path: "/x", interface: "org.example.Args", member: "Marker", body: ["wanted"])
+            #expect(try await server.requestName("org.example.NotTheEcho") == .primaryOwner)
+            try await server.emitSignal(path: "/x", interface: EchoFixture.interface, member: "Marker")
 
-            let received = await collect(ticks, count: 3)
+            let received = try await take(3, from: ticks, "three Ticks")
             #expect(received.map { $0.body } == [[.uint32(1)], [.uint32(2)], [.uint32(3)]])
             #expect(received.allSatisfy { $0.sender == fixture.server.uniqueName && $0.path == EchoFixture.path })
-            #expect(await collect(otherPath, count: 1).map(\.body) == [[.uint32(99)]])
-            #expect(await collect(argZero, count: 2, within: .milliseconds(300)).map(\.body) == [["wanted"]])
-            #expect(await collect(otherSender, count: 1, within: .milliseconds(300)).isEmpty)
+            #expect(try await take(1, from: otherPath, "the Tick on the other path").map(\.body) == [[.uint32(99)]])
+            let args = try await take(from: argZero, until: { $0.member == "Marker" }, "the Args marker")
+            #expect(args.dropLast().map(\.body) == [["wanted"]])
+            let fromOther = try await take(
+                from: otherSender, until: { $0.member == "Marker" }, "the other sender's marker")
+            #expect(fromOther.count == 1, "only the marker came by the other sender's rule: \(fromOther)")
         }
     }
 
@@ -51,7 +64,7 @@ struct SignalTests {
             try await fixture.server.setProperties(
                 ["Count": nil], interface: EchoFixture.interface, at: EchoFixture.path)
 
-            let signals = try await collect(changes, count: 3).map(PropertiesChanged.init)
+            let signals = try await take(3, from: changes, "3 signal(s) on changes").map(PropertiesChanged.init)
             #expect(signals.count == 3)
             #expect(signals[0].interface == EchoFixture.interface.rawValue)
             #expect(signals[0].changed == ["Greeting": "bonjour", "Count": .uint32(3)])
@@ -68,12 +81,11 @@ struct SignalTests {
                 #expect(await fixture.client.subscriptionCount == 1)
                 _ = stream
             }
-            var left = await fixture.client.subscriptionCount
-            for _ in 0..<100 where left > 0 {
-                try await Task.sleep(for: .milliseconds(10))
-                left = await fixture.client.subscriptionCount
+            // The stream's end unsubscribes from a task of its own: no event
+            // to wait for, so polled.
+            try await waitUntil("the dropped stream's subscription to end") {
+                await fixture.client.subscriptionCount == 0
             }
-            #expect(left == 0)
         }
     }
 
@@ -85,7 +97,7 @@ struct SignalTests {
             let changes = try await fixture.client.nameOwnerChanges(of: "org.example.Peer")
             let peerName = peer.uniqueName
             await peer.close()
-            let seen = await collect(changes, count: 1)
+            let seen = try await take(1, from: changes, "1 signal(s) on changes")
             #expect(seen.count == 1)
             #expect(seen.first?.name == "org.example.Peer")
             #expect(seen.first?.oldOwner == peerName)
@@ -102,14 +114,16 @@ struct SignalTests {
             let stream = try await fixture.client.signals(
                 matching: MatchRule(sender: "org.example.Restarting", interface: "org.example.Life", member: "Hello"))
             try await first.emitSignal(path: "/", interface: "org.example.Life", member: "Hello", body: ["first"])
-            #expect(await collect(stream, count: 1).map(\.body) == [["first"]])
+            #expect(try await take(1, from: stream, "1 signal(s) on stream").map(\.body) == [["first"]])
             await first.close()
             // A new process takes the name, as bluetoothd does after a restart.
             let second = try await BusConnection.connect(.address(fixture.bus.address))
+            // No pause: the NameOwnerChanged for the new owner reaches the
+            // client before RequestName's reply reaches `second`, so before
+            // anything `second` sends after it.
             #expect(try await second.requestName("org.example.Restarting") == .primaryOwner)
-            try await Task.sleep(for: .milliseconds(50))
             try await second.emitSignal(path: "/", interface: "org.example.Life", member: "Hello", body: ["second"])
-            #expect(await collect(stream, count: 1).map(\.body) == [["second"]])
+            #expect(try await take(1, from: stream, "1 signal(s) on stream").map(\.body) == [["second"]])
             await second.close()
         }
     }

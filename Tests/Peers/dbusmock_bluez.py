@@ -2,6 +2,7 @@
 """python-dbusmock's bluez5 template, an imitation of bluetoothd that this
 project does not contain, with one adapter, one SBeacon (adverts per the
 contract) and one other device. For BlueZClient's interoperability test.
+Once all of that is in place it takes the name org.beaconbench.DbusmockReady.
 
 usage: dbusmock_bluez.py ADDRESS
 """
@@ -18,10 +19,14 @@ mock = subprocess.Popen(
     ["/usr/bin/python3", "-m", "dbusmock", "--system", "--template", "bluez5"],
     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 bus = dbus.bus.BusConnection(address)
-for _ in range(200):
+# dbusmock says nothing when it owns its name: asked every 50 ms, for at
+# most two minutes.
+for _ in range(2400):
     if bus.name_has_owner("org.bluez"):
         break
     time.sleep(0.05)
+else:
+    sys.exit("waited 120 s for python-dbusmock to own org.bluez")
 control = dbus.Interface(bus.get_object("org.bluez", "/org/bluez"), "org.bluez.Mock")
 control.AddAdapter("hci0", "dbusmock bench")
 beacon = control.AddDevice("hci0", "C1:AA:BB:CC:DD:01", "SBeacon")
@@ -34,5 +39,7 @@ data = dbus.Dictionary(
 properties = dbus.Interface(bus.get_object("org.bluez", beacon), "org.freedesktop.DBus.Properties")
 properties.Set("org.bluez.Device1", "ManufacturerData", data)
 properties.Set("org.bluez.Device1", "RSSI", dbus.Int16(-55))
+# Set up: said on the bus, where a test can wait for it (NameOwnerChanged).
+bus.request_name("org.beaconbench.DbusmockReady")
 print("ready", flush=True)
 mock.wait()

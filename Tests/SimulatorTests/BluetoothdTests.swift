@@ -31,7 +31,7 @@ struct BluetoothdTests {
                 SimulatorFixture.bluez, SimulatorFixture.adapter, "org.bluez.Adapter1", "SetDiscoveryFilter",
                 [.propertyMap(["Transport": "le", "DuplicateData": true])])
             try await fixture.discoverAll()
-            let announcements = await collect(added, count: 5)
+            let announcements = try await take(5, from: added, "InterfacesAdded of the 5 beacons")
             #expect(announcements.count == 5)
             let objects = try await fixture.client.managedObjects(of: SimulatorFixture.bluez)
             for state in fixture.fleet {
@@ -70,9 +70,11 @@ struct BluetoothdTests {
             // Everything org.bluez says, in order, until ServicesResolved.
             let everything = try await fixture.client.signals(matching: MatchRule(sender: SimulatorFixture.bluez))
             try await fixture.connect(state)
-            let log = await collect(everything) { signal in
-                signal.path == device && (try? PropertiesChanged(signal))?.changed["ServicesResolved"]?.bool == true
-            }
+            let log = try await take(
+                from: everything,
+                until: { signal in
+                    signal.path == device && (try? PropertiesChanged(signal))?.changed["ServicesResolved"]?.bool == true
+                }, "ServicesResolved true on \(device)")
             let connected = log.firstIndex { signal in
                 signal.path == device && (try? PropertiesChanged(signal))?.changed["Connected"]?.bool == true
             }
@@ -193,16 +195,14 @@ struct BluetoothdTests {
             try await fixture.connect(state)
             let values = try await fixture.notifications(SBeaconUUID.calibrationControlPoint, of: state)
             try await fixture.write(SBeaconUUID.calibrationControlPoint, [0x01], of: state)
-            let notified = await collect(values, count: 1)
+            let notified = try await take(1, from: values, "the calibration's notification")
             let result = try CalibrationResult(bytes: try #require(notified.first))
             #expect(result.outcome == (state.moving ? .motionDetected : .success))
             let calibrated = try await fixture.report(state).calibration.calibrated
             #expect(calibrated == (state.moving ? state.calibration.calibrated : true))
 
             // Record transfer: every record, then the response with the count.
-            try await fixture.client.call(
-                SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Drive",
-                [.string(state.address), .uint32(30), .uint32(3)])
+            try await fixture.control.drive(state.address, minutes: 30, harshEvents: 3)
             let data = try await fixture.characteristic(SBeaconUUID.recordData, of: state)
             let control = try await fixture.characteristic(SBeaconUUID.recordControlPoint, of: state)
             for path in [data, control] {
@@ -214,11 +214,12 @@ struct BluetoothdTests {
                     sender: SimulatorFixture.bluez, interface: .properties, member: "PropertiesChanged",
                     pathNamespace: fixture.devicePath(state)))
             try await fixture.write(SBeaconUUID.recordControlPoint, [0x01], of: state)
-            let transfer = await collect(
-                stream.filter { signal in
+            let transfer = try await take(
+                2,
+                from: stream.filter { signal in
                     (signal.path == data || signal.path == control)
                         && (try? PropertiesChanged(signal))?.changed["Value"] != nil
-                }, count: 2
+                }, "the trip record and the transfer's response"
             ).compactMap { try? PropertiesChanged($0) }
                 .compactMap { change in change.changed["Value"]?.bytes.map { (change.path, $0) } }
             try #require(transfer.count == 2)
@@ -240,10 +241,8 @@ struct BluetoothdTests {
             let state = fixture.fleet[0]
             try await fixture.connect(state)
             let values = try await fixture.notifications(SBeaconUUID.realTimeEvent, of: state)
-            try await fixture.client.call(
-                SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Shake",
-                [.string(state.address), .byte(5)])
-            let event = await collect(values, count: 1).first
+            try await fixture.control.shake(state.address, eventType: 5)
+            let event = try await take(1, from: values, "the shake's real-time event").first
             #expect(
                 try RealTimeEvent(bytes: try #require(event))
                     == RealTimeEvent(type: .braking, axis: .longitudinal, flags: .harshBraking))
@@ -251,14 +250,15 @@ struct BluetoothdTests {
             let config = DrivingBehaviourConfig(
                 cornering: 999, braking: 999, acceleration: 999, duration: 99, enable: [])
             try await fixture.write(SBeaconUUID.drivingBehaviourConfig, config.bytes, of: state)
+            let rebootSent = ContinuousClock.now
             try await fixture.write(SBeaconUUID.deviceControl, DeviceCommand.reboot.bytes, of: state)
-            var report = try await fixture.report(state)
-            for _ in 0..<200 where report.connected {
-                try await Task.sleep(for: .milliseconds(10))
-                report = try await fixture.report(state)
-            }
+            try await fixture.waitFor(#"{"disconnected": "\#(state.address)"}"#)
+            let report = try await fixture.report(state)
+            let sinceReboot = ContinuousClock.now - rebootSent
             #expect(report.connected == false)
-            #expect(report.uptime < 5)
+            // Uptime counts from the reboot: no more whole seconds than
+            // have passed since the reboot was written (it was hours).
+            #expect(Duration.seconds(report.uptime) <= sinceReboot, "uptime \(report.uptime) s, \(sinceReboot) since")
             #expect(report.config.braking == 999)
         }
     }
@@ -267,9 +267,8 @@ struct BluetoothdTests {
         try await withSimulator { fixture throws in
             let owner = try #require(try await fixture.client.nameOwner(of: SimulatorFixture.bluez))
             let changes = try await fixture.client.nameOwnerChanges(of: SimulatorFixture.bluez)
-            try await fixture.client.call(
-                SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Restart")
-            let seen = await collect(changes, count: 2)
+            try await fixture.control.restart()
+            let seen = try await take(2, from: changes, "org.bluez released and taken again")
             #expect(seen.map(\.newOwner) == [nil, owner])
             #expect(
                 try await fixture.client.managedObjects(of: SimulatorFixture.bluez)[SimulatorFixture.adapter] != nil)

@@ -91,9 +91,23 @@ struct FaultTests {
             try await fixture.discoverAll()
             let state = fixture.fleet[0]
             try await fixture.connect(state)
-            let values = try await fixture.notifications(SBeaconUUID.calibrationControlPoint, of: state)
+            let path = try await fixture.characteristic(SBeaconUUID.calibrationControlPoint, of: state)
+            let signals = try await fixture.client.signals(
+                matching: MatchRule(
+                    sender: SimulatorFixture.bluez, interface: .properties, member: "PropertiesChanged", path: path))
+            try await fixture.client.call(SimulatorFixture.bluez, path, "org.bluez.GattCharacteristic1", "StartNotify")
             try await fixture.write(SBeaconUUID.calibrationControlPoint, [1], of: state)
-            #expect(await collect(values, count: 1, within: .milliseconds(500)).isEmpty)
+            // The notification came due and was dropped…
+            try await fixture.waitFor(#"{"ruleFired": "faults.dropped-notification"}"#)
+            // …and nothing of it reached the client: StopNotify's Notifying
+            // false is a marker sent after it by the same connection, and a
+            // bus delivers one sender's messages in order, so a notification
+            // sent would have come before the marker.
+            try await fixture.client.call(SimulatorFixture.bluez, path, "org.bluez.GattCharacteristic1", "StopNotify")
+            let log = try await take(
+                from: signals, until: { (try? PropertiesChanged($0))?.changed["Notifying"]?.bool == false },
+                "Notifying false after StopNotify")
+            #expect(!log.contains { (try? PropertiesChanged($0))?.changed["Value"] != nil }, "\(log)")
             #expect(await fixture.daemon.faultCounts[.droppedNotification] == 1)
         }
     }
@@ -103,22 +117,19 @@ struct FaultTests {
             count: 1,
             configure: {
                 $0.faults = [.vanish: 1]
-                // Long enough that a loaded machine still asks while it lasts
-                // (300 ms once was not, in a full-suite run).
-                $0.outage = .seconds(2)
+                $0.outage = .milliseconds(300)
             }
         ) { fixture throws in
             try await fixture.discoverAll()
             let state = fixture.fleet[0]
             let error = await #expect(throws: BusError.self) { try await fixture.connect(state) }
             #expect(error?.message == "le-connection-abort-by-local")
-            #expect(try await fixture.report(state).inRange == false)
-            var back = false
-            for _ in 0..<600 where !back {
-                try await Task.sleep(for: .milliseconds(10))
-                back = try await fixture.report(state).inRange
-            }
-            #expect(back)
+            // It went out of range at that Connect (the firing log says so,
+            // whenever it is read: a snapshot of inRange raced the outage's
+            // end), and comes back by itself.
+            let fired = try await fixture.firedRules().recent.map { [$0.rule, $0.hook, $0.kind] }
+            #expect(fired == [["faults.vanish", "connect.requested", "vanish"]])
+            try await fixture.waitFor(#"{"inRange": "\#(state.address)"}"#)
         }
         try await withSimulator(
             count: 1,
@@ -128,20 +139,17 @@ struct FaultTests {
             }
         ) { fixture throws in
             try await fixture.discoverAll()
+            // Powered as it changes, subscribed to before the Connect: off,
+            // then on again after the outage, whatever the outage's length
+            // (reading Powered after the Connect raced the outage's end).
+            let powered = try await fixture.client.signals(
+                matching: .propertiesChanged(
+                    sender: SimulatorFixture.bluez, interface: "org.bluez.Adapter1",
+                    pathNamespace: SimulatorFixture.adapter)
+            ).compactMap { (try? PropertiesChanged($0))?.changed["Powered"]?.bool }
             let error = await #expect(throws: BusError.self) { try await fixture.connect(fixture.fleet[0]) }
             #expect(error?.name == .bluez.notReady)
-            let powered = { @Sendable in
-                try await fixture.client.getProperty(
-                    "Powered", interface: "org.bluez.Adapter1", at: SimulatorFixture.adapter, of: SimulatorFixture.bluez
-                )
-            }
-            #expect(try await powered().bool == false)
-            var on = false
-            for _ in 0..<200 where !on {
-                try await Task.sleep(for: .milliseconds(10))
-                on = try await powered().bool == true
-            }
-            #expect(on)
+            #expect(try await take(2, from: powered, "Powered false, then true") == [false, true])
         }
     }
 
@@ -149,17 +157,13 @@ struct FaultTests {
         try await withSimulator(count: 2) { fixture throws in
             try await fixture.discoverAll()
             let (sick, healthy) = (fixture.fleet[0], fixture.fleet[1])
-            try await fixture.client.call(
-                SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Update",
-                [.string(sick.address), .string(#"{"faults": {"att-error": 1}}"#)])
+            try await fixture.control.update(sick.address, #"{"faults": {"att-error": 1}}"#)
             try await fixture.connect(sick)
             try await fixture.connect(healthy)
             await #expect(throws: BusError.self) { try await fixture.read(SBeaconUUID.batteryLevel, of: sick) }
             #expect(try await fixture.read(SBeaconUUID.batteryLevel, of: healthy).count == 1)
             let bad = await #expect(throws: BusError.self) {
-                try await fixture.client.call(
-                    SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Update",
-                    [.string(sick.address), .string(#"{"faults": {"gremlins": 1}}"#)])
+                try await fixture.control.update(sick.address, #"{"faults": {"gremlins": 1}}"#)
             }
             #expect(bad?.message == "Update: unknown fault 'gremlins'")
         }

@@ -127,80 +127,88 @@ struct HostileFleetTests {
             try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: Self.fixture)))
                 as? [[String: Any]])
         #expect(entries.count == 6)
-        let simulator = try await StockClientTests.startSimulator(["--fleet", Self.fixture])
-        defer { StockClientTests.stop(simulator) }
-        #expect(simulator.readyLine.hasSuffix("beacons=6"))
-        let client = try await BusConnection.connect(.address(simulator.bus.address))
-        defer { Task { await client.close() } }
-        let bluez: BusName = "org.bluez"
-        let adapter: ObjectPath = "/org/bluez/hci0"
-        try await client.call(bluez, adapter, "org.bluez.Adapter1", "StartDiscovery")
-        func devicePath(_ address: String) throws -> ObjectPath {
-            try adapter.appending("dev_" + address.replacingOccurrences(of: ":", with: "_"))
-        }
-        var objects = try await client.managedObjects(of: bluez)
-        for _ in 0..<500 where !entries.allSatisfy({ objects[try! devicePath($0["address"] as! String)] != nil }) {
-            try await Task.sleep(for: .milliseconds(10))
-            objects = try await client.managedObjects(of: bluez)
-        }
-
-        let characteristics: [(String, GattUUID)] = [
-            ("manufacturer", SBeaconUUID.manufacturerName), ("model", SBeaconUUID.modelNumber),
-            ("serial", SBeaconUUID.serialNumber), ("hardwareRevision", SBeaconUUID.hardwareRevision),
-            ("firmwareRevision", SBeaconUUID.firmwareRevision),
-        ]
-        var provisionable = 0
-        for entry in entries {
-            let address = try #require(entry["address"] as? String)
-            let path = try devicePath(address)
-            let device = try #require(objects[path]?["org.bluez.Device1"], "no device \(address)")
-            let advertised = try #require(Self.expected(entry["name"]))
-            let name = BlueZName.name(advertised: advertised)
-            #expect(device["Name"]?.string == name, "\(address)")
-            #expect(device["Alias"]?.string == (name ?? address.replacingOccurrences(of: ":", with: "-")))
-            // The advert stays sane: an SBeacon, factory new, a real version.
-            let summary = try #require(device["ManufacturerData"]?.uint16KeyedDictionary?[0x0059]?.bytes)
-            let advert = try BenchSummary(bytes: summary)
-            #expect(advert.status.contains(.factoryDefault))
-            #expect(advert.firmware.description == entry["firmware"] as? String)
-
-            try await client.call(bluez, path, "org.bluez.Device1", "Connect", timeout: .seconds(20))
-            let tree = try await client.managedObjects(of: bluez)
-            for (field, uuid) in characteristics {
-                let characteristic = try #require(
-                    tree.first {
-                        path.isAncestor(of: $0.key)
-                            && $0.value["org.bluez.GattCharacteristic1"]?["UUID"]?.string == uuid.rawValue
-                    }?.key)
-                let reply = try await client.call(
-                    bluez, characteristic, "org.bluez.GattCharacteristic1", "ReadValue", [.propertyMap([:])])
-                let value = try reply.body(as: "ay")[0].bytes ?? []
-                #expect(value == Self.expected(entry[field]), "\(address) \(field)")
+        try await StockClientTests.withSimulator(["--fleet", Self.fixture]) { simulator in
+            #expect(simulator.readyLine.hasSuffix("beacons=6"))
+            let client = try await BusConnection.connect(.address(simulator.bus.address))
+            let bluez: BusName = "org.bluez"
+            let adapter: ObjectPath = "/org/bluez/hci0"
+            func devicePath(_ address: String) throws -> ObjectPath {
+                try adapter.appending("dev_" + address.replacingOccurrences(of: ":", with: "_"))
             }
-            let revision = DeviceInformationText.decode(Self.expected(entry["firmwareRevision"]) ?? [])
-            if (try? FirmwareVersion(revision)) != nil { provisionable += 1 }
-            try await client.call(bluez, path, "org.bluez.Device1", "Disconnect")
+            // Every device's object: there already, or its InterfacesAdded
+            // (subscribed to before discovery).
+            let added = try await client.signals(matching: .interfacesAdded(sender: bluez))
+            try await client.call(bluez, adapter, "org.bluez.Adapter1", "StartDiscovery")
+            let present = try await client.managedObjects(of: bluez)
+            let missing = Set(try entries.map { try devicePath(try #require($0["address"] as? String)) })
+                .filter { present[$0]?["org.bluez.Device1"] == nil }
+            _ = try await take(
+                missing.count,
+                from: added.filter { signal in
+                    guard let added = try? InterfacesAdded(signal) else { return false }
+                    return missing.contains(added.path) && added.interfaces["org.bluez.Device1"] != nil
+                }, "InterfacesAdded of the \(missing.count) hostile beacons not yet on the bus")
+            let objects = try await client.managedObjects(of: bluez)
 
-            // The control interface reports the same bytes, in hex.
-            let report = try await StockClientTests.controlReport(simulator, address)
-            #expect(report.name == name)
-            #expect(report.hex?["name"].map(Self.bytes) == advertised)
-            for (field, _) in characteristics {
-                #expect(report.hex?[field].map(Self.bytes) == Self.expected(entry[field]), "\(address) \(field)")
+            let characteristics: [(String, GattUUID)] = [
+                ("manufacturer", SBeaconUUID.manufacturerName), ("model", SBeaconUUID.modelNumber),
+                ("serial", SBeaconUUID.serialNumber), ("hardwareRevision", SBeaconUUID.hardwareRevision),
+                ("firmwareRevision", SBeaconUUID.firmwareRevision),
+            ]
+            var provisionable = 0
+            for entry in entries {
+                let address = try #require(entry["address"] as? String)
+                let path = try devicePath(address)
+                let device = try #require(objects[path]?["org.bluez.Device1"], "no device \(address)")
+                let advertised = try #require(Self.expected(entry["name"]))
+                let name = BlueZName.name(advertised: advertised)
+                #expect(device["Name"]?.string == name, "\(address)")
+                #expect(device["Alias"]?.string == (name ?? address.replacingOccurrences(of: ":", with: "-")))
+                // The advert stays sane: an SBeacon, factory new, a real version.
+                let summary = try #require(device["ManufacturerData"]?.uint16KeyedDictionary?[0x0059]?.bytes)
+                let advert = try BenchSummary(bytes: summary)
+                #expect(advert.status.contains(.factoryDefault))
+                #expect(advert.firmware.description == entry["firmware"] as? String)
+
+                try await client.call(bluez, path, "org.bluez.Device1", "Connect", timeout: .seconds(20))
+                let tree = try await client.managedObjects(of: bluez)
+                for (field, uuid) in characteristics {
+                    let characteristic = try #require(
+                        tree.first {
+                            path.isAncestor(of: $0.key)
+                                && $0.value["org.bluez.GattCharacteristic1"]?["UUID"]?.string == uuid.rawValue
+                        }?.key)
+                    let reply = try await client.call(
+                        bluez, characteristic, "org.bluez.GattCharacteristic1", "ReadValue", [.propertyMap([:])])
+                    let value = try reply.body(as: "ay")[0].bytes ?? []
+                    #expect(value == Self.expected(entry[field]), "\(address) \(field)")
+                }
+                let revision = DeviceInformationText.decode(Self.expected(entry["firmwareRevision"]) ?? [])
+                if (try? FirmwareVersion(revision)) != nil { provisionable += 1 }
+                try await client.call(bluez, path, "org.bluez.Device1", "Disconnect")
+
+                // The control interface reports the same bytes, in hex.
+                let report = try await StockClientTests.controlReport(simulator, address)
+                #expect(report.name == name)
+                #expect(report.hex?["name"].map(Self.bytes) == advertised)
+                for (field, _) in characteristics {
+                    #expect(report.hex?[field].map(Self.bytes) == Self.expected(entry[field]), "\(address) \(field)")
+                }
             }
-        }
-        // At least one beacon's firmware revision parses: it can be provisioned.
-        #expect(provisionable >= 1)
+            // At least one beacon's firmware revision parses: it can be provisioned.
+            #expect(provisionable >= 1)
 
-        // Spot checks of what the fixture is for.
-        let first = try #require(objects[try devicePath("C0:FE:15:00:00:01")]?["org.bluez.Device1"])
-        #expect(first["Name"]?.string == "SB\u{1B}]0;pwned\u{07}\u{1B}[2J")
-        let nul = try #require(objects[try devicePath("C0:FE:15:00:00:02")]?["org.bluez.Device1"])
-        #expect(nul["Name"]?.string == "SBeacon\u{1B}")
-        let invalid = try #require(objects[try devicePath("C0:FE:15:00:00:04")]?["org.bluez.Device1"])
-        #expect(invalid["Name"]?.string == "\u{1B}[31mSB")
-        let long = try #require(objects[try devicePath("C0:FE:15:00:00:05")]?["org.bluez.Device1"])
-        #expect(long["Name"]?.string?.utf8.count == 248)
+            // Spot checks of what the fixture is for.
+            let first = try #require(objects[try devicePath("C0:FE:15:00:00:01")]?["org.bluez.Device1"])
+            #expect(first["Name"]?.string == "SB\u{1B}]0;pwned\u{07}\u{1B}[2J")
+            let nul = try #require(objects[try devicePath("C0:FE:15:00:00:02")]?["org.bluez.Device1"])
+            #expect(nul["Name"]?.string == "SBeacon\u{1B}")
+            let invalid = try #require(objects[try devicePath("C0:FE:15:00:00:04")]?["org.bluez.Device1"])
+            #expect(invalid["Name"]?.string == "\u{1B}[31mSB")
+            let long = try #require(objects[try devicePath("C0:FE:15:00:00:05")]?["org.bluez.Device1"])
+            #expect(long["Name"]?.string?.utf8.count == 248)
+            await client.close()
+        }
     }
 
     static func screen(_ arguments: [String]) async throws -> [String: Any] {
@@ -236,10 +244,15 @@ struct HostileFleetTests {
     }
 
     @Test func screenPyTypesInputAndKillsAHang() async throws {
-        // Each line waits for the prompt, even behind a slow answer.
+        // Each line waits for the prompt. The shell says so when a line was
+        // typed before it prompted for it: it looks for input waiting
+        // (`read -t 0`) after each answer, before its prompt. (It slept
+        // 0.5 s before each answer, so that typing ahead would show in the
+        // echo order, by luck of timing.)
         let session = try await Self.screen([
             "--prompt", "> $", "--input", "a", "--input", "b", "--eof", "--",
-            "sh", "-c", #"while printf '> '; read l; do sleep 0.5; echo "got $l"; done"#,
+            "bash", "-c",
+            #"while printf '> '; read l; do echo "got $l"; if read -t 0; then echo "typed ahead"; fi; done"#,
         ])
         #expect(session["exit_status"] as? Int == 0)
         #expect(session["display"] as? [String] == ["> a", "got a", "> b", "got b", ">"])

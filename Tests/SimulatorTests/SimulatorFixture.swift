@@ -47,16 +47,26 @@ struct SimulatorFixture {
         try! adapter.appending("dev_" + state.address.replacingOccurrences(of: ":", with: "_"))
     }
 
+    /// The simulator's control interface, over the client's connection.
+    var control: SimulatorControl.Client { SimulatorControl.Client(client) }
+
     /// Starts discovery and waits until every beacon of the fleet has a
-    /// Device1 object.
+    /// Device1 object: for its InterfacesAdded (subscribed to before
+    /// StartDiscovery), unless it was there already.
     func discoverAll(adapter: ObjectPath = adapter) async throws {
+        let added = try await client.signals(matching: .interfacesAdded(sender: Self.bluez))
         try await client.call(Self.bluez, adapter, "org.bluez.Adapter1", "StartDiscovery")
-        for _ in 0..<500 {
-            let objects = try await client.managedObjects(of: Self.bluez)
-            if fleet.allSatisfy({ objects[devicePath($0, adapter: adapter)] != nil }) { return }
-            try await Task.sleep(for: .milliseconds(10))
+        let objects = try await client.managedObjects(of: Self.bluez)
+        let missing = Set(fleet.map { devicePath($0, adapter: adapter) }).filter {
+            objects[$0]?["org.bluez.Device1"] == nil
         }
-        Issue.record("not every device appeared")
+        guard !missing.isEmpty else { return }
+        _ = try await take(
+            missing.count,
+            from: added.filter { signal in
+                guard let added = try? InterfacesAdded(signal) else { return false }
+                return missing.contains(added.path) && added.interfaces["org.bluez.Device1"] != nil
+            }, "InterfacesAdded of every beacon of the fleet on \(adapter)")
     }
 
     func connect(_ state: BeaconState, adapter: ObjectPath = adapter) async throws {
@@ -107,10 +117,7 @@ struct SimulatorFixture {
 
     /// The simulator's ground truth for one beacon.
     func report(_ state: BeaconState) async throws -> SimulatorControl.Report {
-        let reply = try await client.call(
-            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Beacon",
-            [.string(state.address)])
-        return try JSONDecoder().decode(SimulatorControl.Report.self, from: Data((reply.body[0].string ?? "").utf8))
+        try await control.beacon(state.address)
     }
 }
 

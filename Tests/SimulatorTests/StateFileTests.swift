@@ -16,16 +16,9 @@ struct StateFileTests {
 
         let first = try await StockClientTests.startSimulator(["--count", "2", "--seed", "3", "--state", state])
         let connection = try await BusConnection.connect(.address(first.bus.address))
-        let beacons = try JSONDecoder().decode(
-            [SimulatorControl.Report].self,
-            from: Data(
-                (try await connection.call(
-                    SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Beacons"
-                ).body[0].string ?? "").utf8))
-        let address = try #require(beacons.first?.address)
-        try await connection.call(
-            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Update",
-            [.string(address), .string(#"{"battery": 12, "firmware": "1.0.6"}"#)])
+        let control = SimulatorControl.Client(connection)
+        let address = try #require(try await control.beacons().first?.address)
+        try await control.update(address, #"{"battery": 12, "firmware": "1.0.6"}"#)
         await connection.close()
         await #expect(first.process.terminateReportingStatus() == 0)
         await first.bus.stop()
@@ -33,12 +26,12 @@ struct StateFileTests {
         #expect((attributes[.posixPermissions] as? Int) == 0o600)
 
         // A different --count: the state file is the fleet now.
-        let second = try await StockClientTests.startSimulator(["--count", "9", "--state", state])
-        defer { StockClientTests.stop(second) }
-        #expect(second.readyLine.hasSuffix("beacons=2"))
-        let report = try await StockClientTests.controlReport(second, address)
-        #expect(report.battery == 12)
-        #expect(report.firmware == "1.0.6")
+        try await StockClientTests.withSimulator(["--count", "9", "--state", state]) { second in
+            #expect(second.readyLine.hasSuffix("beacons=2"))
+            let report = try await StockClientTests.controlReport(second, address)
+            #expect(report.battery == 12)
+            #expect(report.firmware == "1.0.6")
+        }
     }
 
     @Test func fleetFilesAreReadAndBadOnesNamed() async throws {

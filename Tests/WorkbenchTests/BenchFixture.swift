@@ -39,11 +39,14 @@ struct BenchFixture {
         try await client.start()
         let adapter = try await client.adapter(named: nil)
         try await client.startDiscovery(on: adapter)
-        for state in beacons { _ = try await client.waitForDevice(address: state.address, timeout: .seconds(10)) }
+        for state in beacons { _ = try await client.waitForDevice(address: state.address, timeout: .seconds(120)) }
         return BenchFixture(
             bus: bus, simulatorConnection: simulatorConnection, daemon: daemon, clientConnection: clientConnection,
             client: client, fleet: beacons)
     }
+
+    /// The simulator's control interface, over the client's connection.
+    var control: SimulatorControl.Client { SimulatorControl.Client(clientConnection) }
 
     func stop() async {
         await client.stop()

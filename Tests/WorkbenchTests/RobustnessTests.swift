@@ -129,21 +129,37 @@ struct RobustnessTests {
         }
     }
 
+    /// A rule that fires, doing nothing, when a calibration command has
+    /// landed on beacon `address`: `WaitFor({"ruleFired": "calibrating"})`
+    /// returns once the calibration is under way.
+    static func calibrationMarker(_ address: String) throws -> FaultPlan {
+        try FaultPlan(
+            json: #"""
+                {"rules": [{"id": "calibrating", "hook": "write.landed",
+                  "target": {"address": "\#(address)", "characteristic": "\#(SBeaconUUID.calibrationControlPoint)"},
+                  "trigger": {"nth": 1}, "action": {"kind": "stall", "ms": 0}}]}
+                """#)
+    }
+
     @Test func cancellingAnOperationStillDisconnects() async throws {
-        try await withBench(fleet: knownFleet(), configure: { $0.latency.calibration = .seconds(30) }) { bench throws in
+        let fleet = knownFleet()
+        let plan = try Self.calibrationMarker(fleet[0].address)
+        try await withBench(
+            fleet: fleet,
+            configure: {
+                $0.latency.calibration = .seconds(600)
+                $0.faultPlan = plan
+            }
+        ) { bench throws in
             let state = bench.fleet[0]
-            let task = Task { try await bench.withBeacon(state) { try await $0.calibrate(timeout: .seconds(60)) } }
-            while !(await bench.daemon.isConnected(state.address)) { try await Task.sleep(for: .milliseconds(10)) }
-            try await Task.sleep(for: .milliseconds(100))
+            let task = Task { try await bench.withBeacon(state) { try await $0.calibrate(timeout: .seconds(900)) } }
+            // Cancelled while it calibrates: once the command has landed.
+            try await bench.control.waitFor(#"{"ruleFired": "calibrating"}"#)
             task.cancel()
             let result = await task.result
             #expect(throws: CancellationError.self) { try result.get() }
-            var connected = true
-            for _ in 0..<200 where connected {
-                connected = await bench.daemon.isConnected(state.address)
-                if connected { try await Task.sleep(for: .milliseconds(10)) }
-            }
-            #expect(!connected)
+            try await bench.control.waitFor(#"{"disconnected": "\#(state.address)"}"#)
+            #expect(!(await bench.daemon.isConnected(state.address)))
         }
     }
 
@@ -176,21 +192,31 @@ struct RobustnessTests {
     }
 
     @Test func aBluetoothdRestartFailsTheOperationClearlyAndTheNextOneWorks() async throws {
-        try await withBench(fleet: knownFleet(), configure: { $0.latency.calibration = .seconds(2) }) { bench throws in
+        let fleet = knownFleet()
+        let plan = try Self.calibrationMarker(fleet[1].address)
+        try await withBench(
+            fleet: fleet,
+            configure: {
+                $0.latency.calibration = .seconds(600)
+                $0.faultPlan = plan
+            }
+        ) { bench throws in
             let state = bench.fleet[1]
-            async let restart: Void = {
-                try await Task.sleep(for: .milliseconds(500))
-                try await bench.daemon.restart()
-            }()
-            let error = await #expect(throws: (any Error).self) {
+            // The calibration never ends (600 s): the operation fails either
+            // way, by the restart or by its own 5-s wait for the result.
+            let operation = Task {
                 try await bench.withBeacon(state) { try await $0.calibrate(timeout: .seconds(5)) }
             }
-            try await restart
+            // bluetoothd restarts while the beacon calibrates (it restarted
+            // 500 ms after the start, and the calibration took 2 s).
+            try await bench.control.waitFor(#"{"ruleFired": "calibrating"}"#)
+            try await bench.control.restart()
+            let error = await #expect(throws: (any Error).self) { try await operation.value }
             #expect(error is BlueZError || error is OperationError, "\(String(describing: error))")
             // bluetoothd is back: discover again, and the next operation works.
-            let adapter = try await bench.client.waitForAdapter(named: "hci0", timeout: .seconds(10))
+            let adapter = try await bench.client.waitForAdapter(named: "hci0", timeout: .seconds(120))
             try await bench.client.startDiscovery(on: adapter)
-            _ = try await bench.client.waitForDevice(address: state.address, timeout: .seconds(10))
+            _ = try await bench.client.waitForDevice(address: state.address, timeout: .seconds(120))
             let info = try await bench.withBeacon(state) { try await $0.readInfo() }
             #expect(info.serial == state.serial)
         }
