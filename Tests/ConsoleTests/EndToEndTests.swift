@@ -249,26 +249,25 @@ struct EndToEndTests {
 
     @Test func watchShowsAShakeOnTheBench() async throws {
         try await withNewFleet(count: 2) { bench in
-            async let watching = bench.beaconbench(["--json", "watch", "8s", "00000001"])
+            // Long enough never to end by itself here: Ctrl-C ends it once
+            // the shake is seen.
+            let watching = try bench.startBeaconbench(["--json", "watch", "600s", "00000001"])
             // Shake once the watch is connected (the simulator says so).
-            let connection = try await BusConnection.connect(.address(bench.busAddress))
-            var connected = false
-            for _ in 0..<200 where !connected {
-                connected = try await bench.truth()["C0:FE:00:00:00:01"]?.connected ?? false
-                if !connected { try await Task.sleep(for: .milliseconds(25)) }
+            try await bench.waitFor(#"{"connected": "C0:FE:00:00:00:01"}"#)
+            // It subscribes a moment after connecting, and a shake before the
+            // subscription is not seen (as on a real bench): shake until the
+            // watch shows one (every 300 ms: a poll interval).
+            try await bench.withControl { control in
+                try await waitUntil("the watch to show a shake", interval: .milliseconds(300)) {
+                    try await control.control("Shake", [.string("C0:FE:00:00:00:01"), .byte(5)])
+                    return ConsoleFixture.jsonLines(watching.stdout, kind: "watch_event").contains {
+                        $0["type"] as? String == "real_time"
+                    } || !watching.child.isRunning
+                }
             }
-            #expect(connected)
-            // It subscribes a moment after connecting: shake a few times (a
-            // shake before the subscription is not seen, as on a real bench).
-            for _ in 0..<10 {
-                _ = try await connection.call(
-                    SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Shake",
-                    [.string("C0:FE:00:00:00:01"), .byte(5)])
-                try await Task.sleep(for: .milliseconds(300))
-            }
-            await connection.close()
-            let output = try await watching
-            #expect(output.status == 0, "\(output.stderr)")
+            watching.child.send(SIGINT)
+            let output = await watching.finish()
+            #expect(output.status == 130, "\(output.stderr)")
             let events = ConsoleFixture.jsonLines(output.stdout, kind: "watch_event").filter {
                 $0["type"] as? String == "real_time"
             }

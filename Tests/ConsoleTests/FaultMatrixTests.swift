@@ -83,10 +83,15 @@ struct FaultMatrixTests {
                 let unsettled = recaps.values.filter { ($0["failed"] as? Int ?? 0) > 0 }.filter { recap in
                     !Self.isPermanent(recap["reason"] as? String ?? "")
                 }
-                if unsettled.isEmpty { break }
+                if unsettled.isEmpty {
+                    print("fault matrix \(faults.prefix(40)): settled after \(attempt + 1) run(s)")
+                    break
+                }
                 #expect(attempt < 2, "\(faults): still failing after 3 runs: \(unsettled)")
             }
-            #expect(ContinuousClock.now - started < .seconds(900), "\(faults): too slow")
+            // Printed, not asserted (no speed bound in a test); each run's
+            // stall guard is its 600 s timeout.
+            print("fault matrix \(faults.prefix(40)): \(ContinuousClock.now - started)")
 
             // Converged: every beacon that can be provisioned is, and the
             // inventory says exactly what it holds.

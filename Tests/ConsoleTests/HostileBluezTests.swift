@@ -18,9 +18,8 @@ struct HostileBluezTests {
             "/usr/bin/python3", [ConsoleFixture.repository + "/Tests/Peers/hostile_bluez.py", bus.address],
             standardOutput: output)
         defer { peer.terminate() }
-        for _ in 0..<400 {
-            if (try? String(contentsOfFile: output, encoding: .utf8))?.contains("ready") == true { break }
-            try await Task.sleep(for: .milliseconds(25))
+        try await waitUntil("the hostile bluetoothd's ready line") {
+            (try? String(contentsOfFile: output, encoding: .utf8))?.contains("ready") == true
         }
         let fixture = try await ConsoleFixture.start(nil)
         defer { fixture.stop() }

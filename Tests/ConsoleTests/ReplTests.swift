@@ -23,7 +23,7 @@ struct ReplTests {
             [
                 driver, script, "--", builtProduct("beaconbench"), "--bus", bench.busAddress, "--inventory",
                 bench.inventoryPath,
-            ], environment: bench.environment, timeout: 120)
+            ], environment: bench.environment, timeout: 600)
         return try JSONDecoder().decode(Transcript.self, from: Data(output.stdout.utf8))
     }
 
@@ -44,7 +44,7 @@ struct ReplTests {
                     ["send": "sel\t0000000\t\t"], ["expect": "00000002"],
                     ["send": "2\n"], ["expect": "selected 1 device"],
                     // Ctrl-C at the prompt abandons the line.
-                    ["send": "half typed"], ["send": "\u{3}"], ["expect": "^C"], ["expect": "]> "],
+                    ["send": "half typed", "echo": true], ["send": "\u{3}"], ["expect": "^C"], ["expect": "]> "],
                     ["eof": true],
                 ])
             #expect(first.ok, "stopped at step \(first.step): \(first.transcript)")
@@ -80,7 +80,7 @@ struct ReplTests {
                 ["expect": "]> "],
                 ["send": "scan on\n"], ["expect": "background scan on"],
                 ["expect": "[NEW] SBeacon C0:FE:00:00:00:02"], ["expect": "]> "],
-                ["send": "inventory li", "pause": 0.5],
+                ["send": "inventory li", "echo": true],
                 ["run": update + ["{\"inRange\": true}"]],
                 ["expect": "[NEW] SBeacon C0:FE:00:00:00:03"],
                 // The prompt and the half-typed line, drawn again below the event.

@@ -15,18 +15,11 @@ struct StationTests {
 
     /// `Update(address, json)` on the simulator's control interface.
     static func update(_ bench: ConsoleFixture, _ address: String, _ json: String) async throws {
-        let connection = try await BusConnection.connect(.address(bench.busAddress))
-        _ = try await connection.call(
-            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Update",
-            [.string(address), .string(json)])
-        await connection.close()
+        try await bench.withControl { try await $0.update(address, json) }
     }
 
-    static func control(_ bench: ConsoleFixture, _ method: MemberName) async throws {
-        let connection = try await BusConnection.connect(.address(bench.busAddress))
-        _ = try await connection.call(
-            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, method, [])
-        await connection.close()
+    static func control(_ bench: ConsoleFixture, _ method: MemberName, _ arguments: [BusValue] = []) async throws {
+        try await bench.withControl { _ = try await $0.control(method, arguments) }
     }
 
     /// Every beacon of the fleet out of range, before the station starts.
@@ -39,16 +32,13 @@ struct StationTests {
         try await update(bench, address(number), #"{"inRange": true, "rssi": \#(rssi)}"#)
     }
 
-    /// Waits (at most `seconds`) until `condition` holds of the simulator's truth.
-    static func waitFor(
-        _ bench: ConsoleFixture, seconds: Double = 60, _ condition: ([String: SimulatorControl.Report]) -> Bool
-    ) async throws -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition(try await bench.truth()) { return true }
-            try await Task.sleep(for: .milliseconds(100))
+    /// Waits until the station has said its verdict on beacon `number`
+    /// (its `station` JSON line); returns the line.
+    @discardableResult
+    static func verdict(_ station: RunningTool, _ number: Int) async throws -> [String: Any] {
+        try await station.waitForJSON("the station's line for beacon \(number)") {
+            $0["kind"] as? String == "station" && $0["device"] as? String == address(number)
         }
-        return false
     }
 
     @Test func beaconsBroughtOneByOneAreProvisionedAndThePalletBehindIsLeftAlone() async throws {
@@ -57,13 +47,14 @@ struct StationTests {
             try await Self.clearTheBench(bench)
             // Beacon 4 stands on the pallet behind: heard, but weak.
             try await Self.bringIn(bench, 4, rssi: -88)
-            async let station = bench.beaconbench(
-                ["--json", "station", "--profile", "car", "--rssi-min", "-60", "--count", "5"], timeout: 240)
+            let station = try bench.startBeaconbench(
+                ["--json", "station", "--profile", "car", "--rssi-min", "-60", "--count", "5"])
+            // Each beacon once the station has said its verdict on the one before.
             for number in [1, 2, 5, 3, 6] {
-                try await Task.sleep(for: .milliseconds(1500))
                 try await Self.bringIn(bench, number)
+                try await Self.verdict(station, number)
             }
-            let output = try await station
+            let output = await station.finish()
             #expect(output.status == 0, "\(output.stderr)")
             let lines = ConsoleFixture.jsonLines(output.stdout, kind: "station")
             let verdicts = Dictionary(
@@ -97,44 +88,46 @@ struct StationTests {
     @Test func aBeaconTakenAwayHalfWayIsReportedNotRetriedForEver() async throws {
         try await withNewFleet(count: 4, simulatorOptions: ["--latency", "realistic"]) { bench in
             try await Self.clearTheBench(bench)
-            let started = Date()
-            async let station = bench.beaconbench(
-                ["--json", "station", "--profile", "car", "--rssi-min", "-60", "--count", "1"], timeout: 180)
+            // Half-way: the station's first write to beacon 1 (index 0) is
+            // held at the simulator; the beacon is taken away while it waits.
+            try await bench.withControl {
+                try await $0.setFaultPlan(
+                    #"{"rules":[{"id":"half-way","hook":"att.write","target":{"beacon":0},"trigger":{"nth":1},"#
+                        + #""action":{"kind":"stall","until":"released","hold":"half-way"}}]}"#)
+            }
+            let started = ContinuousClock.now
+            let station = try bench.startBeaconbench(
+                ["--json", "station", "--profile", "car", "--rssi-min", "-60", "--count", "1"])
             try await Self.bringIn(bench, 1)
-            // Taken away once the station is connected to it.
-            let connected = try await Self.waitFor(bench, seconds: 30) { $0[Self.address(1)]?.connected == true }
-            #expect(connected)
-            try await Task.sleep(for: .milliseconds(500))
+            try await bench.waitFor(#"{"held": "half-way"}"#)
             try await Self.update(bench, Self.address(1), #"{"inRange": false}"#)
-            let output = try await station
+            try await bench.withControl { _ = try await $0.release("half-way") }
+            // (A stall guard, not a speed bound: `finish` kills it after 300 s.)
+            let output = await station.finish()
+            print("taken away half-way: the station gave up after \(ContinuousClock.now - started)")
             #expect(output.status == 2, "\(output.stderr)")
             let line = try #require(ConsoleFixture.jsonLines(output.stdout, kind: "station").first, "\(output.stdout)")
             #expect(line["verdict"] as? String == "taken-away", "\(line)")
             #expect((line["reason"] as? String ?? "").contains("taken away half-way"), "\(line)")
-            #expect(Date().timeIntervalSince(started) < 90, "the station kept trying for too long")
         }
     }
 
     @Test func ctrlCEndsTheStationWithARecap() async throws {
         try await withNewFleet(count: 4, simulatorOptions: CrashTests.brisk) { bench in
             try await Self.clearTheBench(bench)
-            let output = bench.directory + "/station.out"
-            let errors = bench.directory + "/station.err"
-            let child = try ChildProcess(
-                builtProduct("beaconbench"),
-                ["--bus", bench.busAddress, "--inventory", bench.inventoryPath, "station", "--profile", "car"],
-                standardOutput: output, standardError: errors)
-            defer { child.terminate() }
+            let station = try bench.startBeaconbench(["station", "--profile", "car"])
             try await Self.bringIn(bench, 1)
-            let done = try await Self.waitFor(bench) { $0[Self.address(1)]?.major == 100 }
-            #expect(done)
-            // Its line is out once the beacon holds its state; then Ctrl-C.
-            try await Task.sleep(for: .seconds(1))
-            child.send(SIGINT)
-            let status = await child.waitForExit().status
+            // Ctrl-C once its line for beacon 1 is out (the line comes once
+            // the beacon holds its state).
+            try await station.waitForText("the station's line for beacon 1") {
+                $0.contains(Self.address(1)) && $0.contains("converged")
+            }
+            station.child.send(SIGINT)
+            let finished = await station.finish()
+            let status = finished.waitStatus
             #expect(status >> 8 & 0xff == 130, "wait status \(status)")
-            let lines = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
-            let messages = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+            let lines = finished.stdout
+            let messages = finished.stderr
             #expect(lines.contains(Self.address(1)) && lines.contains("converged"), "\(lines)")
             #expect(messages.contains("STATION RECAP") && messages.contains("1 done: 1 converged"), "\(messages)")
             let inventory = try Inventory(path: bench.inventoryPath, readOnly: true)
@@ -164,16 +157,14 @@ struct StationTests {
     @Test func theStationRidesOutABluetoothdRestart() async throws {
         try await withNewFleet(count: 5, simulatorOptions: CrashTests.brisk) { bench in
             try await Self.clearTheBench(bench)
-            async let station = bench.beaconbench(
-                ["--json", "station", "--profile", "van", "--count", "3"], timeout: 240)
+            let station = try bench.startBeaconbench(["--json", "station", "--profile", "van", "--count", "3"])
             try await Self.bringIn(bench, 1)
-            let first = try await Self.waitFor(bench) { $0[Self.address(1)]?.major == 200 }
-            #expect(first)
+            try await Self.verdict(station, 1)
+            // `Restart` answers once org.bluez is back (adapters, no devices).
             try await Self.control(bench, "Restart")
-            try await Task.sleep(for: .seconds(1))
             try await Self.bringIn(bench, 2)
             try await Self.bringIn(bench, 3)
-            let output = try await station
+            let output = await station.finish()
             #expect(output.status == 0, "\(output.stderr)")
             let lines = ConsoleFixture.jsonLines(output.stdout, kind: "station")
             #expect(lines.map { $0["verdict"] as? String } == ["converged", "converged", "converged"], "\(lines)")
@@ -185,21 +176,17 @@ struct StationTests {
     @Test func theStationRidesOutAnAdapterUnplugged() async throws {
         try await withNewFleet(count: 5, simulatorOptions: CrashTests.brisk) { bench in
             try await Self.clearTheBench(bench)
-            async let station = bench.beaconbench(
-                ["--json", "station", "--profile", "car", "--count", "2"], timeout: 240)
+            let station = try bench.startBeaconbench(["--json", "station", "--profile", "car", "--count", "2"])
             try await Self.bringIn(bench, 1)
-            let first = try await Self.waitFor(bench) { $0[Self.address(1)]?.major == 100 }
-            #expect(first)
-            try await Task.sleep(for: .milliseconds(500))
-            // hci0 pulled out for 3 s, then put back.
-            let connection = try await BusConnection.connect(.address(bench.busAddress))
-            _ = try await connection.call(
-                SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Unplug",
-                [.uint32(0), .uint32(3000)])
-            await connection.close()
-            try await Task.sleep(for: .seconds(1))
+            try await Self.verdict(station, 1)
+            // hci0 pulled out for 3 s, then put back; beacon 2 comes once
+            // the station says it discovers again (it noticed, and recovered).
+            try await Self.control(bench, "Unplug", [.uint32(0), .uint32(3000)])
+            try await station.waitForText("the station discovering again after the unplug", inStandardError: true) {
+                $0.contains("station: discovering again")
+            }
             try await Self.bringIn(bench, 2)
-            let output = try await station
+            let output = await station.finish()
             #expect(output.status == 0, "\(output.stderr)")
             let lines = ConsoleFixture.jsonLines(output.stdout, kind: "station")
             #expect(lines.map { $0["verdict"] as? String } == ["converged", "converged"], "\(lines)")
@@ -284,12 +271,12 @@ struct StationTests {
 
             // The station converges both to their assignments (no --profile:
             // an unassigned beacon is skipped).
-            async let station = bench.beaconbench(["--json", "station", "--count", "3"], timeout: 240)
+            let station = try bench.startBeaconbench(["--json", "station", "--count", "3"])
             for number in [1, 2, 3] {
                 try await Self.bringIn(bench, number)
-                try await Task.sleep(for: .milliseconds(700))
+                try await Self.verdict(station, number)
             }
-            let output = try await station
+            let output = await station.finish()
             #expect(output.status == 0, "\(output.stderr)")
             let verdicts = Dictionary(
                 ConsoleFixture.jsonLines(output.stdout, kind: "station").map {
@@ -357,7 +344,17 @@ struct OfficeTests {
                 // Bench A assigns beacon 2 itself, before the office does.
                 let local = try await first.beaconbench(["assign", "truck", address(2)])
                 #expect(local.status == 0, "\(local.stderr)")
-                try await Task.sleep(for: .milliseconds(20))
+                // The office's is later: the clock has passed the local
+                // assignment's millisecond (the time it records) first.
+                let localAt = try #require(
+                    try await Inventory(path: first.inventoryPath, readOnly: true).assignments()
+                        .first { $0.address == address(2) }?.assignedAt)
+                let parser = ISO8601DateFormatter()
+                parser.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+                let localDate = try #require(parser.date(from: localAt), "\(localAt)")
+                try await waitUntil("the clock to pass the local assignment's time \(localAt)") {
+                    Date().timeIntervalSince(localDate) > 0.002
+                }
                 let assigned = try await officeRun([
                     "--json", "assign", "van", "major=250", address(1), address(2), address(3), address(7),
                 ])
