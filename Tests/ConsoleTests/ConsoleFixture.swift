@@ -198,7 +198,9 @@ extension ConsoleFixture {
     /// state reached; throws naming the condition after `cap`.
     @discardableResult
     func waitFor(_ condition: String, cap: Duration = .seconds(300)) async throws -> String {
-        try await withControl { try await $0.waitFor(condition, timeout: cap) }
+        do {
+            return try await withControl { try await $0.waitFor(condition, timeout: cap) }
+        } catch { throw TestSupportError("waited for \(condition) (cap \(cap)): \(error)") }
     }
 
     /// Starts beaconbench on this bench (its environment, bus and

@@ -97,14 +97,24 @@ struct CrashTests {
                 try await bench.withControl { control in
                     if let hook {
                         try await control.setFaultPlan(
-                            Self.hold(name, at: hook, nth: Int.random(in: 1...3, using: &random)))
+                            // (Counted per beacon: a beacon is asked to connect once
+                            // a run, and written several times.)
+                            Self.hold(
+                                name, at: hook,
+                                nth: hook == "connect.requested" ? 1 : Int.random(in: 1...3, using: &random)))
                     } else {
                         try await control.setFaultPlan(#"{"rules":[]}"#)
                     }
                 }
                 let child = try ChildProcess(builtProduct("beaconbench"), arguments)
-                if hook != nil {
-                    try await bench.waitFor(#"{"held": "\#(name)"}"#)
+                if let hook {
+                    do {
+                        try await bench.waitFor(#"{"held": "\#(name)"}"#)
+                    } catch {
+                        child.send(SIGKILL)
+                        _ = await child.waitForExit()
+                        throw TestSupportError("kill \(kill) at \(hook): \(error)")
+                    }
                     heldKills += 1
                 } else {
                     // A random moment: the outcome asserted does not depend on it.
