@@ -177,58 +177,61 @@ struct EndToEndTests {
     }
 
     @Test func badProfilesAndArgumentsExit1() async throws {
-        let bench = try await ConsoleFixture.start(nil)
-        defer { bench.stop() }
-        let profiles = bench.directory + "/profiles"
-        try FileManager.default.createDirectory(atPath: profiles, withIntermediateDirectories: true)
-        let car = try String(contentsOfFile: ConsoleFixture.repository + "/profiles/car.json", encoding: .utf8)
-        try car.replacingOccurrences(of: "\"braking_mg\": 350", with: "\"braking_mg\": 9000").write(
-            toFile: profiles + "/car.json", atomically: true, encoding: .utf8)
-        let badProfile = try await bench.beaconbench(["--profiles", profiles, "profiles", "list"])
-        #expect(badProfile.status == 1)
-        #expect(badProfile.stderr.contains(profiles + "/car.json"), "\(badProfile.stderr)")
-        #expect(badProfile.stderr.contains("braking_mg"), "\(badProfile.stderr)")
+        try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { bench in
+            let profiles = bench.directory + "/profiles"
+            try FileManager.default.createDirectory(atPath: profiles, withIntermediateDirectories: true)
+            let car = try String(contentsOfFile: ConsoleFixture.repository + "/profiles/car.json", encoding: .utf8)
+            try car.replacingOccurrences(of: "\"braking_mg\": 350", with: "\"braking_mg\": 9000").write(
+                toFile: profiles + "/car.json", atomically: true, encoding: .utf8)
+            let badProfile = try await bench.beaconbench(["--profiles", profiles, "profiles", "list"])
+            #expect(badProfile.status == 1)
+            #expect(badProfile.stderr.contains(profiles + "/car.json"), "\(badProfile.stderr)")
+            #expect(badProfile.stderr.contains("braking_mg"), "\(badProfile.stderr)")
 
-        for arguments in [
-            ["--concurrency", "0", "profiles"], ["run"], ["--frobnicate"], ["--adapter", "wlan0", "devices"],
-            ["run", "a.batch", "b.batch"], ["run", "x.batch", "--set", "novalue"], ["--sim", "0", "devices"],
-            ["run", bench.directory + "/missing.batch"],
-        ] {
-            let run = try await bench.beaconbench(arguments)
-            #expect(run.status == 1, "\(arguments): \(run.stderr)")
-            #expect(!run.stderr.isEmpty)
+            for arguments in [
+                ["--concurrency", "0", "profiles"], ["run"], ["--frobnicate"], ["--adapter", "wlan0", "devices"],
+                ["run", "a.batch", "b.batch"], ["run", "x.batch", "--set", "novalue"], ["--sim", "0", "devices"],
+                ["run", bench.directory + "/missing.batch"],
+            ] {
+                let run = try await bench.beaconbench(arguments)
+                #expect(run.status == 1, "\(arguments): \(run.stderr)")
+                #expect(!run.stderr.isEmpty)
+            }
+            #expect(!FileManager.default.fileExists(atPath: bench.inventoryPath))
         }
-        #expect(!FileManager.default.fileExists(atPath: bench.inventoryPath))
     }
 
     @Test func exitStatusesZeroToThree() async throws {
         // 0: all well.
-        let none = try await ConsoleFixture.start(nil)
-        defer { none.stop() }
-        #expect(try await none.beaconbench(["profiles", "list"]).status == 0)
-        #expect(try await none.beaconbench(["--version"]).stdout.hasPrefix("beaconbench "))
-        // 1: bad input.
-        #expect(try await none.beaconbench(["select", "everything"]).status == 1)
-        // 3: no bus at that address; a bus without bluetoothd; an unusable inventory.
-        let noBus = try await none.beaconbench(["scan", "1s"])
-        #expect(noBus.status == 3, "\(noBus.stderr)")
-        let bus = try await PrivateBus.start()
-        defer { bus.stop() }
-        let noBluetoothd = try await runTool(
-            builtProduct("beaconbench"), ["--bus", bus.address, "--inventory", none.inventoryPath, "scan", "1s"],
-            environment: none.environment)
-        #expect(noBluetoothd.status == 3)
-        #expect(noBluetoothd.stderr.contains("bluetoothd is not running"), "\(noBluetoothd.stderr)")
-        let badInventory = try await none.beaconbench(["--inventory", "/proc/beaconbench/inventory.sqlite", "log"])
-        #expect(badInventory.status == 3, "\(badInventory.stderr)")
+        try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { none in
+            #expect(try await none.beaconbench(["profiles", "list"]).status == 0)
+            #expect(try await none.beaconbench(["--version"]).stdout.hasPrefix("beaconbench "))
+            // 1: bad input.
+            #expect(try await none.beaconbench(["select", "everything"]).status == 1)
+            // 3: no bus at that address; a bus without bluetoothd; an unusable inventory.
+            let noBus = try await none.beaconbench(["scan", "1s"])
+            #expect(noBus.status == 3, "\(noBus.stderr)")
+            try await withResource({ try await PrivateBus.start() }, stop: { await $0.stop() }) { bus in
+                let noBluetoothd = try await runTool(
+                    builtProduct("beaconbench"),
+                    ["--bus", bus.address, "--inventory", none.inventoryPath, "scan", "1s"],
+                    environment: none.environment)
+                #expect(noBluetoothd.status == 3)
+                #expect(noBluetoothd.stderr.contains("bluetoothd is not running"), "\(noBluetoothd.stderr)")
+                let badInventory = try await none.beaconbench([
+                    "--inventory", "/proc/beaconbench/inventory.sqlite", "log",
+                ])
+                #expect(badInventory.status == 3, "\(badInventory.stderr)")
 
-        // 2: a device fails (every ATT request answers an error).
-        try await withNewFleet(count: 2, simulatorOptions: ["--faults", "att-error=1"]) { bench in
-            let run = try await bench.beaconbench(["info", "00000001"])
-            #expect(run.status == 2, "\(run.stderr)")
-            #expect(run.stdout.contains("C0:FE:00:00:00:01"))
-            let log = try await Inventory(path: bench.inventoryPath).outcomes(device: "C0:FE:00:00:00:01")
-            #expect(log.contains { $0.status == "failed" && ($0.error ?? "").contains("ATT") }, "\(log)")
+                // 2: a device fails (every ATT request answers an error).
+                try await withNewFleet(count: 2, simulatorOptions: ["--faults", "att-error=1"]) { bench in
+                    let run = try await bench.beaconbench(["info", "00000001"])
+                    #expect(run.status == 2, "\(run.stderr)")
+                    #expect(run.stdout.contains("C0:FE:00:00:00:01"))
+                    let log = try await Inventory(path: bench.inventoryPath).outcomes(device: "C0:FE:00:00:00:01")
+                    #expect(log.contains { $0.status == "failed" && ($0.error ?? "").contains("ATT") }, "\(log)")
+                }
+            }
         }
     }
 

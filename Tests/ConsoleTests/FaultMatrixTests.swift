@@ -83,15 +83,19 @@ struct FaultMatrixTests {
                 let unsettled = recaps.values.filter { ($0["failed"] as? Int ?? 0) > 0 }.filter { recap in
                     !Self.isPermanent(recap["reason"] as? String ?? "")
                 }
+                let kind = faults.prefix { $0 != " " }
                 if unsettled.isEmpty {
-                    print("fault matrix \(faults.prefix(40)): settled after \(attempt + 1) run(s)")
+                    print("fault matrix \(kind): settled after \(attempt + 1) run(s)")
                     break
                 }
+                // What a rerun is for (printed, so the soak shows it).
+                let reasons = unsettled.map { "\($0["device"] as? String ?? "?"): \($0["reason"] as? String ?? "?")" }
+                print("fault matrix \(kind): run \(attempt + 1) left \(unsettled.count) failed: \(reasons)")
                 #expect(attempt < 2, "\(faults): still failing after 3 runs: \(unsettled)")
             }
             // Printed, not asserted (no speed bound in a test); each run's
             // stall guard is its 600 s timeout.
-            print("fault matrix \(faults.prefix(40)): \(ContinuousClock.now - started)")
+            print("fault matrix \(faults.prefix { $0 != " " }): \(ContinuousClock.now - started)")
 
             // Converged: every beacon that can be provisioned is, and the
             // inventory says exactly what it holds.

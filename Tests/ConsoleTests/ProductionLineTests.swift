@@ -72,7 +72,9 @@ struct ProductionLineTests {
             let assign = try await bench.beaconbench(["assign", "van", "major=250"] + assigned)
             #expect(assign.status == 0, "\(assign.stderr)")
             let started = Date()
-            let station = try bench.startBeaconbench(["--json", "station", "--profile", "car", "--count", String(count)])
+            let station = try bench.startBeaconbench([
+                "--json", "station", "--profile", "car", "--count", String(count),
+            ])
             // The line: three beacons on the bench at a time; each taken away
             // once the station has said its verdict on it, and the next put
             // on. (It was one every 2 s, each taken away 15 s after it came:

@@ -189,38 +189,39 @@ struct SimCleanupTests {
     /// BecomeMonitor) included.
     @Test(.enabled(if: getuid() == 0, "another user needs root (CI runs as root)"))
     func onlyItsOwnUserMayUseThePrivateBus() async throws {
-        let bus = try await PrivateBus.start()
-        defer { bus.stop() }
-        // Open the way to the socket, so that only the policy stands.
-        chmod(bus.directory, 0o755)
-        chmod(bus.directory + "/bus", 0o666)
-        let nobody = try await runTool(
-            "/usr/bin/setpriv",
-            [
-                "--reuid=65534", "--regid=65534", "--clear-groups", "--", "/usr/bin/busctl", "--address", bus.address,
-                "list",
-            ])
-        #expect(nobody.status != 0, "nobody used the bus: \(nobody.stdout)")
-        let own = try await runTool("/usr/bin/busctl", ["--address", bus.address, "list"])
-        #expect(own.status == 0 && own.stdout.contains("org.freedesktop.DBus"), "\(own.stderr)")
+        try await withResource({ try await PrivateBus.start() }, stop: { await $0.stop() }) { bus in
+            // Open the way to the socket, so that only the policy stands.
+            chmod(bus.directory, 0o755)
+            chmod(bus.directory + "/bus", 0o666)
+            let nobody = try await runTool(
+                "/usr/bin/setpriv",
+                [
+                    "--reuid=65534", "--regid=65534", "--clear-groups", "--", "/usr/bin/busctl", "--address",
+                    bus.address,
+                    "list",
+                ])
+            #expect(nobody.status != 0, "nobody used the bus: \(nobody.stdout)")
+            let own = try await runTool("/usr/bin/busctl", ["--address", bus.address, "list"])
+            #expect(own.status == 0 && own.stdout.contains("org.freedesktop.DBus"), "\(own.stderr)")
 
-        // dbus-monitor says NameLost once it has become a monitor (it gives
-        // up its name); the call comes after that, and it must be seen.
-        let monitored = bus.directory + "/monitor.out"
-        let monitor = try ChildProcess(
-            "/usr/bin/dbus-monitor", ["--address", bus.address], standardOutput: monitored,
-            standardError: bus.directory + "/monitor.err")
-        func seen() -> String { (try? String(contentsOfFile: monitored, encoding: .utf8)) ?? "" }
-        try await waitUntil("dbus-monitor to become a monitor (NameLost)") { seen().contains("member=NameLost") }
-        let call = try await runTool(
-            "/usr/bin/busctl",
-            [
-                "--address", bus.address, "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
-                "org.freedesktop.DBus", "GetId",
-            ])
-        #expect(call.status == 0, "\(call.stderr)")
-        try await waitUntil("dbus-monitor to show the GetId call") { seen().contains("member=GetId") }
-        await monitor.terminate()
+            // dbus-monitor says NameLost once it has become a monitor (it gives
+            // up its name); the call comes after that, and it must be seen.
+            let monitored = bus.directory + "/monitor.out"
+            let monitor = try ChildProcess(
+                "/usr/bin/dbus-monitor", ["--address", bus.address], standardOutput: monitored,
+                standardError: bus.directory + "/monitor.err")
+            func seen() -> String { (try? String(contentsOfFile: monitored, encoding: .utf8)) ?? "" }
+            try await waitUntil("dbus-monitor to become a monitor (NameLost)") { seen().contains("member=NameLost") }
+            let call = try await runTool(
+                "/usr/bin/busctl",
+                [
+                    "--address", bus.address, "call", "org.freedesktop.DBus", "/org/freedesktop/DBus",
+                    "org.freedesktop.DBus", "GetId",
+                ])
+            #expect(call.status == 0, "\(call.stderr)")
+            try await waitUntil("dbus-monitor to show the GetId call") { seen().contains("member=GetId") }
+            await monitor.terminate()
+        }
     }
 
     @Test func theSimulatorsParentOptionsGoTogether() throws {

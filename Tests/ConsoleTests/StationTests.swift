@@ -320,109 +320,113 @@ struct StationTests {
 @Suite("the office and two benches", .serialized)
 struct OfficeTests {
     @Test func anOfficeAssignsTwoBenchesConvergeAndDriftIsEmpty() async throws {
-        let server = try await LocalPostgres.create()
-        defer { server.remove() }
-        try await server.start()
-        let office = try await ConsoleFixture.start(nil)
-        defer { office.stop() }
-        func officeRun(_ arguments: [String]) async throws -> ToolOutput {
-            try await runTool(
-                builtProduct("beaconbench"), ["--inventory", server.url] + arguments, environment: office.environment)
-        }
-        func sync(_ bench: ConsoleFixture) async throws -> [String: Any] {
-            let sync = try await bench.beaconbench(["--json", "sync", "--to", server.url, "--include-simulated"])
-            #expect(sync.status == 0, "\(sync.stderr)")
-            return try #require(ConsoleFixture.jsonLines(sync.stdout, kind: "sync").first)
-        }
-        let address = StationTests.address
-        // Bench A holds beacons 1–6, bench B beacons 3, 4 and 7–9: beacon 3
-        // passes both benches (two simulators: two copies of it).
-        try await withNewFleet(numbers: [1, 2, 3, 4, 5, 6], simulatorOptions: CrashTests.brisk) { first in
-            try await withNewFleet(numbers: [3, 4, 7, 8, 9], simulatorOptions: CrashTests.brisk) { second in
-                _ = try await sync(first)
-                _ = try await sync(second)
-                // Bench A assigns beacon 2 itself, before the office does.
-                let local = try await first.beaconbench(["assign", "truck", address(2)])
-                #expect(local.status == 0, "\(local.stderr)")
-                // The office's is later: the clock has passed the local
-                // assignment's millisecond (the time it records) first.
-                let localAt = try #require(
-                    try await Inventory(path: first.inventoryPath, readOnly: true).assignments()
-                        .first { $0.address == address(2) }?.assignedAt)
-                let parser = ISO8601DateFormatter()
-                parser.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-                let localDate = try #require(parser.date(from: localAt), "\(localAt)")
-                try await waitUntil("the clock to pass the local assignment's time \(localAt)") {
-                    Date().timeIntervalSince(localDate) > 0.002
+        try await withResource({ try await LocalPostgres.create() }, stop: { await $0.remove() }) { server in
+            try await server.start()
+            try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { office in
+                func officeRun(_ arguments: [String]) async throws -> ToolOutput {
+                    try await runTool(
+                        builtProduct("beaconbench"), ["--inventory", server.url] + arguments,
+                        environment: office.environment)
                 }
-                let assigned = try await officeRun([
-                    "--json", "assign", "van", "major=250", address(1), address(2), address(3), address(7),
-                ])
-                #expect(assigned.status == 0, "\(assigned.stderr)")
-                #expect(ConsoleFixture.jsonLines(assigned.stdout, kind: "assignment").count == 4)
-                // Not converged yet: never read.
-                let before = try await officeRun(["--json", "drift"])
-                #expect(before.status == 2, "\(before.stderr)")
-                let pending = ConsoleFixture.jsonLines(before.stdout, kind: "drift")
-                #expect(Set(pending.compactMap { $0["field"] as? String }) == ["config", "identity"], "\(pending)")
-                #expect(pending.allSatisfy { $0["observed"] is NSNull })
-                // The office's audit shows them too.
-                let audit = try await officeRun(["--json", "audit"])
-                let drifting = ConsoleFixture.jsonLines(audit.stdout, kind: "audit").filter {
-                    ($0["findings"] as? [[String: Any]] ?? []).contains { $0["code"] as? String == "drift" }
+                func sync(_ bench: ConsoleFixture) async throws -> [String: Any] {
+                    let sync = try await bench.beaconbench([
+                        "--json", "sync", "--to", server.url, "--include-simulated",
+                    ])
+                    #expect(sync.status == 0, "\(sync.stderr)")
+                    return try #require(ConsoleFixture.jsonLines(sync.stdout, kind: "sync").first)
                 }
-                #expect(drifting.count == 4, "\(audit.stdout)")
+                let address = StationTests.address
+                // Bench A holds beacons 1–6, bench B beacons 3, 4 and 7–9: beacon 3
+                // passes both benches (two simulators: two copies of it).
+                try await withNewFleet(numbers: [1, 2, 3, 4, 5, 6], simulatorOptions: CrashTests.brisk) { first in
+                    try await withNewFleet(numbers: [3, 4, 7, 8, 9], simulatorOptions: CrashTests.brisk) { second in
+                        _ = try await sync(first)
+                        _ = try await sync(second)
+                        // Bench A assigns beacon 2 itself, before the office does.
+                        let local = try await first.beaconbench(["assign", "truck", address(2)])
+                        #expect(local.status == 0, "\(local.stderr)")
+                        // The office's is later: the clock has passed the local
+                        // assignment's millisecond (the time it records) first.
+                        let localAt = try #require(
+                            try await Inventory(path: first.inventoryPath, readOnly: true).assignments()
+                                .first { $0.address == address(2) }?.assignedAt)
+                        let parser = ISO8601DateFormatter()
+                        parser.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+                        let localDate = try #require(parser.date(from: localAt), "\(localAt)")
+                        try await waitUntil("the clock to pass the local assignment's time \(localAt)") {
+                            Date().timeIntervalSince(localDate) > 0.002
+                        }
+                        let assigned = try await officeRun([
+                            "--json", "assign", "van", "major=250", address(1), address(2), address(3), address(7),
+                        ])
+                        #expect(assigned.status == 0, "\(assigned.stderr)")
+                        #expect(ConsoleFixture.jsonLines(assigned.stdout, kind: "assignment").count == 4)
+                        // Not converged yet: never read.
+                        let before = try await officeRun(["--json", "drift"])
+                        #expect(before.status == 2, "\(before.stderr)")
+                        let pending = ConsoleFixture.jsonLines(before.stdout, kind: "drift")
+                        #expect(
+                            Set(pending.compactMap { $0["field"] as? String }) == ["config", "identity"], "\(pending)")
+                        #expect(pending.allSatisfy { $0["observed"] is NSNull })
+                        // The office's audit shows them too.
+                        let audit = try await officeRun(["--json", "audit"])
+                        let drifting = ConsoleFixture.jsonLines(audit.stdout, kind: "audit").filter {
+                            ($0["findings"] as? [[String: Any]] ?? []).contains { $0["code"] as? String == "drift" }
+                        }
+                        #expect(drifting.count == 4, "\(audit.stdout)")
 
-                // Bench A syncs: its truck for beacon 2 loses to the office's later van, and says so.
-                let pulledA = try await sync(first)
-                #expect(pulledA["assignments_pulled"] as? Int == 4, "\(pulledA)")
-                let conflicts = pulledA["assignment_conflicts"] as? [String] ?? []
-                #expect(conflicts.count == 1 && conflicts[0].contains("truck"), "\(conflicts)")
-                await #expect(try server.count("SELECT count(*) FROM assignment_conflicts") == 1)
-                let pulledB = try await sync(second)
-                #expect(pulledB["assignments_pulled"] as? Int == 4, "\(pulledB)")
+                        // Bench A syncs: its truck for beacon 2 loses to the office's later van, and says so.
+                        let pulledA = try await sync(first)
+                        #expect(pulledA["assignments_pulled"] as? Int == 4, "\(pulledA)")
+                        let conflicts = pulledA["assignment_conflicts"] as? [String] ?? []
+                        #expect(conflicts.count == 1 && conflicts[0].contains("truck"), "\(conflicts)")
+                        await #expect(try server.count("SELECT count(*) FROM assignment_conflicts") == 1)
+                        let pulledB = try await sync(second)
+                        #expect(pulledB["assignments_pulled"] as? Int == 4, "\(pulledB)")
 
-                // Bench A sees beacons 1, 2, 3 first.
-                try await StationTests.clearTheBench(first)
-                async let stationA = first.beaconbench(["--json", "station", "--count", "3"], timeout: 240)
-                for number in [1, 2, 3] { try await StationTests.bringIn(first, number) }
-                let outputA = try await stationA
-                #expect(outputA.status == 0, "\(outputA.stderr)")
-                let pushedA = try await sync(first)
-                #expect(pushedA["assignments_converged"] as? Int == 3, "\(pushedA)")
-                // Then bench B sees 3 (later: A keeps the credit) and 7.
-                try await StationTests.clearTheBench(second)
-                async let stationB = second.beaconbench(["--json", "station", "--count", "2"], timeout: 240)
-                for number in [3, 7] { try await StationTests.bringIn(second, number) }
-                let outputB = try await stationB
-                #expect(outputB.status == 0, "\(outputB.stderr)")
-                let pushedB = try await sync(second)
-                #expect(pushedB["assignments_converged"] as? Int == 1, "\(pushedB)")
+                        // Bench A sees beacons 1, 2, 3 first.
+                        try await StationTests.clearTheBench(first)
+                        async let stationA = first.beaconbench(["--json", "station", "--count", "3"], timeout: 240)
+                        for number in [1, 2, 3] { try await StationTests.bringIn(first, number) }
+                        let outputA = try await stationA
+                        #expect(outputA.status == 0, "\(outputA.stderr)")
+                        let pushedA = try await sync(first)
+                        #expect(pushedA["assignments_converged"] as? Int == 3, "\(pushedA)")
+                        // Then bench B sees 3 (later: A keeps the credit) and 7.
+                        try await StationTests.clearTheBench(second)
+                        async let stationB = second.beaconbench(["--json", "station", "--count", "2"], timeout: 240)
+                        for number in [3, 7] { try await StationTests.bringIn(second, number) }
+                        let outputB = try await stationB
+                        #expect(outputB.status == 0, "\(outputB.stderr)")
+                        let pushedB = try await sync(second)
+                        #expect(pushedB["assignments_converged"] as? Int == 1, "\(pushedB)")
 
-                let benchA = try await Inventory(path: first.inventoryPath, readOnly: true).benchID()
-                let benchB = try await Inventory(path: second.inventoryPath, readOnly: true).benchID()
-                let credited = try await server.rows(
-                    "SELECT address, converged_bench FROM fleet_assignments WHERE converged_at IS NOT NULL ORDER BY address"
-                )
-                #expect(
-                    credited == [
-                        [address(1), benchA], [address(2), benchA], [address(3), benchA], [address(7), benchB],
-                    ],
-                    "\(credited)")
-                // Both benches' beacons hold the van identity and thresholds.
-                for (bench, numbers) in [(first, [1, 2, 3]), (second, [3, 7])] {
-                    let truth = try await bench.truth()
-                    for number in numbers {
-                        #expect(truth[address(number)]?.major == 250, "\(number)")
-                        #expect(truth[address(number)]?.config.cornering == 320, "\(number)")
+                        let benchA = try await Inventory(path: first.inventoryPath, readOnly: true).benchID()
+                        let benchB = try await Inventory(path: second.inventoryPath, readOnly: true).benchID()
+                        let credited = try await server.rows(
+                            "SELECT address, converged_bench FROM fleet_assignments WHERE converged_at IS NOT NULL ORDER BY address"
+                        )
+                        #expect(
+                            credited == [
+                                [address(1), benchA], [address(2), benchA], [address(3), benchA], [address(7), benchB],
+                            ],
+                            "\(credited)")
+                        // Both benches' beacons hold the van identity and thresholds.
+                        for (bench, numbers) in [(first, [1, 2, 3]), (second, [3, 7])] {
+                            let truth = try await bench.truth()
+                            for number in numbers {
+                                #expect(truth[address(number)]?.major == 250, "\(number)")
+                                #expect(truth[address(number)]?.config.cornering == 320, "\(number)")
+                            }
+                        }
+                        let after = try await officeRun(["--json", "drift"])
+                        #expect(after.status == 0, "\(after.stdout)\n\(after.stderr)")
+                        #expect(ConsoleFixture.jsonLines(after.stdout, kind: "drift").isEmpty)
+                        for bench in [first, second] {
+                            let drift = try await bench.beaconbench(["drift"])
+                            #expect(drift.status == 0, "\(drift.stdout)")
+                        }
                     }
-                }
-                let after = try await officeRun(["--json", "drift"])
-                #expect(after.status == 0, "\(after.stdout)\n\(after.stderr)")
-                #expect(ConsoleFixture.jsonLines(after.stdout, kind: "drift").isEmpty)
-                for bench in [first, second] {
-                    let drift = try await bench.beaconbench(["drift"])
-                    #expect(drift.status == 0, "\(drift.stdout)")
                 }
             }
         }
@@ -442,52 +446,59 @@ struct OfficeTests {
     }
 
     @Test func fiftyAssignedOverTwoBenchesLeaveNoDrift() async throws {
-        let server = try await LocalPostgres.create()
-        defer { server.remove() }
-        try await server.start()
-        let office = try await ConsoleFixture.start(nil)
-        defer { office.stop() }
-        let scratch = try scratchDirectory("office50")
-        defer { try? FileManager.default.removeItem(atPath: scratch) }
-        let all = Array(1...50)
-        let fleets = [try Self.goodFleet(Array(1...25), in: scratch), try Self.goodFleet(Array(26...50), in: scratch)]
-        // The shipped batch.
-        let batch = ConsoleFixture.repository + "/batches/converge.batch"
-        try await withResource(
-            { try await ConsoleFixture.start(["--fleet", fleets[0]] + CrashTests.brisk) }, stop: { await $0.stop() }
-        ) { first in
-            try await withResource(
-                { try await ConsoleFixture.start(["--fleet", fleets[1]] + CrashTests.brisk) }, stop: { await $0.stop() }
-            ) { second in
-                for bench in [first, second] {
-                    let sync = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
-                    #expect(sync.status == 0, "\(sync.stderr)")
+        try await withResource({ try await LocalPostgres.create() }, stop: { await $0.remove() }) { server in
+            try await server.start()
+            try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { office in
+                let scratch = try scratchDirectory("office50")
+                defer { try? FileManager.default.removeItem(atPath: scratch) }
+                let all = Array(1...50)
+                let fleets = [
+                    try Self.goodFleet(Array(1...25), in: scratch), try Self.goodFleet(Array(26...50), in: scratch),
+                ]
+                // The shipped batch.
+                let batch = ConsoleFixture.repository + "/batches/converge.batch"
+                try await withResource(
+                    { try await ConsoleFixture.start(["--fleet", fleets[0]] + CrashTests.brisk) },
+                    stop: { await $0.stop() }
+                ) { first in
+                    try await withResource(
+                        { try await ConsoleFixture.start(["--fleet", fleets[1]] + CrashTests.brisk) },
+                        stop: { await $0.stop() }
+                    ) { second in
+                        for bench in [first, second] {
+                            let sync = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
+                            #expect(sync.status == 0, "\(sync.stderr)")
+                        }
+                        // The office: all 50 as vans under a major of their own, minors given out fleet-wide.
+                        let assign = try await runTool(
+                            builtProduct("beaconbench"),
+                            ["--inventory", server.url, "assign", "van", "major=260"] + all.map(StationTests.address),
+                            environment: office.environment)
+                        #expect(assign.status == 0, "\(assign.stderr)")
+                        for bench in [first, second] {
+                            let pull = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
+                            #expect(pull.status == 0 && pull.stderr.contains("pulled 50"), "\(pull.stderr)")
+                            let run = try await bench.beaconbench(["run", batch, "--set", "scan=3s"], timeout: 300)
+                            #expect(run.status == 0, "\(run.stderr.suffix(2000))")
+                            let push = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
+                            #expect(
+                                push.status == 0 && push.stderr.contains("converged here first 25"), "\(push.stderr)")
+                        }
+                        let drift = try await runTool(
+                            builtProduct("beaconbench"), ["--inventory", server.url, "--json", "drift"],
+                            environment: office.environment)
+                        #expect(drift.status == 0, "\(drift.stdout.prefix(2000))")
+                        #expect(drift.stderr.contains("0 of 50 assigned devices drift"), "\(drift.stderr)")
+                        await #expect(
+                            try server.count("SELECT count(*) FROM fleet_assignments WHERE converged_at IS NOT NULL")
+                                == 50)
+                        await #expect(
+                            try server.count("SELECT count(DISTINCT converged_bench) FROM fleet_assignments") == 2)
+                        // 50 distinct identities under 260.
+                        await #expect(
+                            try server.count("SELECT count(DISTINCT minor) FROM fleet_devices WHERE major = 260") == 50)
+                    }
                 }
-                // The office: all 50 as vans under a major of their own, minors given out fleet-wide.
-                let assign = try await runTool(
-                    builtProduct("beaconbench"),
-                    ["--inventory", server.url, "assign", "van", "major=260"] + all.map(StationTests.address),
-                    environment: office.environment)
-                #expect(assign.status == 0, "\(assign.stderr)")
-                for bench in [first, second] {
-                    let pull = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
-                    #expect(pull.status == 0 && pull.stderr.contains("pulled 50"), "\(pull.stderr)")
-                    let run = try await bench.beaconbench(["run", batch, "--set", "scan=3s"], timeout: 300)
-                    #expect(run.status == 0, "\(run.stderr.suffix(2000))")
-                    let push = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
-                    #expect(push.status == 0 && push.stderr.contains("converged here first 25"), "\(push.stderr)")
-                }
-                let drift = try await runTool(
-                    builtProduct("beaconbench"), ["--inventory", server.url, "--json", "drift"],
-                    environment: office.environment)
-                #expect(drift.status == 0, "\(drift.stdout.prefix(2000))")
-                #expect(drift.stderr.contains("0 of 50 assigned devices drift"), "\(drift.stderr)")
-                await #expect(
-                    try server.count("SELECT count(*) FROM fleet_assignments WHERE converged_at IS NOT NULL") == 50)
-                await #expect(try server.count("SELECT count(DISTINCT converged_bench) FROM fleet_assignments") == 2)
-                // 50 distinct identities under 260.
-                await #expect(
-                    try server.count("SELECT count(DISTINCT minor) FROM fleet_devices WHERE major = 260") == 50)
             }
         }
     }

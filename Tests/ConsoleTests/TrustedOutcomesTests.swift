@@ -174,7 +174,8 @@ struct TrustedOutcomesTests {
             try await bench.withControl {
                 try await $0.setFaultPlan(
                     #"{"rules":[{"id":"links","hook":"att.write","target":{"any":true},"when":{"linksUpAtLeast":3},"#
-                        + #""trigger":{"nth":1},"times":1,"action":{"kind":"stall","until":"released","hold":"links"}}]}"#)
+                        + #""trigger":{"nth":1},"times":1,"action":{"kind":"stall","until":"released","hold":"links"}}]}"#
+                )
             }
             let child = try ChildProcess(
                 builtProduct("beaconbench"),
@@ -238,35 +239,36 @@ struct TrustedOutcomesTests {
 @Suite("identities across benches")
 struct IdentitiesAcrossBenchesTests {
     @Test func twoBenchesOneServer() async throws {
-        let server = try await LocalPostgres.create(port: 54_339)
-        defer { server.remove() }
-        try await server.start()
-        let unreachable = "postgresql://127.0.0.1:1/nowhere"
-        for (label, registry) in [("reachable", server.url), ("unreachable", unreachable)] {
-            let numbers =
-                label == "reachable"
-                ? ([1, 2, 3, 4, 5], [20, 21, 22, 23, 24]) : ([40, 41, 42, 43], [60, 61, 62, 63])
-            try await withNewFleet(numbers: numbers.0) { first in
-                try await withNewFleet(numbers: numbers.1) { second in
-                    for bench in [first, second] {
-                        let run = try await bench.beaconbench(
-                            ["--server", registry, "run", bench.batch("provision-new.batch"), "--set", "scan=2s"])
-                        #expect(run.status == 0, "\(label): \(run.stderr.suffix(2000))")
-                        if registry == unreachable { #expect(run.stderr.contains("unreachable"), "\(run.stderr)") }
-                        let sync = try await bench.beaconbench(["sync", "--to", server.url])
-                        #expect(sync.status == 0, "\(sync.stderr)")
-                    }
-                    let truth = Array(try await first.truth().values) + Array(try await second.truth().values)
-                    let held = truth.filter { !$0.factoryDefault }.map { "\($0.major).\($0.minor)" }
-                    #expect(held.count == (numbers.0.count - 2) + (numbers.1.count - 2))
-                    let audit = try await first.beaconbench(["--inventory", server.url, "audit"])
-                    if label == "reachable" {
-                        #expect(Set(held).count == held.count, "duplicates with the server reachable: \(held)")
-                    } else {
-                        // Both benches started at minor 1: the office sees it.
-                        #expect(Set(held).count < held.count)
-                        #expect(audit.stdout.contains("duplicate-identity"), "\(audit.stdout)")
-                        #expect(audit.stdout.contains("(bench "), "\(audit.stdout)")
+        try await withResource({ try await LocalPostgres.create(port: 54_339) }, stop: { await $0.remove() }) {
+            server in
+            try await server.start()
+            let unreachable = "postgresql://127.0.0.1:1/nowhere"
+            for (label, registry) in [("reachable", server.url), ("unreachable", unreachable)] {
+                let numbers =
+                    label == "reachable"
+                    ? ([1, 2, 3, 4, 5], [20, 21, 22, 23, 24]) : ([40, 41, 42, 43], [60, 61, 62, 63])
+                try await withNewFleet(numbers: numbers.0) { first in
+                    try await withNewFleet(numbers: numbers.1) { second in
+                        for bench in [first, second] {
+                            let run = try await bench.beaconbench(
+                                ["--server", registry, "run", bench.batch("provision-new.batch"), "--set", "scan=2s"])
+                            #expect(run.status == 0, "\(label): \(run.stderr.suffix(2000))")
+                            if registry == unreachable { #expect(run.stderr.contains("unreachable"), "\(run.stderr)") }
+                            let sync = try await bench.beaconbench(["sync", "--to", server.url])
+                            #expect(sync.status == 0, "\(sync.stderr)")
+                        }
+                        let truth = Array(try await first.truth().values) + Array(try await second.truth().values)
+                        let held = truth.filter { !$0.factoryDefault }.map { "\($0.major).\($0.minor)" }
+                        #expect(held.count == (numbers.0.count - 2) + (numbers.1.count - 2))
+                        let audit = try await first.beaconbench(["--inventory", server.url, "audit"])
+                        if label == "reachable" {
+                            #expect(Set(held).count == held.count, "duplicates with the server reachable: \(held)")
+                        } else {
+                            // Both benches started at minor 1: the office sees it.
+                            #expect(Set(held).count < held.count)
+                            #expect(audit.stdout.contains("duplicate-identity"), "\(audit.stdout)")
+                            #expect(audit.stdout.contains("(bench "), "\(audit.stdout)")
+                        }
                     }
                 }
             }
