@@ -38,7 +38,14 @@ struct ReplTests {
                     ["send": "sh\tv\t"], ["expect": "show van "],
                     ["send": "\n"], ["expect": "cornering     320 mG"], ["expect": "]> "],
                     // Ctrl-C cancels a long scan, not the session.
-                    ["send": "scan 60s\n"], ["expect": "[NEW]"],
+                    // (Once all three are seen: the prompt then says 3 seen.)
+                    ["send": "scan 60s\n"],
+                    [
+                        "expectAll": [
+                            "[NEW] SBeacon C0:FE:00:00:00:01", "[NEW] SBeacon C0:FE:00:00:00:02",
+                            "[NEW] SBeacon C0:FE:00:00:00:03",
+                        ]
+                    ],
                     ["send": "\u{3}"], ["expect": "(stopped early)"], ["expect": "3 seen]> "],
                     // Selectors and MAC endings complete from what was seen.
                     ["send": "sel\t0000000\t\t"], ["expect": "00000002"],

@@ -14,6 +14,9 @@ SCRIPT is a list of steps, or an object {"steps": [...], "term": "xterm",
                                        writes after the send)
   {"expect": "text", "timeout": 120}   wait until the output contains it
                                        (after what earlier expects consumed)
+  {"expectAll": ["a", "b"]}            wait until the output contains each, in
+                                       any order (after what earlier expects
+                                       consumed); consumes up to the last
   {"screen": "REGEX", "timeout": 120}  wait until a row of the emulated screen
                                        matches REGEX whole (re.fullmatch)
   {"snapshot": "name"}                 keep the emulated screen as it is now
@@ -127,6 +130,20 @@ def main():
                 os.kill(pid, 9)
                 return
             consumed = found + len(wanted)
+        elif "expectAll" in step:
+            wanted = [text.encode() for text in step["expectAll"]]
+
+            def all_found():
+                return all(transcript.find(text, consumed) >= 0 for text in wanted)
+            if not all_found():
+                for _ in read_for(step.get("timeout", CAP)):
+                    if all_found():
+                        break
+            if not all_found():
+                finish(False, index)
+                os.kill(pid, 9)
+                return
+            consumed = max(transcript.find(text, consumed) + len(text) for text in wanted)
         elif "screen" in step:
             pattern = re.compile(step["screen"])
 
