@@ -216,9 +216,12 @@ public actor Bench {
 
     /// Discovers for `seconds`, reporting each SBeacon the first time it is
     /// seen; then stops discovery (unless a fleet run still needs it).
+    /// `until`: ends as soon as that many beacons (above the RSSI floor)
+    /// have been heard — a bench that knows how many it holds need not
+    /// wait out the duration, which is then the cap.
     /// Cancellation ends the scan early, without an error.
     public func scan(
-        seconds: Double, rssiFloor: Int16? = nil, again: Bool = true,
+        seconds: Double, rssiFloor: Int16? = nil, until: Int? = nil, again: Bool = true,
         onFound: @Sendable (SeenBeacon) -> Void = { _ in }
     ) async throws -> [SeenBeacon] {
         for adapter in try await adapters() where !adapter.powered { try await client.setPowered(adapter, true) }
@@ -255,6 +258,8 @@ public actor Bench {
                     onFound(beacon)
                 }
             }
+            // `until`: enough beacons heard, the scan's work is done.
+            if let until, reported.count >= until { break }
             try? await Task.sleep(for: min(.milliseconds(200), deadline - ContinuousClock.now))
         }
         // An adapter that went away during the scan (or came back under

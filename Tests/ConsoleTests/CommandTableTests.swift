@@ -60,7 +60,7 @@ struct CommandTableTests {
         let cases: [(String, String)] = [
             (
                 "scan --rsi -80",
-                "t.batch:1:6: error: scan has no option '--rsi' (did you mean '--rssi'?) (it takes --rssi, --json)"
+                "t.batch:1:6: error: scan has no option '--rsi' (did you mean '--rssi'?) (it takes --rssi, --until, --json)"
             ),
             ("info --dry-run", "t.batch:1:6: error: info has no option '--dry-run' (it takes --json)"),
             (

@@ -42,7 +42,10 @@ struct CrashTests {
                 try await $0.setFaultPlan(Self.hold("restart", at: "write.landed", nth: 1))
             }
             async let run = bench.beaconbench(
-                ["--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s"], timeout: 300)
+                [
+                    "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set",
+                    "expect=\(bench.beacons)",
+                ], timeout: 300)
             try await bench.waitFor(#"{"held": "restart"}"#)
             try await Self.restartAndRelease(bench, "restart")
             let output = try await run
@@ -86,7 +89,7 @@ struct CrashTests {
             var random = SystemRandomNumberGenerator()
             let arguments = [
                 "--bus", bench.busAddress, "--inventory", bench.inventoryPath, "run",
-                bench.batch("provision-new.batch"), "--set", "scan=1s",
+                bench.batch("provision-new.batch"), "--set", "scan=120s", "--set", "expect=\(bench.beacons)",
             ]
             var killedRuns = 0
             var heldKills = 0
@@ -168,7 +171,10 @@ struct CrashTests {
             // a beacon unprovisioned), so up to three.
             for _ in 0..<3 {
                 let final = try await bench.beaconbench(
-                    ["--json", "run", bench.batch("provision-new.batch"), "--set", "scan=3s"], timeout: 300)
+                    [
+                        "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set",
+                        "expect=\(bench.beacons)",
+                    ], timeout: 300)
                 #expect(final.status == 0 || final.status == 2, "\(final.stderr.suffix(2000))")
                 let truth = try await bench.truth()
                 if truth.values.allSatisfy({ !Self.provisionable($0) || FaultMatrixTests.held($0) == EndToEndTests.car }

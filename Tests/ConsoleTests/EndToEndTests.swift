@@ -16,7 +16,8 @@ struct EndToEndTests {
     @Test func provisionAFleetOf24ThenAuditThenRerunUnchanged() async throws {
         try await withNewFleet(count: 24) { bench in
             let first = try await bench.beaconbench([
-                "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s",
+                "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set",
+                "expect=\(bench.beacons)",
             ])
             #expect(first.status == 0, "\(first.stderr)")
             let lines = ConsoleFixture.jsonLines(first.stdout)
@@ -82,7 +83,8 @@ struct EndToEndTests {
             // The same batch over the whole box: everything unchanged, nothing written.
             let before = truth.mapValues(ConsoleFixture.provisioned)
             let second = try await bench.beaconbench([
-                "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s", "--set", "select=all",
+                "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set",
+                "expect=\(bench.beacons)", "--set", "select=all",
             ])
             #expect(second.status == 0, "\(second.stderr)")
             let secondLines = ConsoleFixture.jsonLines(second.stdout)
@@ -100,7 +102,8 @@ struct EndToEndTests {
         try await withNewFleet(count: 6) { bench in
             let before = try await bench.truth().mapValues(ConsoleFixture.provisioned)
             let run = try await bench.beaconbench([
-                "run", bench.batch("provision-new.batch"), "--set", "scan=1s", "--dry-run",
+                "run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set", "expect=\(bench.beacons)",
+                "--dry-run",
             ])
             #expect(run.status == 0, "\(run.stderr)")
             #expect(try await bench.truth().mapValues(ConsoleFixture.provisioned) == before)
@@ -116,7 +119,8 @@ struct EndToEndTests {
             #expect(run.stderr.contains("→ cornering 350 mG, braking 350 mG, acceleration 450 mG"))
             // The same as JSON: one object per change.
             let json = try await bench.beaconbench([
-                "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s", "--dry-run",
+                "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set",
+                "expect=\(bench.beacons)", "--dry-run",
             ])
             let changes = ConsoleFixture.jsonLines(json.stdout, kind: "step").filter { $0["diff"] is String }
             #expect(changes.count == 4 * 4, "\(json.stdout)")
@@ -238,7 +242,7 @@ struct EndToEndTests {
     @Test func commandsFromStandardInputAndDevicesNamedOnTheLine() async throws {
         try await withNewFleet(count: 3) { bench in
             let run = try await bench.beaconbench(
-                ["--json"], stdin: "scan 1s\nselect all\ninfo\napply van 00000002\ninventory list\n")
+                ["--json"], stdin: "\(bench.scanAll)\nselect all\ninfo\napply van 00000002\ninventory list\n")
             #expect(run.status == 0, "\(run.stderr)")
             let truth = try await bench.truth()
             #expect(truth["C0:FE:00:00:00:02"]?.config.cornering == 320)

@@ -63,7 +63,10 @@ struct FaultMatrixTests {
             // The first run, then reruns of what is still new or half done.
             for attempt in 0..<3 {
                 let run = try await bench.beaconbench(
-                    ["--json", "run", bench.batch("provision-new.batch"), "--set", "scan=2s"], timeout: 600)
+                    [
+                        "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=10s", "--set",
+                        "expect=\(bench.beacons)",
+                    ], timeout: 600)
                 #expect(run.status == 0 || run.status == 2, "\(faults): \(run.stderr.suffix(2000))")
                 let recaps = Dictionary(
                     ConsoleFixture.jsonLines(run.stdout, kind: "recap").compactMap { line in

@@ -84,7 +84,7 @@ struct FileSafetyTests {
             let run = Task {
                 try await runTool(
                     command[0], Array(command.dropFirst()), environment: bench.environment,
-                    stdin: "scan 3s\nselect all\ninfo\n", timeout: 120)
+                    stdin: "\(bench.scanAll)\nselect all\ninfo\n", timeout: 120)
             }
             var sidecars: [String: Int] = [:]
             for _ in 0..<400 {
@@ -174,7 +174,7 @@ struct FileSafetyTests {
             try FileManager.default.createSymbolicLink(atPath: link, withDestinationPath: real)
             let run = try await runTool(
                 builtProduct("beaconbench"), ["--bus", bench.busAddress, "--inventory", link],
-                environment: bench.environment, stdin: "scan 2s\nselect all\ninfo\n")
+                environment: bench.environment, stdin: "\(bench.scanAll)\nselect all\ninfo\n")
             #expect(run.status == 0, "\(run.stderr.suffix(2000))")
             #expect(Self.isLink(link))
             let rows = try await TrustedOutcomesTests.rows(real, "SELECT count(*) FROM devices")
@@ -242,7 +242,10 @@ struct FileSafetyTests {
         try await withResource({ try await ConsoleFixture.start(["--fleet", fleet]) }, stop: { await $0.stop() }) {
             bench in
             let provision = try await bench.beaconbench(
-                ["run", bench.batch("provision-new.batch"), "--set", "profile=van", "--set", "scan=2s"])
+                [
+                    "run", bench.batch("provision-new.batch"), "--set", "profile=van", "--set", "scan=120s", "--set",
+                    "expect=\(bench.beacons)",
+                ])
             #expect(provision.status == 0, "\(provision.stderr.suffix(2000))")
             let shelf = bench.directory + "/shelf"
             try FileManager.default.createDirectory(atPath: shelf, withIntermediateDirectories: true)

@@ -125,7 +125,7 @@ struct JSONShapeTests {
                 [.string("C0:FE:00:00:00:02"), .uint32(30), .uint32(6)])
             await connection.close()
             let batch = """
-                scan 2s
+                \(bench.scanAll)
                 devices
                 select all
                 info
@@ -171,7 +171,7 @@ struct JSONShapeTests {
                 lines += one.stdout.split(separator: "\n").map(String.init)
             }
             // Every step as it happens (-v), from a batch on standard input.
-            let verbose = try await bench.beaconbench(["-v", "--json"], stdin: "scan 1s\nselect all\ninfo\n")
+            let verbose = try await bench.beaconbench(["-v", "--json"], stdin: "\(bench.scanAll)\nselect all\ninfo\n")
             #expect(verbose.status == 0, "\(verbose.stderr)")
             lines += verbose.stdout.split(separator: "\n").map(String.init)
             // A stored value that fails its check (docs/inventory.md): a `stored_value` line.

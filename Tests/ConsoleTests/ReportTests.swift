@@ -225,7 +225,8 @@ struct ReportTests {
     @Test func theDemosFleet() async throws {
         try await withNewFleet(count: 8) { bench in
             let run = try await bench.beaconbench([
-                "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s",
+                "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set",
+                "expect=\(bench.beacons)",
             ])
             #expect(run.status == 0, "\(run.stderr)")
             let page = bench.directory + "/demo.html"
@@ -248,7 +249,7 @@ struct ReportTests {
             // In a session, `report` alone reports the selection.
             let selected = bench.directory + "/selected.html"
             let session = try await bench.beaconbench(
-                ["--json"], stdin: "scan 1s\nselect profile=car\nreport --out \(selected)\n")
+                ["--json"], stdin: "\(bench.scanAll)\nselect profile=car\nreport --out \(selected)\n")
             #expect(session.status == 0, "\(session.stderr)")
             let chosen = try #require(ConsoleFixture.jsonLines(session.stdout, kind: "report").first)
             #expect(Self.int(chosen["devices"]) == 6 && Self.int(chosen["fleet"]) == 8)

@@ -202,7 +202,8 @@ struct StationTests {
             let assign = try await bench.beaconbench(["assign", "van", "major=250", "braking=500", Self.address(1)])
             #expect(assign.status == 0, "\(assign.stderr)")
             let file = bench.directory + "/converge.batch"
-            try "scan 2s\nselect all\nconverge --profile car\n".write(toFile: file, atomically: true, encoding: .utf8)
+            try "\(bench.scanAll)\nselect all\nconverge --profile car\n".write(
+                toFile: file, atomically: true, encoding: .utf8)
             let run = try await bench.beaconbench(["--json", "run", file])
             #expect(run.status == 0, "\(run.stderr)")
             let recaps = Dictionary(
@@ -478,7 +479,8 @@ struct OfficeTests {
                         for bench in [first, second] {
                             let pull = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
                             #expect(pull.status == 0 && pull.stderr.contains("pulled 50"), "\(pull.stderr)")
-                            let run = try await bench.beaconbench(["run", batch, "--set", "scan=3s"], timeout: 300)
+                            let run = try await bench.beaconbench(
+                                ["run", batch, "--set", "scan=120s", "--set", "expect=\(bench.beacons)"], timeout: 300)
                             #expect(run.status == 0, "\(run.stderr.suffix(2000))")
                             let push = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
                             #expect(

@@ -118,7 +118,7 @@ struct SyncPeerTests {
             // converge brings beacon 3 to its pulled assignment; 1 and 2,
             // whose server rows were refused, have none here: untouched.
             let file = bench.directory + "/converge.batch"
-            try "scan 2s\nselect all\nconverge\n".write(toFile: file, atomically: true, encoding: .utf8)
+            try "\(bench.scanAll)\nselect all\nconverge\n".write(toFile: file, atomically: true, encoding: .utf8)
             let converge = try await bench.beaconbench(["--json", "run", file])
             #expect(converge.status == 0, "\(converge.stderr)")
             let truth = try await bench.truth()

@@ -210,7 +210,8 @@ struct SyncTests {
         ]
         func provision(_ bench: ConsoleFixture, _ index: Int) async throws {
             let run = try await bench.beaconbench(
-                ["run", bench.batch("provision-new.batch"), "--set", "scan=1s"] + fleets[index].options)
+                ["run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set", "expect=\(bench.beacons)"]
+                    + fleets[index].options)
             #expect(run.status == 0, "bench \(index + 1): \(run.stderr)")
         }
         func sync(_ bench: ConsoleFixture, times: Int = 1) async throws {
@@ -262,7 +263,9 @@ struct SyncTests {
                 SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Drive",
                 [.string("C0:FE:00:00:00:28"), .uint32(40), .uint32(4)])
             await connection.close()
-            let pull = try await third.beaconbench(["run", third.batch("pull-records.batch"), "--set", "scan=1s"])
+            let pull = try await third.beaconbench([
+                "run", third.batch("pull-records.batch"), "--set", "scan=120s", "--set", "expect=\(third.beacons)",
+            ])
             #expect(pull.status == 0, "\(pull.stderr)")
             try await sync(third, times: 2)
             try await collect(third, 2)

@@ -217,7 +217,8 @@ struct Terminal16ScreenTests {
                 bench, environment: ["NO_COLOR": nil],
                 [
                     ["expect": "]> "],
-                    ["send": "scan 1s\n"], ["expect": "scan: 3 SBeacons seen"], ["screen": #"beaconbench \[.*\]>"#],
+                    ["send": "scan 120s --until 3\n"], ["expect": "scan: 3 SBeacons seen"],
+                    ["screen": #"beaconbench \[.*\]>"#],
                     ["send": "select new\n"], ["screen": #"selected 3 devices \(new\)"#],
                     ["screen": #"beaconbench \[hci0 · 3 seen · 3 selected\]>"#],
                     ["send": "select 00000001\n"], ["screen": #"selected 1 device \(00000001\)"#],
@@ -287,7 +288,7 @@ struct Terminal16ScreenTests {
                 bench, term: "dumb", environment: ["NO_COLOR": nil],
                 [
                     ["expect": "]> "],
-                    ["send": "scan 1s\n"], ["expect": "scan: 3 SBeacons seen"], ["expect": "]> "],
+                    ["send": "scan 120s --until 3\n"], ["expect": "scan: 3 SBeacons seen"], ["expect": "]> "],
                     ["send": "scan on\n"], ["expect": "background scan on"], ["expect": "]> "],
                     ["send": "inv"], ["run": Self.update(bench, 4, inRange: true)],
                     ["expect": "[NEW] SBeacon C0:FE:00:00:00:04"], ["expect": "]> inv"],
@@ -318,7 +319,7 @@ struct Terminal16ScreenTests {
                 bench, environment: ["NO_COLOR": nil],
                 [
                     ["expect": "]> "],
-                    ["send": "scan 1s\n"], ["expect": "scan: 4 SBeacons seen"], ["expect": "]> "],
+                    ["send": "scan 120s --until 4\n"], ["expect": "scan: 4 SBeacons seen"], ["expect": "]> "],
                     ["send": "select all\n"], ["expect": "selected 4 devices"], ["expect": "]> "],
                     ["send": "info\n"], ["expect": "RECAP"], ["expect": "4 devices:"], ["expect": "]> "],
                     ["send": "audit\n"], ["screen": #"\d+ devices?: \d+ clean, \d+ with findings"#],
@@ -370,7 +371,7 @@ struct Terminal16ScreenTests {
                 bench, environment: ["NO_COLOR": nil], arguments: ["--no-color"],
                 [
                     ["expect": "]> "],
-                    ["send": "scan 1s\n"], ["expect": "scan: 2 SBeacons seen"], ["expect": "]> "],
+                    ["send": "scan 120s --until 2\n"], ["expect": "scan: 2 SBeacons seen"], ["expect": "]> "],
                     ["send": "bogus\n"], ["expect": "error: "], ["expect": "]> "],
                     ["eof": true],
                 ])
@@ -423,7 +424,7 @@ struct Terminal16ScreenTests {
                 bench,
                 [
                     ["expect": "]> "],
-                    ["send": "scan 1s\n"], ["expect": "scan: 4 SBeacons seen"], ["expect": "]> "],
+                    ["send": "scan 120s --until 4\n"], ["expect": "scan: 4 SBeacons seen"], ["expect": "]> "],
                     ["send": "select all\n"], ["expect": "selected 4 devices"], ["expect": "]> "],
                     ["send": "info\n"], ["expect": "RECAP"], ["expect": "4 devices:"], ["expect": "]> "],
                     ["eof": true],

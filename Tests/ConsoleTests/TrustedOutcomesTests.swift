@@ -56,7 +56,10 @@ struct TrustedOutcomesTests {
     @Test func anIdentityChangedBehindTheToolsBackIsAnAuditFinding() async throws {
         try await withNewFleet(count: 3) { bench in
             let run = try await bench.beaconbench(
-                ["run", bench.batch("provision-new.batch"), "--set", "profile=van", "--set", "scan=3s"])
+                [
+                    "run", bench.batch("provision-new.batch"), "--set", "profile=van", "--set", "scan=120s", "--set",
+                    "expect=\(bench.beacons)",
+                ])
             #expect(run.status == 0, "\(run.stderr.suffix(2000))")
             // An explicit identity written by another command: the inventory knows why.
             let explicit = try await bench.beaconbench(["identity", "major=200", "minor=77", "C0:FE:00:00:00:01"])
@@ -90,7 +93,7 @@ struct TrustedOutcomesTests {
                             try await bench.beaconbench(
                                 [
                                     "--json", "run", bench.batch("provision-new.batch"), "--set", "select=all",
-                                    "--set", "scan=1s",
+                                    "--set", "scan=120s", "--set", "expect=\(bench.beacons)",
                                 ], timeout: 400)
                         }
                     }
@@ -122,7 +125,10 @@ struct TrustedOutcomesTests {
         try await withNewFleet(count: 8, simulatorOptions: ["--faults", "connect-in-progress=0.5", "--seed", "7"]) {
             bench in
             let run = try await bench.beaconbench(
-                ["--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s"])
+                [
+                    "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set",
+                    "expect=\(bench.beacons)",
+                ])
             #expect(run.status == 0, "\(run.stderr.suffix(2000))")
             let failed = try await Self.rows(
                 bench.inventoryPath, "SELECT count(*) FROM outcomes WHERE status = 'failed'")
@@ -154,7 +160,9 @@ struct TrustedOutcomesTests {
         ).write(to: URL(fileURLWithPath: fleet))
         try await withResource({ try await ConsoleFixture.start(["--fleet", fleet]) }, stop: { await $0.stop() }) {
             bench in
-            let run = try await bench.beaconbench(["run", bench.batch("provision-new.batch"), "--set", "scan=1s"])
+            let run = try await bench.beaconbench([
+                "run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set", "expect=\(bench.beacons)",
+            ])
             #expect(run.status == 2)
             let row = try await Self.rows(
                 bench.inventoryPath,
@@ -181,7 +189,7 @@ struct TrustedOutcomesTests {
                 builtProduct("beaconbench"),
                 [
                     "--bus", bench.busAddress, "--inventory", bench.inventoryPath, "run",
-                    bench.batch("provision-new.batch"), "--set", "scan=1s",
+                    bench.batch("provision-new.batch"), "--set", "scan=120s", "--set", "expect=\(bench.beacons)",
                 ])
             try await bench.waitFor(#"{"held": "links"}"#)
             child.send(SIGKILL)
@@ -191,7 +199,10 @@ struct TrustedOutcomesTests {
             #expect(left > 0, "the kill left no link to take down")
             let started = ContinuousClock.now
             let rerun = try await bench.beaconbench(
-                ["--json", "run", bench.batch("provision-new.batch"), "--set", "scan=1s"], timeout: 200)
+                [
+                    "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set",
+                    "expect=\(bench.beacons)",
+                ], timeout: 200)
             #expect(rerun.stdout.contains("left connected by"), "\(rerun.stdout.suffix(3000))")
             for line in ConsoleFixture.jsonLines(rerun.stdout) where (line["failed"] as? Int ?? 0) > 0 {
                 #expect(FaultMatrixTests.isPermanent(line["reason"] as? String ?? ""), "\(line)")
@@ -221,7 +232,7 @@ struct TrustedOutcomesTests {
                 builtProduct("beaconbench"),
                 [
                     "--bus", bench.busAddress, "--inventory", inventory, "run", bench.batch("provision-new.batch"),
-                    "--set", "scan=1s", "--set", "select=all",
+                    "--set", "scan=120s", "--set", "expect=\(bench.beacons)", "--set", "select=all",
                 ], environment: bench.environment, timeout: 300)
             #expect(run.status == 3, "\(run.status): \(run.stderr.suffix(2000))")
             #expect(run.stderr.contains("disk is full"), "\(run.stderr.suffix(2000))")
@@ -251,7 +262,10 @@ struct IdentitiesAcrossBenchesTests {
                     try await withNewFleet(numbers: numbers.1) { second in
                         for bench in [first, second] {
                             let run = try await bench.beaconbench(
-                                ["--server", registry, "run", bench.batch("provision-new.batch"), "--set", "scan=2s"])
+                                [
+                                    "--server", registry, "run", bench.batch("provision-new.batch"), "--set",
+                                    "scan=120s", "--set", "expect=\(bench.beacons)",
+                                ])
                             #expect(run.status == 0, "\(label): \(run.stderr.suffix(2000))")
                             if registry == unreachable { #expect(run.stderr.contains("unreachable"), "\(run.stderr)") }
                             let sync = try await bench.beaconbench(["sync", "--to", server.url])

@@ -6,24 +6,33 @@ import Workbench
 public struct ScanCommand: ConsoleCommand {
     public var seconds: Double
     public var rssiFloor: Int16?
+    /// Ends the scan once this many beacons are heard (the duration is then a cap).
+    public var until: Int?
 
-    public init(seconds: Double = 10, rssiFloor: Int16? = nil) {
+    public init(seconds: Double = 10, rssiFloor: Int16? = nil, until: Int? = nil) {
         self.seconds = seconds
         self.rssiFloor = rssiFloor
+        self.until = until
     }
 
     public static let spec = CommandSpec(
         name: "scan", summary: "discover beacons for a while (default 10 s)", example: "scan 15s --rssi -80",
         operands: [.optional("DURATION", .duration(0.1...3600))],
-        options: [.value("--rssi", "DBM", .integer(-127...0), "ignore beacons heard weaker than this")])
+        options: [
+            .value("--rssi", "DBM", .integer(-127...0), "ignore beacons heard weaker than this"),
+            .value(
+                "--until", "N", .integer(0...100_000),
+                "stop as soon as N beacons are heard (the duration is then the longest wait; 0: no target)"),
+        ])
 
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         self.init(
-            seconds: arguments.operandDuration(0) ?? 10, rssiFloor: arguments.integer("--rssi").map { Int16($0) })
+            seconds: arguments.operandDuration(0) ?? 10, rssiFloor: arguments.integer("--rssi").map { Int16($0) },
+            until: arguments.integer("--until").flatMap { $0 == 0 ? nil : $0 })
     }
 
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
-        try await session.scan(seconds: seconds, rssiFloor: rssiFloor)
+        try await session.scan(seconds: seconds, rssiFloor: rssiFloor, until: until)
     }
 }
 
@@ -84,7 +93,7 @@ public struct SelectCommand: ConsoleCommand {
 extension Session {
     // MARK: Discovery and selection
 
-    func scan(seconds: Double, rssiFloor: Int16?) async throws(ConsoleFailure) {
+    func scan(seconds: Double, rssiFloor: Int16?, until: Int? = nil) async throws(ConsoleFailure) {
         let bench = try await openBench()
         let terminal = self.terminal
         let announce = terminal.verbose || isInteractive
@@ -93,7 +102,7 @@ extension Session {
         let lastFound = Mutex(ContinuousClock.now)
         do {
             if terminal.errorIsTerminal { terminal.status("scanning for \(Self.seconds(seconds))…") }
-            let found = try await bench.scan(seconds: seconds, rssiFloor: rssiFloor) { beacon in
+            let found = try await bench.scan(seconds: seconds, rssiFloor: rssiFloor, until: until) { beacon in
                 lastFound.withLock { $0 = ContinuousClock.now }
                 if announce, !known.contains(beacon.address) {
                     terminal.event(terminal.styled("[NEW] ", .green) + Format.seenLine(beacon))
@@ -115,7 +124,8 @@ extension Session {
             } else {
                 terminal.message(
                     "scan: \(found.count) SBeacon\(found.count == 1 ? "" : "s") seen, \(fresh) new"
-                        + (Task.isCancelled ? " (stopped early)" : ""))
+                        + (Task.isCancelled ? " (stopped early)" : "")
+                        + (until.map { found.count < $0 ? " (fewer than the \($0) awaited)" : "" } ?? ""))
             }
         } catch {
             terminal.status(nil)
