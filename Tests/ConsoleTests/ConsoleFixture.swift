@@ -2,6 +2,7 @@ import BeaconSimulator
 import DBusBinding
 import Foundation
 import Inventory
+import LocalBus
 import TestSupport
 import Testing
 
@@ -91,12 +92,7 @@ struct ConsoleFixture {
 
     /// The simulator's ground truth, by address.
     func truth() async throws -> [String: SimulatorControl.Report] {
-        let connection = try await BusConnection.connect(.address(busAddress))
-        let reply = try await connection.call(
-            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Beacons", [])
-        await connection.close()
-        let reports = try JSONDecoder().decode(
-            [SimulatorControl.Report].self, from: Data((reply.body.first?.string ?? "").utf8))
+        let reports = try await withControl { try await $0.beacons() }
         return Dictionary(uniqueKeysWithValues: reports.map { ($0.address, $0) })
     }
 
@@ -164,4 +160,151 @@ func withNewFleet(
     let fleet = try ConsoleFixture.newFleet(numbers: numbers, in: scratch)
     try await withResource(
         { try await ConsoleFixture.start(["--fleet", fleet] + simulatorOptions) }, stop: { await $0.stop() }, body)
+}
+
+/// Waits until `condition` holds, checking it every `interval` (a poll
+/// interval, not a moment: nothing is decided by it), for at most `cap`;
+/// throws naming `what` it waited for when the cap passes first.
+func waitUntil(
+    _ what: String, cap: Duration = .seconds(300), interval: Duration = .milliseconds(20),
+    _ condition: () async throws -> Bool
+) async throws {
+    let deadline = ContinuousClock.now + cap
+    while true {
+        if try await condition() { return }
+        guard ContinuousClock.now < deadline else { throw TestSupportError("waited \(cap) for \(what)") }
+        try await Task.sleep(for: interval)
+    }
+}
+
+extension SimulatorControl.Client {
+    /// `Beacons() → s`: the ground truth of every beacon.
+    func beacons() async throws -> [SimulatorControl.Report] {
+        try JSONDecoder().decode([SimulatorControl.Report].self, from: Data(try await control("Beacons").utf8))
+    }
+
+    /// `Update(s address, s json)`.
+    func update(_ address: String, _ json: String) async throws {
+        try await control("Update", [.string(address), .string(json)])
+    }
+
+    /// Any other control call (`Restart`, `Unplug`, `Shake`, …); its string
+    /// answer, if any.
+    @discardableResult
+    func control(_ method: MemberName, _ arguments: [BusValue] = []) async throws -> String {
+        let reply = try await connection.call(
+            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, method, arguments,
+            timeout: .seconds(60))
+        return reply.body.first?.string ?? ""
+    }
+}
+
+extension ConsoleFixture {
+    /// A control-interface client on this bench's bus for `body`, closed after.
+    func withControl<T: Sendable>(_ body: (SimulatorControl.Client) async throws -> T) async throws -> T {
+        let connection = try await BusConnection.connect(.address(busAddress))
+        do {
+            let result = try await body(SimulatorControl.Client(connection))
+            await connection.close()
+            return result
+        } catch {
+            await connection.close()
+            throw error
+        }
+    }
+
+    /// `WaitFor(condition)` on the simulator (docs/simulator.md): returns the
+    /// state reached; throws naming the condition after `cap`.
+    @discardableResult
+    func waitFor(_ condition: String, cap: Duration = .seconds(300)) async throws -> String {
+        do {
+            return try await withControl { try await $0.waitFor(condition, timeout: cap) }
+        } catch { throw TestSupportError("waited for \(condition) (cap \(cap)): \(error)") }
+    }
+
+    /// Starts beaconbench on this bench (its environment, bus and
+    /// inventory) without waiting for it: its output goes to files read as
+    /// it arrives (the console writes each line with write(2), unbuffered).
+    func startBeaconbench(_ arguments: [String], name: String = "tool") throws -> RunningTool {
+        var variables: [String] = []
+        for key in ProcessInfo.processInfo.environment.keys where key.hasPrefix("BEACONBENCH_") {
+            variables += ["-u", key]
+        }
+        for key in ["XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME", "NO_COLOR"] {
+            variables.append("\(key)=\(environment[key] ?? "")")
+        }
+        let out = directory + "/\(name).\(UUID().uuidString.prefix(8))"
+        let child = try ChildProcess(
+            "/usr/bin/env",
+            variables + [builtProduct("beaconbench"), "--bus", busAddress, "--inventory", inventoryPath] + arguments,
+            standardOutput: out + ".out", standardError: out + ".err")
+        return RunningTool(child: child, stdoutPath: out + ".out", stderrPath: out + ".err")
+    }
+}
+
+/// A beaconbench started by `startBeaconbench`, its output read as it comes.
+struct RunningTool: Sendable {
+    let child: ChildProcess
+    let stdoutPath: String
+    let stderrPath: String
+
+    var stdout: String { (try? String(contentsOfFile: stdoutPath, encoding: .utf8)) ?? "" }
+    var stderr: String { (try? String(contentsOfFile: stderrPath, encoding: .utf8)) ?? "" }
+
+    /// Waits (at most `cap`) until a JSON line of its output satisfies
+    /// `matches`; returns it. Fails naming `what`, with the output so far.
+    @discardableResult
+    func waitForJSON(
+        _ what: String, cap: Duration = .seconds(300), _ matches: @escaping ([String: Any]) -> Bool
+    ) async throws -> [String: Any] {
+        var found: [String: Any]?
+        do {
+            try await waitUntil(what, cap: cap) {
+                found = ConsoleFixture.jsonLines(stdout).first(where: matches)
+                return found != nil || !child.isRunning
+            }
+        } catch { throw TestSupportError("\(error); stdout: \(stdout.suffix(2000)) stderr: \(stderr.suffix(2000))") }
+        guard let found else {
+            throw TestSupportError(
+                "beaconbench ended before \(what); stdout: \(stdout.suffix(2000)) stderr: \(stderr.suffix(2000))")
+        }
+        return found
+    }
+
+    /// Waits (at most `cap`) until its output (`stdout` or `stderr`) says `condition`.
+    func waitForText(
+        _ what: String, inStandardError: Bool = false, cap: Duration = .seconds(300),
+        _ condition: @escaping (String) -> Bool
+    ) async throws {
+        var seen = false
+        do {
+            try await waitUntil(what, cap: cap) {
+                seen = condition(inStandardError ? stderr : stdout)
+                return seen || !child.isRunning
+            }
+        } catch { throw TestSupportError("\(error); stdout: \(stdout.suffix(2000)) stderr: \(stderr.suffix(2000))") }
+        if !seen, !condition(inStandardError ? stderr : stdout) {
+            throw TestSupportError(
+                "beaconbench ended before \(what); stdout: \(stdout.suffix(2000)) stderr: \(stderr.suffix(2000))")
+        }
+    }
+
+    /// Waits for it to exit (on a thread of its own; SIGKILL after `cap`, a
+    /// stall guard); its status and output.
+    func finish(cap: TimeInterval = 300) async -> Finished {
+        let child = child
+        let guardian = Watchdog(after: cap) { child.send(SIGKILL) }
+        defer { guardian.cancel() }
+        let status = await child.waitForExit().status
+        return Finished(waitStatus: status, stdout: stdout, stderr: stderr)
+    }
+
+    struct Finished {
+        /// As `waitpid` reports it.
+        var waitStatus: Int32
+        var stdout: String
+        var stderr: String
+        /// The exit status; 128 + the signal when a signal ended it.
+        var status: Int32 { waitStatus & 0x7f == 0 ? (waitStatus >> 8) & 0xff : 128 + (waitStatus & 0x7f) }
+    }
 }

@@ -35,22 +35,19 @@ struct CrashTests {
     @Test func bluetoothdRestartingMidRunIsSurvived() async throws {
         let simulator = ["--count", "30", "--fresh", "--seed", "31"] + Self.brisk
         try await withResource({ try await ConsoleFixture.start(simulator) }, stop: { await $0.stop() }) { bench in
+            // Restart while the run is writing beacons: its first write that
+            // lands is held at the simulator, bluetoothd restarts, the write
+            // goes on.
+            try await bench.withControl {
+                try await $0.setFaultPlan(Self.hold("restart", at: "write.landed", nth: 1))
+            }
             async let run = bench.beaconbench(
                 [
                     "--json", "run", bench.batch("provision-new.batch"), "--set", "scan=120s", "--set",
                     "expect=\(bench.beacons)",
                 ], timeout: 300)
-            // Restart once the run is writing beacons.
-            let connection = try await BusConnection.connect(.address(bench.busAddress))
-            var writing = false
-            for _ in 0..<400 where !writing {
-                try await Task.sleep(for: .milliseconds(25))
-                writing = try await bench.truth().values.contains { !$0.factoryDefault }
-            }
-            #expect(writing)
-            _ = try await connection.call(
-                SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Restart", [])
-            await connection.close()
+            try await bench.waitFor(#"{"held": "restart"}"#)
+            try await Self.restartAndRelease(bench, "restart")
             let output = try await run
             #expect(output.status == 0 || output.status == 2, "\(output.stderr.suffix(3000))")
             // Only a beacon that cannot be calibrated (it moves) may fail.
@@ -63,6 +60,29 @@ struct CrashTests {
         }
     }
 
+    /// A fault plan whose one rule holds the `nth` occurrence at `hook` of
+    /// whichever beacon gets there first (once) until `Release(name)`.
+    static func hold(_ name: String, at hook: String, nth: Int) -> String {
+        #"{"rules":[{"id":"\#(name)","hook":"\#(hook)","target":{"any":true},"trigger":{"nth":\#(nth)},"times":1,"#
+            + #""action":{"kind":"stall","until":"released","hold":"\#(name)"}}]}"#
+    }
+
+    static func restartAndRelease(_ bench: ConsoleFixture, _ hold: String) async throws {
+        try await bench.withControl { control in
+            try await control.control("Restart")
+            #expect(try await control.release(hold) == 1)
+        }
+    }
+
+    /// Twenty runs killed with SIGKILL: one in four at a random moment
+    /// (start-up, its scan, or work: what is asserted holds for any moment),
+    /// the others while a step is held at the simulator — a Connect just
+    /// asked for, an ATT write before the beacon sees it, or one the beacon
+    /// applied before its reply — so each of those is killed mid-run by
+    /// construction and must be found `interrupted`. (The count of runs
+    /// killed while running used to depend on random sleeps: on a fast
+    /// machine a later run, with little left to do, had finished before its
+    /// kill; on a slow one the kill came during start-up or the scan.)
     @Test func killedAt20RandomMomentsTheInventoryStaysWholeAndTrue() async throws {
         let simulator = ["--count", "50", "--fresh", "--seed", "41"] + Self.brisk
         try await withResource({ try await ConsoleFixture.start(simulator) }, stop: { await $0.stop() }) { bench in
@@ -72,31 +92,45 @@ struct CrashTests {
                 bench.batch("provision-new.batch"), "--set", "scan=120s", "--set", "expect=\(bench.beacons)",
             ]
             var killedRuns = 0
+            var heldKills = 0
+            let hooks = ["connect.requested", "att.write", "write.landed"]
             for kill in 0..<20 {
-                let child = try ChildProcess(builtProduct("beaconbench"), arguments)
-                if kill % 2 == 1 {
-                    // Every other kill once the run has begun (on a loaded
-                    // machine start-up and the scan can take most of 2.5 s).
-                    let deadline = ContinuousClock.now + .seconds(20)
-                    while ContinuousClock.now < deadline {
-                        // Read-only, and only once the child has made the file.
-                        guard FileManager.default.fileExists(atPath: bench.inventoryPath) else {
-                            try await Task.sleep(for: .milliseconds(20))
-                            continue
-                        }
-                        let begun = try? await Inventory(path: bench.inventoryPath, readOnly: true).query(
-                            "SELECT count(*) FROM runs WHERE pid = ?", [.integer(Int64(child.pid))]
-                        ).first?.first?.integer
-                        if (begun ?? 0) > 0 { break }
-                        try await Task.sleep(for: .milliseconds(20))
+                let hook = kill % 4 == 0 ? nil : hooks[(kill % 4) - 1]
+                let name = "kill-\(kill)"
+                try await bench.withControl { control in
+                    if let hook {
+                        try await control.setFaultPlan(
+                            // (Counted per beacon: a beacon is asked to connect once
+                            // a run, and written several times.)
+                            Self.hold(
+                                name, at: hook,
+                                nth: hook == "connect.requested" ? 1 : Int.random(in: 1...3, using: &random)))
+                    } else {
+                        try await control.setFaultPlan(#"{"rules":[]}"#)
                     }
-                    try await Task.sleep(for: .milliseconds(Int.random(in: 0...1500, using: &random)))
-                } else {
-                    try await Task.sleep(for: .milliseconds(Int.random(in: 300...2500, using: &random)))
                 }
-                Glibc.kill(child.pid, SIGKILL)
+                let child = try ChildProcess(builtProduct("beaconbench"), arguments)
+                if let hook {
+                    do {
+                        try await bench.waitFor(#"{"held": "\#(name)"}"#)
+                    } catch {
+                        child.send(SIGKILL)
+                        _ = await child.waitForExit()
+                        throw TestSupportError("kill \(kill) at \(hook): \(error)")
+                    }
+                    heldKills += 1
+                } else {
+                    // A random moment: the outcome asserted does not depend on it.
+                    try await Task.sleep(for: .milliseconds(Int.random(in: 0...1500, using: &random)))
+                }
+                child.send(SIGKILL)
                 let (status, _) = await child.waitForExit()
                 let wasKilled = status & 0x7f == SIGKILL
+                if hook != nil {
+                    #expect(wasKilled, "kill \(kill) at \(hook ?? ""): wait status \(status)")
+                    // The held step goes on, its client gone.
+                    _ = try await bench.withControl { try await $0.release(name) }
+                }
 
                 // Whole: SQLite's own check.
                 let check = try await runTool("/usr/bin/sqlite3", [bench.inventoryPath, "PRAGMA integrity_check"])
@@ -112,6 +146,9 @@ struct CrashTests {
                     "SELECT status FROM runs WHERE pid = ?", [.integer(Int64(child.pid))])
                 // A kill can land after the run recorded its end, while the
                 // process was closing (fast runs): it finished, truly.
+                if hook != nil {
+                    #expect(itsRun.first?.first?.text == "interrupted", "kill \(kill) at \(hook ?? ""): \(itsRun)")
+                }
                 if wasKilled, let status = itsRun.first?.first?.text, status != "finished" {
                     #expect(status == "interrupted", "kill \(kill)")
                     killedRuns += 1
@@ -120,13 +157,15 @@ struct CrashTests {
                 let records = try await inventory.devicesByAddress()
                 try FaultMatrixTests.inventoryClaimsOnlyTheTruth(try await bench.truth(), records, "kill \(kill)")
             }
-            #expect(killedRuns >= 10, "too few runs were killed while running: \(killedRuns)")
+            #expect(killedRuns >= heldKills, "runs killed while running: \(killedRuns) of \(heldKills) held")
+            print("killed while running: \(killedRuns) of 20 (\(heldKills) at a held step)")
             let interrupted =
                 try await Inventory(path: bench.inventoryPath).query(
                     "SELECT count(*) FROM outcomes WHERE status = 'interrupted'"
                 ).first?.first?.integer ?? 0
             #expect(interrupted > 0)
 
+            try await bench.withControl { try await $0.setFaultPlan(#"{"rules":[]}"#) }
             // Runs left alone finish the job: as after any failure, a rerun
             // picks up what is left (on a loaded machine one run once left
             // a beacon unprovisioned), so up to three.

@@ -181,58 +181,61 @@ struct EndToEndTests {
     }
 
     @Test func badProfilesAndArgumentsExit1() async throws {
-        let bench = try await ConsoleFixture.start(nil)
-        defer { bench.stop() }
-        let profiles = bench.directory + "/profiles"
-        try FileManager.default.createDirectory(atPath: profiles, withIntermediateDirectories: true)
-        let car = try String(contentsOfFile: ConsoleFixture.repository + "/profiles/car.json", encoding: .utf8)
-        try car.replacingOccurrences(of: "\"braking_mg\": 350", with: "\"braking_mg\": 9000").write(
-            toFile: profiles + "/car.json", atomically: true, encoding: .utf8)
-        let badProfile = try await bench.beaconbench(["--profiles", profiles, "profiles", "list"])
-        #expect(badProfile.status == 1)
-        #expect(badProfile.stderr.contains(profiles + "/car.json"), "\(badProfile.stderr)")
-        #expect(badProfile.stderr.contains("braking_mg"), "\(badProfile.stderr)")
+        try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { bench in
+            let profiles = bench.directory + "/profiles"
+            try FileManager.default.createDirectory(atPath: profiles, withIntermediateDirectories: true)
+            let car = try String(contentsOfFile: ConsoleFixture.repository + "/profiles/car.json", encoding: .utf8)
+            try car.replacingOccurrences(of: "\"braking_mg\": 350", with: "\"braking_mg\": 9000").write(
+                toFile: profiles + "/car.json", atomically: true, encoding: .utf8)
+            let badProfile = try await bench.beaconbench(["--profiles", profiles, "profiles", "list"])
+            #expect(badProfile.status == 1)
+            #expect(badProfile.stderr.contains(profiles + "/car.json"), "\(badProfile.stderr)")
+            #expect(badProfile.stderr.contains("braking_mg"), "\(badProfile.stderr)")
 
-        for arguments in [
-            ["--concurrency", "0", "profiles"], ["run"], ["--frobnicate"], ["--adapter", "wlan0", "devices"],
-            ["run", "a.batch", "b.batch"], ["run", "x.batch", "--set", "novalue"], ["--sim", "0", "devices"],
-            ["run", bench.directory + "/missing.batch"],
-        ] {
-            let run = try await bench.beaconbench(arguments)
-            #expect(run.status == 1, "\(arguments): \(run.stderr)")
-            #expect(!run.stderr.isEmpty)
+            for arguments in [
+                ["--concurrency", "0", "profiles"], ["run"], ["--frobnicate"], ["--adapter", "wlan0", "devices"],
+                ["run", "a.batch", "b.batch"], ["run", "x.batch", "--set", "novalue"], ["--sim", "0", "devices"],
+                ["run", bench.directory + "/missing.batch"],
+            ] {
+                let run = try await bench.beaconbench(arguments)
+                #expect(run.status == 1, "\(arguments): \(run.stderr)")
+                #expect(!run.stderr.isEmpty)
+            }
+            #expect(!FileManager.default.fileExists(atPath: bench.inventoryPath))
         }
-        #expect(!FileManager.default.fileExists(atPath: bench.inventoryPath))
     }
 
     @Test func exitStatusesZeroToThree() async throws {
         // 0: all well.
-        let none = try await ConsoleFixture.start(nil)
-        defer { none.stop() }
-        #expect(try await none.beaconbench(["profiles", "list"]).status == 0)
-        #expect(try await none.beaconbench(["--version"]).stdout.hasPrefix("beaconbench "))
-        // 1: bad input.
-        #expect(try await none.beaconbench(["select", "everything"]).status == 1)
-        // 3: no bus at that address; a bus without bluetoothd; an unusable inventory.
-        let noBus = try await none.beaconbench(["scan", "1s"])
-        #expect(noBus.status == 3, "\(noBus.stderr)")
-        let bus = try await PrivateBus.start()
-        defer { bus.stop() }
-        let noBluetoothd = try await runTool(
-            builtProduct("beaconbench"), ["--bus", bus.address, "--inventory", none.inventoryPath, "scan", "1s"],
-            environment: none.environment)
-        #expect(noBluetoothd.status == 3)
-        #expect(noBluetoothd.stderr.contains("bluetoothd is not running"), "\(noBluetoothd.stderr)")
-        let badInventory = try await none.beaconbench(["--inventory", "/proc/beaconbench/inventory.sqlite", "log"])
-        #expect(badInventory.status == 3, "\(badInventory.stderr)")
+        try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { none in
+            #expect(try await none.beaconbench(["profiles", "list"]).status == 0)
+            #expect(try await none.beaconbench(["--version"]).stdout.hasPrefix("beaconbench "))
+            // 1: bad input.
+            #expect(try await none.beaconbench(["select", "everything"]).status == 1)
+            // 3: no bus at that address; a bus without bluetoothd; an unusable inventory.
+            let noBus = try await none.beaconbench(["scan", "1s"])
+            #expect(noBus.status == 3, "\(noBus.stderr)")
+            try await withResource({ try await PrivateBus.start() }, stop: { await $0.stop() }) { bus in
+                let noBluetoothd = try await runTool(
+                    builtProduct("beaconbench"),
+                    ["--bus", bus.address, "--inventory", none.inventoryPath, "scan", "1s"],
+                    environment: none.environment)
+                #expect(noBluetoothd.status == 3)
+                #expect(noBluetoothd.stderr.contains("bluetoothd is not running"), "\(noBluetoothd.stderr)")
+                let badInventory = try await none.beaconbench([
+                    "--inventory", "/proc/beaconbench/inventory.sqlite", "log",
+                ])
+                #expect(badInventory.status == 3, "\(badInventory.stderr)")
 
-        // 2: a device fails (every ATT request answers an error).
-        try await withNewFleet(count: 2, simulatorOptions: ["--faults", "att-error=1"]) { bench in
-            let run = try await bench.beaconbench(["info", "00000001"])
-            #expect(run.status == 2, "\(run.stderr)")
-            #expect(run.stdout.contains("C0:FE:00:00:00:01"))
-            let log = try await Inventory(path: bench.inventoryPath).outcomes(device: "C0:FE:00:00:00:01")
-            #expect(log.contains { $0.status == "failed" && ($0.error ?? "").contains("ATT") }, "\(log)")
+                // 2: a device fails (every ATT request answers an error).
+                try await withNewFleet(count: 2, simulatorOptions: ["--faults", "att-error=1"]) { bench in
+                    let run = try await bench.beaconbench(["info", "00000001"])
+                    #expect(run.status == 2, "\(run.stderr)")
+                    #expect(run.stdout.contains("C0:FE:00:00:00:01"))
+                    let log = try await Inventory(path: bench.inventoryPath).outcomes(device: "C0:FE:00:00:00:01")
+                    #expect(log.contains { $0.status == "failed" && ($0.error ?? "").contains("ATT") }, "\(log)")
+                }
+            }
         }
     }
 
@@ -253,26 +256,25 @@ struct EndToEndTests {
 
     @Test func watchShowsAShakeOnTheBench() async throws {
         try await withNewFleet(count: 2) { bench in
-            async let watching = bench.beaconbench(["--json", "watch", "8s", "00000001"])
+            // Long enough never to end by itself here: Ctrl-C ends it once
+            // the shake is seen.
+            let watching = try bench.startBeaconbench(["--json", "watch", "600s", "00000001"])
             // Shake once the watch is connected (the simulator says so).
-            let connection = try await BusConnection.connect(.address(bench.busAddress))
-            var connected = false
-            for _ in 0..<200 where !connected {
-                connected = try await bench.truth()["C0:FE:00:00:00:01"]?.connected ?? false
-                if !connected { try await Task.sleep(for: .milliseconds(25)) }
+            try await bench.waitFor(#"{"connected": "C0:FE:00:00:00:01"}"#)
+            // It subscribes a moment after connecting, and a shake before the
+            // subscription is not seen (as on a real bench): shake until the
+            // watch shows one (every 300 ms: a poll interval).
+            try await bench.withControl { control in
+                try await waitUntil("the watch to show a shake", interval: .milliseconds(300)) {
+                    try await control.control("Shake", [.string("C0:FE:00:00:00:01"), .byte(5)])
+                    return ConsoleFixture.jsonLines(watching.stdout, kind: "watch_event").contains {
+                        $0["type"] as? String == "real_time"
+                    } || !watching.child.isRunning
+                }
             }
-            #expect(connected)
-            // It subscribes a moment after connecting: shake a few times (a
-            // shake before the subscription is not seen, as on a real bench).
-            for _ in 0..<10 {
-                _ = try await connection.call(
-                    SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Shake",
-                    [.string("C0:FE:00:00:00:01"), .byte(5)])
-                try await Task.sleep(for: .milliseconds(300))
-            }
-            await connection.close()
-            let output = try await watching
-            #expect(output.status == 0, "\(output.stderr)")
+            watching.child.send(SIGINT)
+            let output = await watching.finish()
+            #expect(output.status == 130, "\(output.stderr)")
             let events = ConsoleFixture.jsonLines(output.stdout, kind: "watch_event").filter {
                 $0["type"] as? String == "real_time"
             }

@@ -86,10 +86,19 @@ struct FaultMatrixTests {
                 let unsettled = recaps.values.filter { ($0["failed"] as? Int ?? 0) > 0 }.filter { recap in
                     !Self.isPermanent(recap["reason"] as? String ?? "")
                 }
-                if unsettled.isEmpty { break }
+                let kind = faults.prefix { $0 != " " }
+                if unsettled.isEmpty {
+                    print("fault matrix \(kind): settled after \(attempt + 1) run(s)")
+                    break
+                }
+                // What a rerun is for (printed, so the soak shows it).
+                let reasons = unsettled.map { "\($0["device"] as? String ?? "?"): \($0["reason"] as? String ?? "?")" }
+                print("fault matrix \(kind): run \(attempt + 1) left \(unsettled.count) failed: \(reasons)")
                 #expect(attempt < 2, "\(faults): still failing after 3 runs: \(unsettled)")
             }
-            #expect(ContinuousClock.now - started < .seconds(900), "\(faults): too slow")
+            // Printed, not asserted (no speed bound in a test); each run's
+            // stall guard is its 600 s timeout.
+            print("fault matrix \(faults.prefix { $0 != " " }): \(ContinuousClock.now - started)")
 
             // Converged: every beacon that can be provisioned is, and the
             // inventory says exactly what it holds.

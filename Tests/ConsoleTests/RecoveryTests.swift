@@ -23,13 +23,9 @@ struct RecoveryTests {
         try await withNewFleet(count: count, simulatorOptions: ["--fault-plan", path] + simulatorOptions, body)
     }
 
-    static func counters(_ bench: ConsoleFixture) async throws -> [String: Any] {
-        let connection = try await BusConnection.connect(.address(bench.busAddress))
-        let reply = try await connection.call(
-            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Counters", [])
-        await connection.close()
-        return try #require(
-            try JSONSerialization.jsonObject(with: Data((reply.body.first?.string ?? "").utf8)) as? [String: Any])
+    /// The simulator's `Counters()`, through its control-interface client.
+    static func counters(_ bench: ConsoleFixture) async throws -> SimulatedBluetoothd.Counters {
+        try await bench.withControl { try await $0.counters() }
     }
 
     /// provision-new under the bench's plan: exit 0, every line in shape,
@@ -72,7 +68,7 @@ struct RecoveryTests {
             #expect(
                 recoveries.first?["detail"] as? String == "remove-device after 3 × le-connection-abort-by-local")
             let counters = try await Self.counters(bench)
-            #expect(counters["removeDevice"] as? [String: Int] == [stale: 1], "\(counters)")
+            #expect(counters.removeDevice == [stale: 1], "\(counters)")
             // The outcome log has the row.
             let log = try await bench.beaconbench(["log", "--json", "--limit", "200"])
             let rows = ConsoleFixture.jsonLines(log.stdout, kind: "outcome").filter {
@@ -94,7 +90,7 @@ struct RecoveryTests {
             #expect((lowered.first?["detail"] as? String)?.hasPrefix("concurrency 5 → 2 on hci") == true)
             #expect(lowered.first?["device"] is NSNull)
             let counters = try await Self.counters(bench)
-            #expect((counters["removeDevice"] as? [String: Int] ?? [:]).isEmpty, "\(counters)")
+            #expect(counters.removeDevice.isEmpty, "\(counters)")
         }
     }
 
@@ -109,9 +105,9 @@ struct RecoveryTests {
             let recoveries = ConsoleFixture.jsonLines(run.stdout, kind: "recovery")
             #expect(recoveries.map { $0["action"] as? String } == ["power-cycle"], "\(recoveries)")
             let counters = try await Self.counters(bench)
-            let cycles = counters["powerCycles"] as? [String: Int] ?? [:]
+            let cycles = counters.powerCycles
             #expect(cycles.count == 1 && cycles.values.first == 1, "\(counters)")
-            #expect((counters["removeDevice"] as? [String: Int] ?? [:]).isEmpty, "\(counters)")
+            #expect(counters.removeDevice.isEmpty, "\(counters)")
         }
     }
 
@@ -123,7 +119,7 @@ struct RecoveryTests {
             #expect(run.stderr.contains("is wedged"), "\(run.stderr)")
             #expect(run.stderr.contains("--no-adapter-reset"), "\(run.stderr)")
             let counters = try await Self.counters(bench)
-            #expect((counters["powerCycles"] as? [String: Int] ?? [:]).isEmpty, "\(counters)")
+            #expect(counters.powerCycles.isEmpty, "\(counters)")
         }
     }
 
@@ -205,9 +201,7 @@ struct RecoveryTests {
             try await StationTests.bringIn(bench, 1, rssi: -45)
             try await StationTests.bringIn(bench, 2, rssi: -55)
             // Beacon 1 is being served (one slot): beacon 2 waits, then leaves.
-            #expect(
-                try await StationTests.waitFor(bench) { $0[StationTests.address(1)]?.connected == true },
-                "beacon 1 was never connected")
+            try await bench.waitFor(#"{"connected": "\#(StationTests.address(1))"}"#)
             try await StationTests.update(bench, StationTests.address(2), #"{"inRange": false}"#)
             let output = try await station
             #expect(output.status == 2, "a missed beacon is a failure: \(output.stderr)")

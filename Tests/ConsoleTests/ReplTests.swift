@@ -23,7 +23,7 @@ struct ReplTests {
             [
                 driver, script, "--", builtProduct("beaconbench"), "--bus", bench.busAddress, "--inventory",
                 bench.inventoryPath,
-            ], environment: bench.environment, timeout: 120)
+            ], environment: bench.environment, timeout: 600)
         return try JSONDecoder().decode(Transcript.self, from: Data(output.stdout.utf8))
     }
 
@@ -38,13 +38,20 @@ struct ReplTests {
                     ["send": "sh\tv\t"], ["expect": "show van "],
                     ["send": "\n"], ["expect": "cornering     320 mG"], ["expect": "]> "],
                     // Ctrl-C cancels a long scan, not the session.
-                    ["send": "scan 60s\n"], ["expect": "[NEW]"],
+                    // (Once all three are seen: the prompt then says 3 seen.)
+                    ["send": "scan 60s\n"],
+                    [
+                        "expectAll": [
+                            "[NEW] SBeacon C0:FE:00:00:00:01", "[NEW] SBeacon C0:FE:00:00:00:02",
+                            "[NEW] SBeacon C0:FE:00:00:00:03",
+                        ]
+                    ],
                     ["send": "\u{3}"], ["expect": "(stopped early)"], ["expect": "3 seen]> "],
                     // Selectors and MAC endings complete from what was seen.
                     ["send": "sel\t0000000\t\t"], ["expect": "00000002"],
                     ["send": "2\n"], ["expect": "selected 1 device"],
                     // Ctrl-C at the prompt abandons the line.
-                    ["send": "half typed"], ["send": "\u{3}"], ["expect": "^C"], ["expect": "]> "],
+                    ["send": "half typed", "echo": true], ["send": "\u{3}"], ["expect": "^C"], ["expect": "]> "],
                     ["eof": true],
                 ])
             #expect(first.ok, "stopped at step \(first.step): \(first.transcript)")
@@ -80,7 +87,7 @@ struct ReplTests {
                 ["expect": "]> "],
                 ["send": "scan on\n"], ["expect": "background scan on"],
                 ["expect": "[NEW] SBeacon C0:FE:00:00:00:02"], ["expect": "]> "],
-                ["send": "inventory li", "pause": 0.5],
+                ["send": "inventory li", "echo": true],
                 ["run": update + ["{\"inRange\": true}"]],
                 ["expect": "[NEW] SBeacon C0:FE:00:00:00:03"],
                 // The prompt and the half-typed line, drawn again below the event.

@@ -15,18 +15,11 @@ struct StationTests {
 
     /// `Update(address, json)` on the simulator's control interface.
     static func update(_ bench: ConsoleFixture, _ address: String, _ json: String) async throws {
-        let connection = try await BusConnection.connect(.address(bench.busAddress))
-        _ = try await connection.call(
-            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Update",
-            [.string(address), .string(json)])
-        await connection.close()
+        try await bench.withControl { try await $0.update(address, json) }
     }
 
-    static func control(_ bench: ConsoleFixture, _ method: MemberName) async throws {
-        let connection = try await BusConnection.connect(.address(bench.busAddress))
-        _ = try await connection.call(
-            SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, method, [])
-        await connection.close()
+    static func control(_ bench: ConsoleFixture, _ method: MemberName, _ arguments: [BusValue] = []) async throws {
+        try await bench.withControl { _ = try await $0.control(method, arguments) }
     }
 
     /// Every beacon of the fleet out of range, before the station starts.
@@ -39,16 +32,13 @@ struct StationTests {
         try await update(bench, address(number), #"{"inRange": true, "rssi": \#(rssi)}"#)
     }
 
-    /// Waits (at most `seconds`) until `condition` holds of the simulator's truth.
-    static func waitFor(
-        _ bench: ConsoleFixture, seconds: Double = 60, _ condition: ([String: SimulatorControl.Report]) -> Bool
-    ) async throws -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition(try await bench.truth()) { return true }
-            try await Task.sleep(for: .milliseconds(100))
+    /// Waits until the station has said its verdict on beacon `number`
+    /// (its `station` JSON line); returns the line.
+    @discardableResult
+    static func verdict(_ station: RunningTool, _ number: Int) async throws -> [String: Any] {
+        try await station.waitForJSON("the station's line for beacon \(number)") {
+            $0["kind"] as? String == "station" && $0["device"] as? String == address(number)
         }
-        return false
     }
 
     @Test func beaconsBroughtOneByOneAreProvisionedAndThePalletBehindIsLeftAlone() async throws {
@@ -57,13 +47,14 @@ struct StationTests {
             try await Self.clearTheBench(bench)
             // Beacon 4 stands on the pallet behind: heard, but weak.
             try await Self.bringIn(bench, 4, rssi: -88)
-            async let station = bench.beaconbench(
-                ["--json", "station", "--profile", "car", "--rssi-min", "-60", "--count", "5"], timeout: 240)
+            let station = try bench.startBeaconbench(
+                ["--json", "station", "--profile", "car", "--rssi-min", "-60", "--count", "5"])
+            // Each beacon once the station has said its verdict on the one before.
             for number in [1, 2, 5, 3, 6] {
-                try await Task.sleep(for: .milliseconds(1500))
                 try await Self.bringIn(bench, number)
+                try await Self.verdict(station, number)
             }
-            let output = try await station
+            let output = await station.finish()
             #expect(output.status == 0, "\(output.stderr)")
             let lines = ConsoleFixture.jsonLines(output.stdout, kind: "station")
             let verdicts = Dictionary(
@@ -97,44 +88,46 @@ struct StationTests {
     @Test func aBeaconTakenAwayHalfWayIsReportedNotRetriedForEver() async throws {
         try await withNewFleet(count: 4, simulatorOptions: ["--latency", "realistic"]) { bench in
             try await Self.clearTheBench(bench)
-            let started = Date()
-            async let station = bench.beaconbench(
-                ["--json", "station", "--profile", "car", "--rssi-min", "-60", "--count", "1"], timeout: 180)
+            // Half-way: the station's first write to beacon 1 (index 0) is
+            // held at the simulator; the beacon is taken away while it waits.
+            try await bench.withControl {
+                try await $0.setFaultPlan(
+                    #"{"rules":[{"id":"half-way","hook":"att.write","target":{"beacon":0},"trigger":{"nth":1},"#
+                        + #""action":{"kind":"stall","until":"released","hold":"half-way"}}]}"#)
+            }
+            let started = ContinuousClock.now
+            let station = try bench.startBeaconbench(
+                ["--json", "station", "--profile", "car", "--rssi-min", "-60", "--count", "1"])
             try await Self.bringIn(bench, 1)
-            // Taken away once the station is connected to it.
-            let connected = try await Self.waitFor(bench, seconds: 30) { $0[Self.address(1)]?.connected == true }
-            #expect(connected)
-            try await Task.sleep(for: .milliseconds(500))
+            try await bench.waitFor(#"{"held": "half-way"}"#)
             try await Self.update(bench, Self.address(1), #"{"inRange": false}"#)
-            let output = try await station
+            try await bench.withControl { _ = try await $0.release("half-way") }
+            // (A stall guard, not a speed bound: `finish` kills it after 300 s.)
+            let output = await station.finish()
+            print("taken away half-way: the station gave up after \(ContinuousClock.now - started)")
             #expect(output.status == 2, "\(output.stderr)")
             let line = try #require(ConsoleFixture.jsonLines(output.stdout, kind: "station").first, "\(output.stdout)")
             #expect(line["verdict"] as? String == "taken-away", "\(line)")
             #expect((line["reason"] as? String ?? "").contains("taken away half-way"), "\(line)")
-            #expect(Date().timeIntervalSince(started) < 90, "the station kept trying for too long")
         }
     }
 
     @Test func ctrlCEndsTheStationWithARecap() async throws {
         try await withNewFleet(count: 4, simulatorOptions: CrashTests.brisk) { bench in
             try await Self.clearTheBench(bench)
-            let output = bench.directory + "/station.out"
-            let errors = bench.directory + "/station.err"
-            let child = try ChildProcess(
-                builtProduct("beaconbench"),
-                ["--bus", bench.busAddress, "--inventory", bench.inventoryPath, "station", "--profile", "car"],
-                standardOutput: output, standardError: errors)
-            defer { child.terminate() }
+            let station = try bench.startBeaconbench(["station", "--profile", "car"])
             try await Self.bringIn(bench, 1)
-            let done = try await Self.waitFor(bench) { $0[Self.address(1)]?.major == 100 }
-            #expect(done)
-            // Its line is out once the beacon holds its state; then Ctrl-C.
-            try await Task.sleep(for: .seconds(1))
-            child.send(SIGINT)
-            let status = await child.waitForExit().status
+            // Ctrl-C once its line for beacon 1 is out (the line comes once
+            // the beacon holds its state).
+            try await station.waitForText("the station's line for beacon 1") {
+                $0.contains(Self.address(1)) && $0.contains("converged")
+            }
+            station.child.send(SIGINT)
+            let finished = await station.finish()
+            let status = finished.waitStatus
             #expect(status >> 8 & 0xff == 130, "wait status \(status)")
-            let lines = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
-            let messages = (try? String(contentsOfFile: errors, encoding: .utf8)) ?? ""
+            let lines = finished.stdout
+            let messages = finished.stderr
             #expect(lines.contains(Self.address(1)) && lines.contains("converged"), "\(lines)")
             #expect(messages.contains("STATION RECAP") && messages.contains("1 done: 1 converged"), "\(messages)")
             let inventory = try Inventory(path: bench.inventoryPath, readOnly: true)
@@ -164,16 +157,14 @@ struct StationTests {
     @Test func theStationRidesOutABluetoothdRestart() async throws {
         try await withNewFleet(count: 5, simulatorOptions: CrashTests.brisk) { bench in
             try await Self.clearTheBench(bench)
-            async let station = bench.beaconbench(
-                ["--json", "station", "--profile", "van", "--count", "3"], timeout: 240)
+            let station = try bench.startBeaconbench(["--json", "station", "--profile", "van", "--count", "3"])
             try await Self.bringIn(bench, 1)
-            let first = try await Self.waitFor(bench) { $0[Self.address(1)]?.major == 200 }
-            #expect(first)
+            try await Self.verdict(station, 1)
+            // `Restart` answers once org.bluez is back (adapters, no devices).
             try await Self.control(bench, "Restart")
-            try await Task.sleep(for: .seconds(1))
             try await Self.bringIn(bench, 2)
             try await Self.bringIn(bench, 3)
-            let output = try await station
+            let output = await station.finish()
             #expect(output.status == 0, "\(output.stderr)")
             let lines = ConsoleFixture.jsonLines(output.stdout, kind: "station")
             #expect(lines.map { $0["verdict"] as? String } == ["converged", "converged", "converged"], "\(lines)")
@@ -185,21 +176,17 @@ struct StationTests {
     @Test func theStationRidesOutAnAdapterUnplugged() async throws {
         try await withNewFleet(count: 5, simulatorOptions: CrashTests.brisk) { bench in
             try await Self.clearTheBench(bench)
-            async let station = bench.beaconbench(
-                ["--json", "station", "--profile", "car", "--count", "2"], timeout: 240)
+            let station = try bench.startBeaconbench(["--json", "station", "--profile", "car", "--count", "2"])
             try await Self.bringIn(bench, 1)
-            let first = try await Self.waitFor(bench) { $0[Self.address(1)]?.major == 100 }
-            #expect(first)
-            try await Task.sleep(for: .milliseconds(500))
-            // hci0 pulled out for 3 s, then put back.
-            let connection = try await BusConnection.connect(.address(bench.busAddress))
-            _ = try await connection.call(
-                SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Unplug",
-                [.uint32(0), .uint32(3000)])
-            await connection.close()
-            try await Task.sleep(for: .seconds(1))
+            try await Self.verdict(station, 1)
+            // hci0 pulled out for 3 s, then put back; beacon 2 comes once
+            // the station says it discovers again (it noticed, and recovered).
+            try await Self.control(bench, "Unplug", [.uint32(0), .uint32(3000)])
+            try await station.waitForText("the station discovering again after the unplug", inStandardError: true) {
+                $0.contains("station: discovering again")
+            }
             try await Self.bringIn(bench, 2)
-            let output = try await station
+            let output = await station.finish()
             #expect(output.status == 0, "\(output.stderr)")
             let lines = ConsoleFixture.jsonLines(output.stdout, kind: "station")
             #expect(lines.map { $0["verdict"] as? String } == ["converged", "converged"], "\(lines)")
@@ -285,12 +272,12 @@ struct StationTests {
 
             // The station converges both to their assignments (no --profile:
             // an unassigned beacon is skipped).
-            async let station = bench.beaconbench(["--json", "station", "--count", "3"], timeout: 240)
+            let station = try bench.startBeaconbench(["--json", "station", "--count", "3"])
             for number in [1, 2, 3] {
                 try await Self.bringIn(bench, number)
-                try await Task.sleep(for: .milliseconds(700))
+                try await Self.verdict(station, number)
             }
-            let output = try await station
+            let output = await station.finish()
             #expect(output.status == 0, "\(output.stderr)")
             let verdicts = Dictionary(
                 ConsoleFixture.jsonLines(output.stdout, kind: "station").map {
@@ -334,99 +321,113 @@ struct StationTests {
 @Suite("the office and two benches", .serialized, .exclusive(.postgreSQL), .timeLimit(.minutes(10)))
 struct OfficeTests {
     @Test func anOfficeAssignsTwoBenchesConvergeAndDriftIsEmpty() async throws {
-        let server = try await LocalPostgres.create()
-        defer { server.remove() }
-        try await server.start()
-        let office = try await ConsoleFixture.start(nil)
-        defer { office.stop() }
-        func officeRun(_ arguments: [String]) async throws -> ToolOutput {
-            try await runTool(
-                builtProduct("beaconbench"), ["--inventory", server.url] + arguments, environment: office.environment)
-        }
-        func sync(_ bench: ConsoleFixture) async throws -> [String: Any] {
-            let sync = try await bench.beaconbench(["--json", "sync", "--to", server.url, "--include-simulated"])
-            #expect(sync.status == 0, "\(sync.stderr)")
-            return try #require(ConsoleFixture.jsonLines(sync.stdout, kind: "sync").first)
-        }
-        let address = StationTests.address
-        // Bench A holds beacons 1–6, bench B beacons 3, 4 and 7–9: beacon 3
-        // passes both benches (two simulators: two copies of it).
-        try await withNewFleet(numbers: [1, 2, 3, 4, 5, 6], simulatorOptions: CrashTests.brisk) { first in
-            try await withNewFleet(numbers: [3, 4, 7, 8, 9], simulatorOptions: CrashTests.brisk) { second in
-                _ = try await sync(first)
-                _ = try await sync(second)
-                // Bench A assigns beacon 2 itself, before the office does.
-                let local = try await first.beaconbench(["assign", "truck", address(2)])
-                #expect(local.status == 0, "\(local.stderr)")
-                try await Task.sleep(for: .milliseconds(20))
-                let assigned = try await officeRun([
-                    "--json", "assign", "van", "major=250", address(1), address(2), address(3), address(7),
-                ])
-                #expect(assigned.status == 0, "\(assigned.stderr)")
-                #expect(ConsoleFixture.jsonLines(assigned.stdout, kind: "assignment").count == 4)
-                // Not converged yet: never read.
-                let before = try await officeRun(["--json", "drift"])
-                #expect(before.status == 2, "\(before.stderr)")
-                let pending = ConsoleFixture.jsonLines(before.stdout, kind: "drift")
-                #expect(Set(pending.compactMap { $0["field"] as? String }) == ["config", "identity"], "\(pending)")
-                #expect(pending.allSatisfy { $0["observed"] is NSNull })
-                // The office's audit shows them too.
-                let audit = try await officeRun(["--json", "audit"])
-                let drifting = ConsoleFixture.jsonLines(audit.stdout, kind: "audit").filter {
-                    ($0["findings"] as? [[String: Any]] ?? []).contains { $0["code"] as? String == "drift" }
+        try await withResource({ try await LocalPostgres.create() }, stop: { await $0.remove() }) { server in
+            try await server.start()
+            try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { office in
+                func officeRun(_ arguments: [String]) async throws -> ToolOutput {
+                    try await runTool(
+                        builtProduct("beaconbench"), ["--inventory", server.url] + arguments,
+                        environment: office.environment)
                 }
-                #expect(drifting.count == 4, "\(audit.stdout)")
+                func sync(_ bench: ConsoleFixture) async throws -> [String: Any] {
+                    let sync = try await bench.beaconbench([
+                        "--json", "sync", "--to", server.url, "--include-simulated",
+                    ])
+                    #expect(sync.status == 0, "\(sync.stderr)")
+                    return try #require(ConsoleFixture.jsonLines(sync.stdout, kind: "sync").first)
+                }
+                let address = StationTests.address
+                // Bench A holds beacons 1–6, bench B beacons 3, 4 and 7–9: beacon 3
+                // passes both benches (two simulators: two copies of it).
+                try await withNewFleet(numbers: [1, 2, 3, 4, 5, 6], simulatorOptions: CrashTests.brisk) { first in
+                    try await withNewFleet(numbers: [3, 4, 7, 8, 9], simulatorOptions: CrashTests.brisk) { second in
+                        _ = try await sync(first)
+                        _ = try await sync(second)
+                        // Bench A assigns beacon 2 itself, before the office does.
+                        let local = try await first.beaconbench(["assign", "truck", address(2)])
+                        #expect(local.status == 0, "\(local.stderr)")
+                        // The office's is later: the clock has passed the local
+                        // assignment's millisecond (the time it records) first.
+                        let localAt = try #require(
+                            try await Inventory(path: first.inventoryPath, readOnly: true).assignments()
+                                .first { $0.address == address(2) }?.assignedAt)
+                        let parser = ISO8601DateFormatter()
+                        parser.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+                        let localDate = try #require(parser.date(from: localAt), "\(localAt)")
+                        try await waitUntil("the clock to pass the local assignment's time \(localAt)") {
+                            Date().timeIntervalSince(localDate) > 0.002
+                        }
+                        let assigned = try await officeRun([
+                            "--json", "assign", "van", "major=250", address(1), address(2), address(3), address(7),
+                        ])
+                        #expect(assigned.status == 0, "\(assigned.stderr)")
+                        #expect(ConsoleFixture.jsonLines(assigned.stdout, kind: "assignment").count == 4)
+                        // Not converged yet: never read.
+                        let before = try await officeRun(["--json", "drift"])
+                        #expect(before.status == 2, "\(before.stderr)")
+                        let pending = ConsoleFixture.jsonLines(before.stdout, kind: "drift")
+                        #expect(
+                            Set(pending.compactMap { $0["field"] as? String }) == ["config", "identity"], "\(pending)")
+                        #expect(pending.allSatisfy { $0["observed"] is NSNull })
+                        // The office's audit shows them too.
+                        let audit = try await officeRun(["--json", "audit"])
+                        let drifting = ConsoleFixture.jsonLines(audit.stdout, kind: "audit").filter {
+                            ($0["findings"] as? [[String: Any]] ?? []).contains { $0["code"] as? String == "drift" }
+                        }
+                        #expect(drifting.count == 4, "\(audit.stdout)")
 
-                // Bench A syncs: its truck for beacon 2 loses to the office's later van, and says so.
-                let pulledA = try await sync(first)
-                #expect(pulledA["assignments_pulled"] as? Int == 4, "\(pulledA)")
-                let conflicts = pulledA["assignment_conflicts"] as? [String] ?? []
-                #expect(conflicts.count == 1 && conflicts[0].contains("truck"), "\(conflicts)")
-                await #expect(try server.count("SELECT count(*) FROM assignment_conflicts") == 1)
-                let pulledB = try await sync(second)
-                #expect(pulledB["assignments_pulled"] as? Int == 4, "\(pulledB)")
+                        // Bench A syncs: its truck for beacon 2 loses to the office's later van, and says so.
+                        let pulledA = try await sync(first)
+                        #expect(pulledA["assignments_pulled"] as? Int == 4, "\(pulledA)")
+                        let conflicts = pulledA["assignment_conflicts"] as? [String] ?? []
+                        #expect(conflicts.count == 1 && conflicts[0].contains("truck"), "\(conflicts)")
+                        await #expect(try server.count("SELECT count(*) FROM assignment_conflicts") == 1)
+                        let pulledB = try await sync(second)
+                        #expect(pulledB["assignments_pulled"] as? Int == 4, "\(pulledB)")
 
-                // Bench A sees beacons 1, 2, 3 first.
-                try await StationTests.clearTheBench(first)
-                async let stationA = first.beaconbench(["--json", "station", "--count", "3"], timeout: 240)
-                for number in [1, 2, 3] { try await StationTests.bringIn(first, number) }
-                let outputA = try await stationA
-                #expect(outputA.status == 0, "\(outputA.stderr)")
-                let pushedA = try await sync(first)
-                #expect(pushedA["assignments_converged"] as? Int == 3, "\(pushedA)")
-                // Then bench B sees 3 (later: A keeps the credit) and 7.
-                try await StationTests.clearTheBench(second)
-                async let stationB = second.beaconbench(["--json", "station", "--count", "2"], timeout: 240)
-                for number in [3, 7] { try await StationTests.bringIn(second, number) }
-                let outputB = try await stationB
-                #expect(outputB.status == 0, "\(outputB.stderr)")
-                let pushedB = try await sync(second)
-                #expect(pushedB["assignments_converged"] as? Int == 1, "\(pushedB)")
+                        // Bench A sees beacons 1, 2, 3 first.
+                        try await StationTests.clearTheBench(first)
+                        async let stationA = first.beaconbench(["--json", "station", "--count", "3"], timeout: 240)
+                        for number in [1, 2, 3] { try await StationTests.bringIn(first, number) }
+                        let outputA = try await stationA
+                        #expect(outputA.status == 0, "\(outputA.stderr)")
+                        let pushedA = try await sync(first)
+                        #expect(pushedA["assignments_converged"] as? Int == 3, "\(pushedA)")
+                        // Then bench B sees 3 (later: A keeps the credit) and 7.
+                        try await StationTests.clearTheBench(second)
+                        async let stationB = second.beaconbench(["--json", "station", "--count", "2"], timeout: 240)
+                        for number in [3, 7] { try await StationTests.bringIn(second, number) }
+                        let outputB = try await stationB
+                        #expect(outputB.status == 0, "\(outputB.stderr)")
+                        let pushedB = try await sync(second)
+                        #expect(pushedB["assignments_converged"] as? Int == 1, "\(pushedB)")
 
-                let benchA = try await Inventory(path: first.inventoryPath, readOnly: true).benchID()
-                let benchB = try await Inventory(path: second.inventoryPath, readOnly: true).benchID()
-                let credited = try await server.rows(
-                    "SELECT address, converged_bench FROM fleet_assignments WHERE converged_at IS NOT NULL ORDER BY address"
-                )
-                #expect(
-                    credited == [
-                        [address(1), benchA], [address(2), benchA], [address(3), benchA], [address(7), benchB],
-                    ],
-                    "\(credited)")
-                // Both benches' beacons hold the van identity and thresholds.
-                for (bench, numbers) in [(first, [1, 2, 3]), (second, [3, 7])] {
-                    let truth = try await bench.truth()
-                    for number in numbers {
-                        #expect(truth[address(number)]?.major == 250, "\(number)")
-                        #expect(truth[address(number)]?.config.cornering == 320, "\(number)")
+                        let benchA = try await Inventory(path: first.inventoryPath, readOnly: true).benchID()
+                        let benchB = try await Inventory(path: second.inventoryPath, readOnly: true).benchID()
+                        let credited = try await server.rows(
+                            "SELECT address, converged_bench FROM fleet_assignments WHERE converged_at IS NOT NULL ORDER BY address"
+                        )
+                        #expect(
+                            credited == [
+                                [address(1), benchA], [address(2), benchA], [address(3), benchA], [address(7), benchB],
+                            ],
+                            "\(credited)")
+                        // Both benches' beacons hold the van identity and thresholds.
+                        for (bench, numbers) in [(first, [1, 2, 3]), (second, [3, 7])] {
+                            let truth = try await bench.truth()
+                            for number in numbers {
+                                #expect(truth[address(number)]?.major == 250, "\(number)")
+                                #expect(truth[address(number)]?.config.cornering == 320, "\(number)")
+                            }
+                        }
+                        let after = try await officeRun(["--json", "drift"])
+                        #expect(after.status == 0, "\(after.stdout)\n\(after.stderr)")
+                        #expect(ConsoleFixture.jsonLines(after.stdout, kind: "drift").isEmpty)
+                        for bench in [first, second] {
+                            let drift = try await bench.beaconbench(["drift"])
+                            #expect(drift.status == 0, "\(drift.stdout)")
+                        }
                     }
-                }
-                let after = try await officeRun(["--json", "drift"])
-                #expect(after.status == 0, "\(after.stdout)\n\(after.stderr)")
-                #expect(ConsoleFixture.jsonLines(after.stdout, kind: "drift").isEmpty)
-                for bench in [first, second] {
-                    let drift = try await bench.beaconbench(["drift"])
-                    #expect(drift.status == 0, "\(drift.stdout)")
                 }
             }
         }
@@ -446,53 +447,60 @@ struct OfficeTests {
     }
 
     @Test func fiftyAssignedOverTwoBenchesLeaveNoDrift() async throws {
-        let server = try await LocalPostgres.create()
-        defer { server.remove() }
-        try await server.start()
-        let office = try await ConsoleFixture.start(nil)
-        defer { office.stop() }
-        let scratch = try scratchDirectory("office50")
-        defer { try? FileManager.default.removeItem(atPath: scratch) }
-        let all = Array(1...50)
-        let fleets = [try Self.goodFleet(Array(1...25), in: scratch), try Self.goodFleet(Array(26...50), in: scratch)]
-        // The shipped batch.
-        let batch = ConsoleFixture.repository + "/batches/converge.batch"
-        try await withResource(
-            { try await ConsoleFixture.start(["--fleet", fleets[0]] + CrashTests.brisk) }, stop: { await $0.stop() }
-        ) { first in
-            try await withResource(
-                { try await ConsoleFixture.start(["--fleet", fleets[1]] + CrashTests.brisk) }, stop: { await $0.stop() }
-            ) { second in
-                for bench in [first, second] {
-                    let sync = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
-                    #expect(sync.status == 0, "\(sync.stderr)")
+        try await withResource({ try await LocalPostgres.create() }, stop: { await $0.remove() }) { server in
+            try await server.start()
+            try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { office in
+                let scratch = try scratchDirectory("office50")
+                defer { try? FileManager.default.removeItem(atPath: scratch) }
+                let all = Array(1...50)
+                let fleets = [
+                    try Self.goodFleet(Array(1...25), in: scratch), try Self.goodFleet(Array(26...50), in: scratch),
+                ]
+                // The shipped batch.
+                let batch = ConsoleFixture.repository + "/batches/converge.batch"
+                try await withResource(
+                    { try await ConsoleFixture.start(["--fleet", fleets[0]] + CrashTests.brisk) },
+                    stop: { await $0.stop() }
+                ) { first in
+                    try await withResource(
+                        { try await ConsoleFixture.start(["--fleet", fleets[1]] + CrashTests.brisk) },
+                        stop: { await $0.stop() }
+                    ) { second in
+                        for bench in [first, second] {
+                            let sync = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
+                            #expect(sync.status == 0, "\(sync.stderr)")
+                        }
+                        // The office: all 50 as vans under a major of their own, minors given out fleet-wide.
+                        let assign = try await runTool(
+                            builtProduct("beaconbench"),
+                            ["--inventory", server.url, "assign", "van", "major=260"] + all.map(StationTests.address),
+                            environment: office.environment)
+                        #expect(assign.status == 0, "\(assign.stderr)")
+                        for bench in [first, second] {
+                            let pull = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
+                            #expect(pull.status == 0 && pull.stderr.contains("pulled 50"), "\(pull.stderr)")
+                            let run = try await bench.beaconbench(
+                                ["run", batch, "--set", "scan=120s", "--set", "expect=\(bench.beacons)"], timeout: 300)
+                            #expect(run.status == 0, "\(run.stderr.suffix(2000))")
+                            let push = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
+                            #expect(
+                                push.status == 0 && push.stderr.contains("converged here first 25"), "\(push.stderr)")
+                        }
+                        let drift = try await runTool(
+                            builtProduct("beaconbench"), ["--inventory", server.url, "--json", "drift"],
+                            environment: office.environment)
+                        #expect(drift.status == 0, "\(drift.stdout.prefix(2000))")
+                        #expect(drift.stderr.contains("0 of 50 assigned devices drift"), "\(drift.stderr)")
+                        await #expect(
+                            try server.count("SELECT count(*) FROM fleet_assignments WHERE converged_at IS NOT NULL")
+                                == 50)
+                        await #expect(
+                            try server.count("SELECT count(DISTINCT converged_bench) FROM fleet_assignments") == 2)
+                        // 50 distinct identities under 260.
+                        await #expect(
+                            try server.count("SELECT count(DISTINCT minor) FROM fleet_devices WHERE major = 260") == 50)
+                    }
                 }
-                // The office: all 50 as vans under a major of their own, minors given out fleet-wide.
-                let assign = try await runTool(
-                    builtProduct("beaconbench"),
-                    ["--inventory", server.url, "assign", "van", "major=260"] + all.map(StationTests.address),
-                    environment: office.environment)
-                #expect(assign.status == 0, "\(assign.stderr)")
-                for bench in [first, second] {
-                    let pull = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
-                    #expect(pull.status == 0 && pull.stderr.contains("pulled 50"), "\(pull.stderr)")
-                    let run = try await bench.beaconbench(
-                        ["run", batch, "--set", "scan=120s", "--set", "expect=\(bench.beacons)"], timeout: 300)
-                    #expect(run.status == 0, "\(run.stderr.suffix(2000))")
-                    let push = try await bench.beaconbench(["sync", "--to", server.url, "--include-simulated"])
-                    #expect(push.status == 0 && push.stderr.contains("converged here first 25"), "\(push.stderr)")
-                }
-                let drift = try await runTool(
-                    builtProduct("beaconbench"), ["--inventory", server.url, "--json", "drift"],
-                    environment: office.environment)
-                #expect(drift.status == 0, "\(drift.stdout.prefix(2000))")
-                #expect(drift.stderr.contains("0 of 50 assigned devices drift"), "\(drift.stderr)")
-                await #expect(
-                    try server.count("SELECT count(*) FROM fleet_assignments WHERE converged_at IS NOT NULL") == 50)
-                await #expect(try server.count("SELECT count(DISTINCT converged_bench) FROM fleet_assignments") == 2)
-                // 50 distinct identities under 260.
-                await #expect(
-                    try server.count("SELECT count(DISTINCT minor) FROM fleet_devices WHERE major = 260") == 50)
             }
         }
     }

@@ -38,7 +38,7 @@ struct Terminal16ScreenTests {
             [
                 "python3", driver, script, "--", builtProduct("beaconbench"), "--bus", bench.busAddress, "--inventory",
                 bench.inventoryPath,
-            ] + arguments, environment: bench.environment, timeout: 120)
+            ] + arguments, environment: bench.environment, timeout: 600)
         return try JSONDecoder().decode(Session.self, from: Data(output.stdout.utf8))
     }
 
@@ -80,7 +80,8 @@ struct Terminal16ScreenTests {
                     String(repeating: "klmnopqrst", count: 4) + " end",
                 ]
             for (number, piece) in zip(3...5, typed) {
-                steps += piece.map { ["send": String($0), "pause": 0.02] }
+                // Typed key by key, each once the line editor has echoed the one before.
+                steps += piece.map { ["send": String($0), "echo": true] }
                 // (On the screen: with colour, `[NEW] ` is a colour of its own.)
                 steps += [
                     ["run": Self.update(bench, number, inRange: true)],
@@ -264,7 +265,7 @@ struct Terminal16ScreenTests {
                     [
                         ["expect": "]> "],
                         ["send": command + "\n"], ["expect": output],
-                        ["eof": true, "timeout": 5],
+                        ["eof": true],
                     ])
                 if !session.ok || session.status != 0 {
                     failures.append(
@@ -297,7 +298,7 @@ struct Terminal16ScreenTests {
                     ["send": "inventory list\n"], ["expect": "C0:FE:00:00:00:04"], ["expect": "]> "],
                     ["send": "audit\n"], ["expect": "AUDIT"], ["expect": "]> "],
                     ["send": "bogus-command\n"], ["expect": "error: "], ["expect": "]> "],
-                    ["send": "half typed"], ["send": "\u{3}"], ["expect": "^C"], ["expect": "]> "],
+                    ["send": "half typed", "echo": true], ["send": "\u{3}"], ["expect": "^C"], ["expect": "]> "],
                     ["eof": true],
                 ])
             #expect(session.ok, "stopped at step \(session.step): \(session.transcript)")
@@ -392,13 +393,13 @@ struct Terminal16ScreenTests {
         try await withNewFleet(count: 3) { bench in
             let screen = [
                 ConsoleFixture.repository + "/Tests/Peers/screen.py", "--cols", "200", "--rows", "60", "--timeout",
-                "100",
+                "300",
                 "--term", term, "--unset", "NO_COLOR", "--",
                 builtProduct("beaconbench"), "--bus", bench.busAddress, "--inventory", bench.inventoryPath, "run",
                 bench.batch("provision-new.batch"),
             ]
             let run = try await runTool(
-                "/usr/bin/env", ["python3"] + screen, environment: bench.environment, timeout: 130)
+                "/usr/bin/env", ["python3"] + screen, environment: bench.environment, timeout: 400)
             let report = try #require(try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any])
             let raw = try #require(report["raw"] as? [String: Int])
             let effects = try #require(report["effects"] as? [String: Int])

@@ -5,16 +5,27 @@ usage: repl_driver.py SCRIPT.json -- BEACONBENCH ARGS...
 
 SCRIPT is a list of steps, or an object {"steps": [...], "term": "xterm",
 "cols": 200, "rows": 50, "env": {"NAME": "value" or null to unset}}:
-  {"send": "text"}                     bytes typed (\t for Tab, \x03 for Ctrl-C)
-  {"expect": "text", "timeout": 10}    wait until the output contains it
+  {"send": "text"}                     bytes typed (\t for Tab, \x03 for Ctrl-C);
+                                       no pause after it: a step that needs the
+                                       program to have taken them waits for
+                                       what it shows (an expect or a screen)
+  {"send": "x", "echo": true}          typed, then wait until the program has
+                                       echoed it (the text appears in what it
+                                       writes after the send)
+  {"expect": "text", "timeout": 120}   wait until the output contains it
                                        (after what earlier expects consumed)
-  {"screen": "REGEX", "timeout": 10}   wait until a row of the emulated screen
+  {"expectAll": ["a", "b"]}            wait until the output contains each, in
+                                       any order (after what earlier expects
+                                       consumed); consumes up to the last
+  {"screen": "REGEX", "timeout": 120}  wait until a row of the emulated screen
                                        matches REGEX whole (re.fullmatch)
   {"snapshot": "name"}                 keep the emulated screen as it is now
   {"resize": [rows, cols]}             resize the window (the pty, so the
                                        program gets SIGWINCH, and the screen)
   {"run": ["busctl", ...]}             run a command (e.g. to change the simulator)
-  {"eof": true}                        Ctrl-D; wait for the process to exit
+  {"eof": true, "timeout": 120}        Ctrl-D; wait for the process to exit
+Every wait has a cap (timeout, default 120 s: a stall guard, not a pace);
+a step that runs out of it stops the script with "ok": false.
 The terminal (TERM, default xterm) is emulated by pyte, fed every byte the
 program writes, at COLS x ROWS (default 200 x 50, also set on the pty);
 pyte is imported only for a script in the object form (a list needs no
@@ -35,6 +46,8 @@ import subprocess
 import sys
 import termios
 import time
+
+CAP = 120.0
 
 
 def main():
@@ -89,14 +102,26 @@ def main():
         report(ok, index, status, transcript, screens, display())
 
     for index, step in enumerate(steps):
+        if "pause" in step:
+            raise SystemExit("repl_driver.py: 'pause' is gone: wait for what the program shows (expect, screen, echo)")
         if "send" in step:
+            sent_at = len(transcript)
             os.write(fd, step["send"].encode())
-            time.sleep(step.get("pause", 0.05))
+            if step.get("echo"):
+                wanted = step["send"].encode()
+                if transcript.find(wanted, sent_at) < 0:
+                    for _ in read_for(step.get("timeout", CAP)):
+                        if transcript.find(wanted, sent_at) >= 0:
+                            break
+                if transcript.find(wanted, sent_at) < 0:
+                    finish(False, index)
+                    os.kill(pid, 9)
+                    return
         elif "expect" in step:
             wanted = step["expect"].encode()
             found = transcript.find(wanted, consumed)
             if found < 0:
-                for _ in read_for(step.get("timeout", 10)):
+                for _ in read_for(step.get("timeout", CAP)):
                     found = transcript.find(wanted, consumed)
                     if found >= 0:
                         break
@@ -105,13 +130,27 @@ def main():
                 os.kill(pid, 9)
                 return
             consumed = found + len(wanted)
+        elif "expectAll" in step:
+            wanted = [text.encode() for text in step["expectAll"]]
+
+            def all_found():
+                return all(transcript.find(text, consumed) >= 0 for text in wanted)
+            if not all_found():
+                for _ in read_for(step.get("timeout", CAP)):
+                    if all_found():
+                        break
+            if not all_found():
+                finish(False, index)
+                os.kill(pid, 9)
+                return
+            consumed = max(transcript.find(text, consumed) + len(text) for text in wanted)
         elif "screen" in step:
             pattern = re.compile(step["screen"])
 
             def shown():
                 return any(pattern.fullmatch(row) for row in display())
             if not shown():
-                for _ in read_for(step.get("timeout", 10)):
+                for _ in read_for(step.get("timeout", CAP)):
                     if shown():
                         break
             if not shown():
@@ -130,9 +169,11 @@ def main():
             subprocess.run(step["run"], check=True, stdout=subprocess.DEVNULL)
         elif "eof" in step:
             os.write(fd, b"\x04")
-            for _ in read_for(step.get("timeout", 10)):
+            for _ in read_for(step.get("timeout", CAP)):
                 pass
-            deadline = time.monotonic() + 10
+            # Its output is closed (or the cap ran out): wait for the exit
+            # (polled every 50 ms, a poll interval, within the same cap).
+            deadline = time.monotonic() + step.get("timeout", CAP)
             while time.monotonic() < deadline:
                 done, code = os.waitpid(pid, os.WNOHANG)
                 if done:

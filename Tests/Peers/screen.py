@@ -326,7 +326,9 @@ def main():
             parser_errors += 1
     os.close(master)
     if status is None:
-        deadline = time.monotonic() + 5
+        # Its terminal closed: it is exiting. Wait for that (polled every
+        # 20 ms) with a cap of a minute, a stall guard, before killing it.
+        deadline = time.monotonic() + 60
         while status is None:
             done, wait_status = os.waitpid(pid, os.WNOHANG)
             if done:
