@@ -162,32 +162,7 @@ func withNewFleet(
         { try await ConsoleFixture.start(["--fleet", fleet] + simulatorOptions) }, stop: { await $0.stop() }, body)
 }
 
-/// Waits until `condition` holds, checking it every `interval` (a poll
-/// interval, not a moment: nothing is decided by it), for at most `cap`;
-/// throws naming `what` it waited for when the cap passes first.
-func waitUntil(
-    _ what: String, cap: Duration = .seconds(300), interval: Duration = .milliseconds(20),
-    _ condition: () async throws -> Bool
-) async throws {
-    let deadline = ContinuousClock.now + cap
-    while true {
-        if try await condition() { return }
-        guard ContinuousClock.now < deadline else { throw TestSupportError("waited \(cap) for \(what)") }
-        try await Task.sleep(for: interval)
-    }
-}
-
 extension SimulatorControl.Client {
-    /// `Beacons() → s`: the ground truth of every beacon.
-    func beacons() async throws -> [SimulatorControl.Report] {
-        try JSONDecoder().decode([SimulatorControl.Report].self, from: Data(try await control("Beacons").utf8))
-    }
-
-    /// `Update(s address, s json)`.
-    func update(_ address: String, _ json: String) async throws {
-        try await control("Update", [.string(address), .string(json)])
-    }
-
     /// Any other control call (`Restart`, `Unplug`, `Shake`, …); its string
     /// answer, if any.
     @discardableResult

@@ -265,7 +265,7 @@ struct EndToEndTests {
             // subscription is not seen (as on a real bench): shake until the
             // watch shows one (every 300 ms: a poll interval).
             try await bench.withControl { control in
-                try await waitUntil("the watch to show a shake", interval: .milliseconds(300)) {
+                try await waitUntil("the watch to show a shake", every: .milliseconds(300)) {
                     try await control.control("Shake", [.string("C0:FE:00:00:00:01"), .byte(5)])
                     return ConsoleFixture.jsonLines(watching.stdout, kind: "watch_event").contains {
                         $0["type"] as? String == "real_time"
