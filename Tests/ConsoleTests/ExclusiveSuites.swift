@@ -14,6 +14,25 @@ import Testing
 enum SharedResource: String, Comparable, Sendable {
     case postgreSQL
     case heavyLoad
+    /// A fault matrix case: 100 beacons and a provisioning run under
+    /// faults. Two at a time: one at a time made the matrix the longest
+    /// chain of tier 2 (265 s of a 282 s tier, idle, 2026-12-03); all ten
+    /// at once would load the machine as much as the rest of the tier.
+    case faultMatrixCase
+
+    /// Runs `body` once a place at this resource is free (for what is not
+    /// a whole suite: a test case of a parameterized test).
+    func withTurn<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        await gate.enter()
+        do {
+            let result = try await body()
+            await gate.leave()
+            return result
+        } catch {
+            await gate.leave()
+            throw error
+        }
+    }
 
     static func < (left: Self, right: Self) -> Bool { left.rawValue < right.rawValue }
 
@@ -21,6 +40,7 @@ enum SharedResource: String, Comparable, Sendable {
         switch self {
         case .postgreSQL: SuiteGate.postgreSQL
         case .heavyLoad: SuiteGate.heavyLoad
+        case .faultMatrixCase: SuiteGate.faultMatrixCase
         }
     }
 }
@@ -30,6 +50,7 @@ enum SharedResource: String, Comparable, Sendable {
 private actor SuiteGate {
     static let postgreSQL = SuiteGate(width: 2)
     static let heavyLoad = SuiteGate(width: 1)
+    static let faultMatrixCase = SuiteGate(width: 2)
 
     let width: Int
     private var inside = 0

@@ -10,7 +10,7 @@ import Testing
 /// simulator's faults, then a rerun: every device ends ok, skipped or failed
 /// with a reason, the inventory never claims what a beacon does not hold,
 /// and the reruns converge.
-@Suite("fault matrix", .serialized, .timeLimit(.minutes(15)))
+@Suite("fault matrix", .timeLimit(.minutes(15)))
 struct FaultMatrixTests {
     static let car = EndToEndTests.car
 
@@ -57,6 +57,12 @@ struct FaultMatrixTests {
     /// provision-new over the fleet, then reruns, checking convergence;
     /// every failure message carries `label`.
     static func provision(_ simulator: [String], label faults: String) async throws {
+        try await SharedResource.faultMatrixCase.withTurn {
+            try await provisionNow(simulator, label: faults)
+        }
+    }
+
+    static func provisionNow(_ simulator: [String], label faults: String) async throws {
         try await withResource({ try await ConsoleFixture.start(simulator) }, stop: { await $0.stop() }) { bench in
             let started = ContinuousClock.now
             var runs: [[String: [String: Any]]] = []
