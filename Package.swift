@@ -107,7 +107,7 @@ let package = Package(
         .testTarget(name: "DBusBindingTests", dependencies: ["DBusBinding", "TestSupport", "CDBus"]),
         .testTarget(name: "SBeaconProtocolTests", dependencies: ["SBeaconProtocol"]),
         .testTarget(name: "InventoryTests", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "TestSupport"]),
-        .testTarget(name: "SafeTextTests", dependencies: ["SafeText"]),
+        .testTarget(name: "SafeTextTests", dependencies: ["SafeText", "TestSupport"]),
         .testTarget(name: "ProfilesTests", dependencies: ["Profiles", "SBeaconProtocol"]),
         .testTarget(
             name: "FleetReportTests",

@@ -380,6 +380,15 @@ func spawn(
         }
         posix_spawn_file_actions_adddup2(&actions, descriptor, 3)
     }
+    // Nothing else of this process goes with it: descriptors opened without
+    // close-on-exec (Foundation's Pipe opens its ends so) would otherwise
+    // live in the child — a long-lived dbus-daemon then held the write end
+    // of another thread's pipe, whose reader waited for an end of file that
+    // came only when the daemon ended (issue 27: a whole test process
+    // stalled with two pool threads blocked on such reads).
+    guard addCloseFrom(&actions, descriptor == nil ? 3 : 4) == 0 else {
+        throw LocalBusError("cannot start \(path): glibc's posix_spawn_file_actions_addclosefrom_np failed")
+    }
     // The calling thread may be a dispatch worker with every signal
     // blocked; the child must start with none blocked and default handlers,
     // or it would never see SIGTERM.
@@ -411,3 +420,14 @@ public struct LocalBusError: Error, CustomStringConvertible {
     public let description: String
     public init(_ description: String) { self.description = description }
 }
+
+/// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later),
+/// which Swift's Glibc module does not declare: found by name.
+private let addCloseFrom: @convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32 = {
+    guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "posix_spawn_file_actions_addclosefrom_np") else {
+        // An older glibc: children inherit what was not opened close-on-exec.
+        return { _, _ in 0 }
+    }
+    return unsafeBitCast(
+        symbol, to: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32).self)
+}()

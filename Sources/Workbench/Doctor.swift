@@ -40,7 +40,11 @@ public enum Doctor {
         bus address: BusAddress, adapter name: String?, timeout: Duration = .seconds(5)
     ) async -> [DoctorCheck] {
         var checks: [DoctorCheck] = []
-        let version = bluetoothdVersion()
+        // Runs a program and waits for it: on a thread of its own, never on
+        // Swift's cooperative pool (as many threads as cores).
+        let version = await withCheckedContinuation { continuation in
+            Thread.detachNewThread { continuation.resume(returning: bluetoothdVersion()) }
+        }
 
         // The bus.
         let bus: BusConnection
@@ -231,8 +235,15 @@ public enum Doctor {
             process.terminate()
             return nil
         }
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        let text = String(decoding: data.prefix(200), as: UTF8.self)
+        // What it wrote is in the pipe by now. Read what is there without
+        // waiting for end of file: another child of this process may hold
+        // the pipe's write end (an inherited descriptor), and then the end
+        // of file would come only when that child ends.
+        let descriptor = output.fileHandleForReading.fileDescriptor
+        _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) | O_NONBLOCK)
+        var buffer = [UInt8](repeating: 0, count: 200)
+        let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
+        let text = String(decoding: buffer.prefix(max(0, count)), as: UTF8.self)
         let line = text.split(whereSeparator: \.isNewline).first.map(String.init)?
             .trimmingCharacters(in: .whitespaces)
         guard process.terminationStatus == 0, let line, !line.isEmpty,

@@ -1,4 +1,5 @@
 import Foundation
+import TestSupport
 import Testing
 
 @testable import SafeText
@@ -104,22 +105,18 @@ import Testing
 
     /// The tables agree with the wcwidth that pyte (the screen tests'
     /// terminal) measures with, code point by code point.
-    @Test func agreesWithWcwidth() throws {
+    @Test func agreesWithWcwidth() async throws {
         let script = """
             import json, sys, wcwidth
             points = [p for p in range(0xA0, 0x40000) if not 0xD800 <= p <= 0xDFFF]
             json.dump([[p, wcwidth.wcwidth(chr(p))] for p in points], sys.stdout)
             """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let data = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        try #require(process.terminationStatus == 0, "python3 with wcwidth (scripts/install-deps)")
-        let pairs = try #require(try JSONSerialization.jsonObject(with: data) as? [[Int]])
+        // On a thread of its own (runTool): a synchronous test runs on one
+        // of Swift's cooperative threads, and blocking it on a pipe starved
+        // every other test of the process on 2 cores.
+        let python = try await runTool("python3", ["-c", script], timeout: 300)
+        try #require(python.status == 0, "python3 with wcwidth (scripts/install-deps): \(python.stderr)")
+        let pairs = try #require(try JSONSerialization.jsonObject(with: Data(python.stdout.utf8)) as? [[Int]])
         #expect(pairs.count > 200_000)
         var differing: [String] = []
         for pair in pairs {
