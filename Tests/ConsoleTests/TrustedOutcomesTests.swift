@@ -93,7 +93,12 @@ struct TrustedOutcomesTests {
                             try await bench.beaconbench(
                                 [
                                     "--json", "run", bench.batch("provision-new.batch"), "--set", "select=all",
-                                    "--set", "scan=120s", "--set", "expect=\(bench.beacons)",
+                                    // 20 s at most: a beacon another process
+                                    // holds connected does not advertise, so
+                                    // a scan may not hear all 30 (soak: a
+                                    // 120 s cap cost 120 s); the truth below
+                                    // is the judge, not this scan's count.
+                                    "--set", "scan=20s", "--set", "expect=\(bench.beacons)",
                                 ], timeout: 400)
                         }
                     }
