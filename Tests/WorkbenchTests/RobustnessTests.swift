@@ -141,16 +141,21 @@ struct RobustnessTests {
                 """#)
     }
 
-    @Test func cancellingAnOperationStillDisconnects() async throws {
+    /// A bench whose beacons calibrate for 600 s, with the marker rule
+    /// `calibrating` on beacon `index`'s calibration command.
+    static func withCalibratingBench(beacon index: Int, _ body: (BenchFixture) async throws -> Void) async throws {
         let fleet = knownFleet()
-        let plan = try Self.calibrationMarker(fleet[0].address)
+        let plan = try calibrationMarker(fleet[index].address)
         try await withBench(
             fleet: fleet,
             configure: {
                 $0.latency.calibration = .seconds(600)
                 $0.faultPlan = plan
-            }
-        ) { bench throws in
+            }, body)
+    }
+
+    @Test func cancellingAnOperationStillDisconnects() async throws {
+        try await Self.withCalibratingBench(beacon: 0) { bench throws in
             let state = bench.fleet[0]
             let task = Task { try await bench.withBeacon(state) { try await $0.calibrate(timeout: .seconds(900)) } }
             // Cancelled while it calibrates: once the command has landed.
@@ -192,15 +197,7 @@ struct RobustnessTests {
     }
 
     @Test func aBluetoothdRestartFailsTheOperationClearlyAndTheNextOneWorks() async throws {
-        let fleet = knownFleet()
-        let plan = try Self.calibrationMarker(fleet[1].address)
-        try await withBench(
-            fleet: fleet,
-            configure: {
-                $0.latency.calibration = .seconds(600)
-                $0.faultPlan = plan
-            }
-        ) { bench throws in
+        try await Self.withCalibratingBench(beacon: 1) { bench throws in
             let state = bench.fleet[1]
             // The calibration never ends (600 s): the operation fails either
             // way, by the restart or by its own 5-s wait for the result.
