@@ -218,24 +218,27 @@ extension BluetoothClient {
             let services = Set(gattObjects(under: device.path, interface: "org.bluez.GattService1").map(\.uuid))
             return policy.requiredServices.first { !services.contains($0) }
         }
-        if wasUp, missing() != nil {
-            // Found connected and resolved from before, but a service is
-            // gone: the link is going down (bluetoothd removes the GATT
-            // objects before it says Connected false). Wait for either.
+        if missing() != nil {
+            // A service gone from a link that was resolved (found up from
+            // before, or resolved a moment ago) is most often the link
+            // going down: bluetoothd removes the GATT objects around
+            // ServicesResolved false and before Connected false, and an
+            // adapter powered off takes every link with it. Wait a moment
+            // for either; a link that went is a disconnection (retried),
+            // never a beacon without the service.
             try? await waitUntil(
                 {
                     guard let current = self.device(address: address, adapter: device.adapter) else { return true }
-                    return !current.connected || missing() == nil
+                    return !current.connected || !current.servicesResolved || missing() == nil
                 }, timeout: .seconds(2), step: "wait for services", device: address)
-            guard self.device(address: address, adapter: device.adapter)?.connected ?? false else {
-                throw BlueZError(.disconnected, device: address, step: "connect")
-            }
+        }
+        guard let current = self.device(address: address, adapter: device.adapter), current.connected,
+            current.servicesResolved
+        else {
+            throw BlueZError(.disconnected, device: address, step: "connect")
         }
         if let uuid = missing() {
             throw BlueZError(.missingAttribute("service \(uuid)"), device: address, step: "connect")
-        }
-        guard self.device(address: address, adapter: device.adapter)?.servicesResolved ?? false else {
-            throw BlueZError(.disconnected, device: address, step: "connect")
         }
         return DeviceSession(client: self, address: address, path: device.path, epoch: linkEpoch(of: device.path))
     }
@@ -286,10 +289,18 @@ public struct DeviceSession: Sendable {
 
     /// Checks that the device shows a service.
     /// - Throws: `BlueZError` `missingAttribute` when it does not.
+    /// A service gone with the link (an adapter powered off, the beacon
+    /// out of range) is a disconnection, retried like any other.
     public func requireService(_ uuid: String) async throws {
+        guard await client.linkIsCurrent(path, epoch: epoch) else {
+            throw BlueZError(.disconnected, device: address, step: "check the services")
+        }
         let services = await client.gattObjects(under: path, interface: "org.bluez.GattService1")
         guard services.contains(where: { $0.uuid == uuid.lowercased() }) else {
-            throw BlueZError(.missingAttribute("service \(uuid)"), device: address, step: "check the services")
+            let linkUp = await client.linkIsCurrent(path, epoch: epoch)
+            throw BlueZError(
+                linkUp ? .missingAttribute("service \(uuid)") : .disconnected, device: address,
+                step: "check the services")
         }
     }
 

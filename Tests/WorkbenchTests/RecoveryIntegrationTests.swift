@@ -103,6 +103,31 @@ struct RecoveryIntegrationTests {
         }
     }
 
+    /// An adapter powered off takes every link on it, and their GATT
+    /// trees: a service check on such a link is a disconnection (retried
+    /// within the run), never "the beacon has no such service" (the fault
+    /// matrix's adapter-off case failed beacons this way).
+    @Test func aServiceGoneWithAPoweredOffAdapterIsADisconnection() async throws {
+        try await withBench(count: 1, seed: 44) { bench throws in
+            let address = bench.fleet[0].address
+            let policy = ConnectPolicy(requiredServices: SBeacon.requiredServices)
+            let session = try await bench.client.connect(address, policy: policy)
+            for uuid in SBeacon.requiredServices { try await session.requireService(uuid) }
+            let adapter = try await bench.client.adapter(named: nil)
+            try await bench.client.setPowered(adapter, false)
+            try await waitUntil("the link to drop with the adapter") {
+                !(await bench.client.device(address: address)?.connected ?? false)
+            }
+            do {
+                try await session.requireService(SBeacon.requiredServices[0])
+                Issue.record("a service check passed on a link that went with its adapter")
+            } catch let error as BlueZError {
+                #expect(error.reason == .disconnected, "\(error)")
+            }
+            try await bench.client.setPowered(adapter, true)
+        }
+    }
+
     @Test func removeDeviceAndAPowerCycleDoWhatTheySay() async throws {
         try await withBench(count: 2, seed: 47) { bench throws in
             let address = bench.fleet[0].address
