@@ -111,7 +111,8 @@ let package = Package(
         .testTarget(name: "ProfilesTests", dependencies: ["Profiles", "SBeaconProtocol"]),
         .testTarget(
             name: "FleetReportTests",
-            dependencies: ["FleetReport", "Inventory", "Profiles", "SBeaconProtocol", "SafeText", "TestSupport"]),
+            dependencies: ["FleetReport", "Inventory", "Profiles", "SBeaconProtocol", "SafeText", "TestSupport"],
+            exclude: ["Golden"]),
         .testTarget(
             name: "ConsoleTests",
             dependencies: [
