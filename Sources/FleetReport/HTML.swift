@@ -44,7 +44,10 @@ public enum HTML {
     /// and `\u003e`. Outside its strings JSON holds none of them, so this
     /// changes only strings, and each to the same value.
     static func scriptSafe(_ json: String) -> String {
-        json.replacingOccurrences(of: "&", with: "\\u0026")
+        guard
+            json.utf8.contains(where: { $0 == UInt8(ascii: "&") || $0 == UInt8(ascii: "<") || $0 == UInt8(ascii: ">") })
+        else { return json }
+        return json.replacingOccurrences(of: "&", with: "\\u0026")
             .replacingOccurrences(of: "<", with: "\\u003c")
             .replacingOccurrences(of: ">", with: "\\u003e")
     }

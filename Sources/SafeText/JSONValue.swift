@@ -20,7 +20,7 @@ public enum JSONValue: Sendable, Equatable {
         case .number(let value): return value.isFinite ? String(value) : "null"
         case .bool(let value): return value ? "true" : "false"
         case .null: return "null"
-        case .array(let values): return "[" + values.map(\.text).joined(separator: ",") + "]"
+        case .array(let values): return "[" + values.map { $0.text }.joined(separator: ",") + "]"
         case .object(let fields):
             return "{"
                 + fields.sorted { $0.key < $1.key }.map { JSONText.string($0.key) + ":" + $0.value.text }

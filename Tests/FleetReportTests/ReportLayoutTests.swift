@@ -100,3 +100,26 @@ extension FleetReportTests {
         }
     }
 }
+
+extension FleetReportTests {
+    /// What a new analysis reads (docs/report.md, "Adding a section"): the
+    /// chosen devices, their findings, and the history cut to them.
+    @Test func theInputIsTheChosenDevicesAndTheirHistory() {
+        let fleet = GoldenFleet(now: Self.now)
+        let all = fleet.report(server: false)
+        #expect(all.input.devices == fleet.devices)
+        #expect(all.input.readings == fleet.history.readings)
+        #expect(all.input.activity == fleet.history.activity && all.input.problems == fleet.history.problems)
+        #expect(all.input.now == Self.now && all.input.profiles == GoldenFleet.profiles)
+        #expect(all.input.findings.count == fleet.devices.count)
+
+        let vans = fleet.report(server: false, filters: [.profile("van")], selectors: "profile=van")
+        let chosen = Set(fleet.devices.filter { $0.profile == "van" }.map(\.address))
+        #expect(!chosen.isEmpty && Set(vans.input.devices.map(\.address)) == chosen)
+        #expect(Set(vans.input.findings.keys) == chosen)
+        #expect(!vans.input.readings.isEmpty && vans.input.readings.allSatisfy { chosen.contains($0.device) })
+        #expect(vans.input.problems.allSatisfy { $0.device.map(chosen.contains) ?? false })
+        #expect(vans.input.activity.allSatisfy { $0.device.map(chosen.contains) ?? false })
+        #expect(vans.rows.map(\.device.address) == vans.input.devices.map(\.address))
+    }
+}

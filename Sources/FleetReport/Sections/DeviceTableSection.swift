@@ -60,18 +60,19 @@ struct DeviceTableSection: ReportSection {
             return .integer(next)
         }
         func text(_ text: String, limit: Int) -> JSONValue { .string(Visible.text(text, limit: limit)) }
+        func number(_ value: Int?) -> JSONValue { value.map { .integer($0) } ?? .null }
         let now = report.generatedAt
         var rows: [String] = []
         rows.reserveCapacity(report.rows.count)
         for row in report.rows {
             let device = row.device
             var cells: [JSONValue] = [
-                text(device.address, limit: 40), index(0, device.profile), .optional(device.major),
-                .optional(device.minor), index(1, device.firmware), .optional(device.battery),
-                .optional(row.crossingDays), .optional(row.calibrationAgeDays), .optional(row.magnitude),
+                text(device.address, limit: 40), index(0, device.profile), number(device.major),
+                number(device.minor), index(1, device.firmware), number(device.battery), number(row.crossingDays),
+                number(row.calibrationAgeDays), number(row.magnitude),
                 index(2, row.findings.isEmpty ? nil : row.findings.joined(separator: " ")), index(3, device.model),
                 device.serial.map { text($0, limit: 80) } ?? .null,
-                .optional(device.lastSeen.flatMap { Auditor.wholeDays(now.timeIntervalSince($0)).map { max(0, $0) } }),
+                number(device.lastSeen.flatMap { Auditor.wholeDays(now.timeIntervalSince($0)).map { max(0, $0) } }),
             ]
             if report.server { cells.append(index(4, device.benches)) }
             rows.append(HTML.scriptSafe(JSONValue.array(cells).text))
