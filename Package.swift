@@ -69,7 +69,11 @@ let package = Package(
             name: "InventorySync", dependencies: ["Inventory", "CPostgres"],
             swiftSettings: [.unsafeFlags(["-Xcc", "-I/usr/include/postgresql"])]),
         // The fleet report: an inventory's numbers as one self-contained HTML page.
-        .target(name: "FleetReport", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "SafeText", "CZlib"]),
+        // Its style sheet and script are Assets/report.css and report.js,
+        // embedded as ReportAssets.swift by scripts/gen-report-assets.
+        .target(
+            name: "FleetReport", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "SafeText", "CZlib"],
+            exclude: ["Assets"]),
         .target(
             name: "Workbench",
             dependencies: ["BlueZClient", "SBeaconProtocol", "Inventory", "Profiles"]
@@ -111,7 +115,8 @@ let package = Package(
         .testTarget(name: "ProfilesTests", dependencies: ["Profiles", "SBeaconProtocol"]),
         .testTarget(
             name: "FleetReportTests",
-            dependencies: ["FleetReport", "Inventory", "Profiles", "SBeaconProtocol", "SafeText", "TestSupport"]),
+            dependencies: ["FleetReport", "Inventory", "Profiles", "SBeaconProtocol", "SafeText", "TestSupport"],
+            exclude: ["Golden"]),
         .testTarget(
             name: "ConsoleTests",
             dependencies: [

@@ -35,10 +35,19 @@ public enum HTML {
     /// and `<`, `>`, `&`, U+2028 and U+2029 written as `\u003c` etc., so
     /// that no `</script>` or `<!--` can end or bend the block.
     public static func json(_ text: String, limit: Int = 200) -> String {
-        // JSONText's literal (U+2028/2029 and other invisibles already as
-        // \u escapes), then the three characters HTML reads inside a script.
-        JSONText.string(Visible.text(text, limit: limit))
-            .replacingOccurrences(of: "&", with: "\\u0026")
+        scriptSafe(JSONValue.string(Visible.text(text, limit: limit)).text)
+    }
+
+    /// JSON written by `JSONValue` (U+2028/2029 and other invisibles
+    /// already as `\u` escapes) made safe inside a script block: the three
+    /// characters HTML reads there, `&`, `<` and `>`, as `\u0026`, `\u003c`
+    /// and `\u003e`. Outside its strings JSON holds none of them, so this
+    /// changes only strings, and each to the same value.
+    static func scriptSafe(_ json: String) -> String {
+        guard
+            json.utf8.contains(where: { $0 == UInt8(ascii: "&") || $0 == UInt8(ascii: "<") || $0 == UInt8(ascii: ">") })
+        else { return json }
+        return json.replacingOccurrences(of: "&", with: "\\u0026")
             .replacingOccurrences(of: "<", with: "\\u003c")
             .replacingOccurrences(of: ">", with: "\\u003e")
     }
