@@ -46,9 +46,9 @@ struct ObjectServer {
 
     /// Exports `interface` at `path` with property `values`; the
     /// InterfacesAdded to send when an object manager is above it.
-    mutating func export(_ interface: BusInterface, at path: ObjectPath, values: [String: BusValue]) throws
-        -> [Signal]
-    {
+    mutating func export(
+        _ interface: BusInterface, at path: ObjectPath, values: [String: BusValue]
+    ) throws -> [Signal] {
         try interface.validate()
         for (name, value) in values {
             guard let property = interface.property(named: name) else {
@@ -213,7 +213,8 @@ struct ObjectServer {
                 answer: .error(
                     BusError(
                         .invalidArgs,
-                        "Invalid arguments for Properties.\(member): expected '\(expected)', got '\(message.signature)'")
+                        "Invalid arguments for Properties.\(member): expected '\(expected)', got '\(message.signature)'"
+                    )
                 ))
         }
         guard let interface = try? InterfaceName(interfaceText), let entry = tree.entry(path, interface) else {

@@ -38,7 +38,8 @@ struct LibDBusSeamTests {
             let prefix = Array("dbus_".utf8)
             var start = 0
             while start + prefix.count <= bytes.count {
-                guard Array(bytes[start..<start + prefix.count]) == prefix, start == 0 || !isIdentifier(bytes[start - 1])
+                guard Array(bytes[start..<start + prefix.count]) == prefix,
+                    start == 0 || !isIdentifier(bytes[start - 1])
                 else {
                     start += 1
                     continue

@@ -1,6 +1,7 @@
-@testable import DBusBinding
 import Synchronization
 import Testing
+
+@testable import DBusBinding
 
 /// The object server as a value, with no socket and no bus: what it answers
 /// each call, and the signals a change causes. ObjectServerTests and

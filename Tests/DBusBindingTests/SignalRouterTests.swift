@@ -1,5 +1,6 @@
-@testable import DBusBinding
 import Testing
+
+@testable import DBusBinding
 
 /// The signal router as a value, with no socket and no bus: which
 /// subscriptions a signal reaches, how a well-known sender is followed, and
@@ -43,7 +44,8 @@ struct SignalRouterTests {
         let ticks = Collector(), onOther = Collector(), argument = Collector()
         router.add(1, .init(rule: MatchRule(interface: "org.example.Echo1", member: "Tick"), sink: ticks.sink))
         router.add(2, .init(rule: MatchRule(path: "/other"), sink: onOther.sink))
-        router.add(3, .init(rule: MatchRule(interface: "org.example.Args", arguments: [0: "wanted"]), sink: argument.sink))
+        router.add(
+            3, .init(rule: MatchRule(interface: "org.example.Args", arguments: [0: "wanted"]), sink: argument.sink))
         #expect(router.isListening)
 
         let messages = [
@@ -116,7 +118,8 @@ struct SignalRouterTests {
         let rule = MatchRule(interface: "org.example.Echo1").description
         #expect(!router.hasUsers(of: rule))
         let added = [
-            router.addUser(of: rule), router.addUser(of: rule), router.addUser(of: MatchRule(member: "Tick").description),
+            router.addUser(of: rule), router.addUser(of: rule),
+            router.addUser(of: MatchRule(member: "Tick").description),
         ]
         #expect(added == [true, false, true], "the first user of each rule adds it on the bus")
         let releasedOne = router.releaseUser(of: rule)
