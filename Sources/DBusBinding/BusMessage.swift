@@ -1,5 +1,3 @@
-import CDBus
-
 /// A message received from the bus, decoded into Swift values.
 ///
 /// libdbus' `DBusMessage` is not thread-safe; it never leaves the
@@ -23,31 +21,6 @@ public struct BusMessage: Sendable {
     public var body: [BusValue]
     public var noReplyExpected: Bool
 
-    /// Reads the header and body of a libdbus message.
-    /// - Throws: `BusError` when the body cannot be decoded (see `MessageCodec`).
-    init(_ message: OpaquePointer) throws {
-        let type = dbus_message_get_type(message)
-        switch type {
-        case LibDBus.MessageType.methodCall: kind = .methodCall
-        case LibDBus.MessageType.methodReturn: kind = .methodReturn
-        case LibDBus.MessageType.error: kind = .error
-        default: kind = .signal
-        }
-        serial = dbus_message_get_serial(message)
-        let reply = dbus_message_get_reply_serial(message)
-        replySerial = reply == 0 ? nil : reply
-        sender = dbus_message_get_sender(message).map { String(cString: $0) }
-        destination = dbus_message_get_destination(message).map { String(cString: $0) }
-        // libdbus validated these header fields on receipt.
-        path = dbus_message_get_path(message).map { ObjectPath(unchecked: String(cString: $0)) }
-        interface = dbus_message_get_interface(message).map { InterfaceName(unchecked: String(cString: $0)) }
-        member = dbus_message_get_member(message).map { MemberName(unchecked: String(cString: $0)) }
-        errorName = dbus_message_get_error_name(message).map { BusErrorName(String(cString: $0)) }
-        signature = dbus_message_get_signature(message).map { String(cString: $0) } ?? ""
-        noReplyExpected = dbus_message_get_no_reply(message) != 0
-        body = try MessageCodec.decodeBody(of: message)
-    }
-
     /// Checks the body's signature and returns the body.
     ///
     /// ```swift
@@ -66,6 +39,35 @@ public struct BusMessage: Sendable {
     /// The error this message carries, when it is an error reply.
     var asError: BusError {
         BusError(errorName ?? .failed, body.first?.string ?? "")
+    }
+}
+
+// Outside the type's body, so that the memberwise initialiser stays: tests
+// build messages with it, without libdbus.
+extension BusMessage {
+    /// Reads the header and body of a libdbus message.
+    /// - Throws: `BusError` when the body cannot be decoded (see `MessageCodec`).
+    init(_ message: OpaquePointer) throws {
+        let type = LibDBus.messageGetType(message)
+        switch type {
+        case LibDBus.MessageType.methodCall: kind = .methodCall
+        case LibDBus.MessageType.methodReturn: kind = .methodReturn
+        case LibDBus.MessageType.error: kind = .error
+        default: kind = .signal
+        }
+        serial = LibDBus.messageGetSerial(message)
+        let reply = LibDBus.messageGetReplySerial(message)
+        replySerial = reply == 0 ? nil : reply
+        sender = LibDBus.messageGetSender(message).map { String(cString: $0) }
+        destination = LibDBus.messageGetDestination(message).map { String(cString: $0) }
+        // libdbus validated these header fields on receipt.
+        path = LibDBus.messageGetPath(message).map { ObjectPath(unchecked: String(cString: $0)) }
+        interface = LibDBus.messageGetInterface(message).map { InterfaceName(unchecked: String(cString: $0)) }
+        member = LibDBus.messageGetMember(message).map { MemberName(unchecked: String(cString: $0)) }
+        errorName = LibDBus.messageGetErrorName(message).map { BusErrorName(String(cString: $0)) }
+        signature = LibDBus.messageGetSignature(message).map { String(cString: $0) } ?? ""
+        noReplyExpected = LibDBus.messageGetNoReply(message)
+        body = try MessageCodec.decodeBody(of: message)
     }
 }
 
@@ -134,12 +136,12 @@ enum OutgoingMessage {
     static func methodCall(_ call: MethodCall, noReply: Bool = false) throws -> OpaquePointer {
         let message = call.destination.withOptionalCString { destination in
             call.interface.withOptionalCString { interface in
-                dbus_message_new_method_call(destination, call.path.rawValue, interface, call.member.rawValue)
+                LibDBus.messageNewMethodCall(destination, call.path.rawValue, interface, call.member.rawValue)
             }
         }
         guard let message else { throw BusError(.noMemory, "Out of memory") }
-        if noReply { dbus_message_set_no_reply(message, 1) }
-        dbus_message_set_auto_start(message, call.autoStart ? 1 : 0)
+        if noReply { LibDBus.messageSetNoReply(message, true) }
+        LibDBus.messageSetAutoStart(message, call.autoStart)
         return try filled(message, with: call.body)
     }
 
@@ -148,14 +150,14 @@ enum OutgoingMessage {
     )
         throws -> OpaquePointer
     {
-        guard let message = dbus_message_new_signal(path.rawValue, interface.rawValue, member.rawValue) else {
+        guard let message = LibDBus.messageNewSignal(path.rawValue, interface.rawValue, member.rawValue) else {
             throw BusError(.noMemory, "Out of memory")
         }
         return try filled(message, with: body)
     }
 
     static func methodReturn(to call: OpaquePointer, body: [BusValue]) throws -> OpaquePointer {
-        guard let message = dbus_message_new_method_return(call) else {
+        guard let message = LibDBus.messageNewMethodReturn(call) else {
             throw BusError(.noMemory, "Out of memory")
         }
         return try filled(message, with: body)
@@ -168,7 +170,7 @@ enum OutgoingMessage {
         let text =
             error.message.utf8.contains(0)
             ? String(error.message.split(separator: "\0").joined()) : error.message
-        return dbus_message_new_error(call, name, text)
+        return LibDBus.messageNewError(call, name, text)
     }
 
     private static func filled(_ message: OpaquePointer, with body: [BusValue]) throws -> OpaquePointer {
@@ -176,7 +178,7 @@ enum OutgoingMessage {
             try MessageCodec.append(body, to: message)
             return message
         } catch {
-            dbus_message_unref(message)
+            LibDBus.messageUnref(message)
             throw error
         }
     }

@@ -1,5 +1,3 @@
-import CDBus
-
 /// Any D-Bus value, nested to any depth.
 ///
 /// Byte arrays (`ay`) have their own case, `bytes`, because BlueZ moves
@@ -269,7 +267,7 @@ extension BusType {
     /// 32 nested arrays, 32 nested structures).
     func checkSignatureOfContainer() throws {
         let signature = self.signature
-        guard LibDBus.validate(signature, with: dbus_signature_validate_single) else {
+        guard LibDBus.signatureValidateSingle(signature) else {
             throw BusError.invalidSignature(
                 "Type '\(signature.prefix(80))' is beyond D-Bus' limits (length 255, 32 nested arrays or structures)"
             )

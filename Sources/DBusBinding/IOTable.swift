@@ -1,5 +1,3 @@
-import CDBus
-
 /// libdbus' watches and timeouts for one connection, kept for the event
 /// loop's `poll`. Touched only on the connection's thread: libdbus calls the
 /// functions below from inside calls the loop makes.
@@ -11,43 +9,43 @@ final class IOTable {
         Unmanaged<IOTable>.fromOpaque(data!).takeUnretainedValue()
     }
 
-    /// Registers the table with libdbus (`dbus_connection_set_watch_functions`,
-    /// `dbus_connection_set_timeout_functions`). The table must outlive the
+    /// Registers the table with libdbus (`LibDBus.connectionSetWatchFunctions`,
+    /// `connectionSetTimeoutFunctions`). The table must outlive the
     /// connection.
     func install(on connection: OpaquePointer) -> Bool {
         let data = Unmanaged.passUnretained(self).toOpaque()
-        let watchesSet = dbus_connection_set_watch_functions(
+        let watchesSet = LibDBus.connectionSetWatchFunctions(
             connection,
-            { watch, data in
+            add: { watch, data in
                 IOTable.from(data).watches.append(watch!)
                 return 1
             },
-            { watch, data in
+            remove: { watch, data in
                 IOTable.from(data).watches.removeAll { $0 == watch }
             },
-            { _, _ in
+            toggled: { _, _ in
                 // Enabled flags are read afresh before every poll.
             },
-            data, nil)
-        let timeoutsSet = dbus_connection_set_timeout_functions(
+            data: data)
+        let timeoutsSet = LibDBus.connectionSetTimeoutFunctions(
             connection,
-            { timeout, data in
+            add: { timeout, data in
                 IOTable.from(data).timeouts.append((timeout!, IOTable.deadline(of: timeout!)))
                 return 1
             },
-            { timeout, data in
+            remove: { timeout, data in
                 IOTable.from(data).timeouts.removeAll { $0.timeout == timeout }
             },
-            { timeout, data in
+            toggled: { timeout, data in
                 IOTable.from(data).rearm(timeout!)
             },
-            data, nil)
-        return watchesSet != 0 && timeoutsSet != 0
+            data: data)
+        return watchesSet && timeoutsSet
     }
 
     private static func deadline(of timeout: OpaquePointer) -> UInt64? {
-        guard dbus_timeout_get_enabled(timeout) != 0 else { return nil }
-        return monotonicNanoseconds() + UInt64(max(0, dbus_timeout_get_interval(timeout))) * 1_000_000
+        guard LibDBus.timeoutGetEnabled(timeout) else { return nil }
+        return monotonicNanoseconds() + UInt64(max(0, LibDBus.timeoutGetInterval(timeout))) * 1_000_000
     }
 
     private func rearm(_ timeout: OpaquePointer) {
@@ -64,7 +62,7 @@ final class IOTable {
         let due = timeouts.filter { ($0.deadline ?? .max) <= now }.map(\.timeout)
         for timeout in due where timeouts.contains(where: { $0.timeout == timeout }) {
             rearm(timeout)
-            dbus_timeout_handle(timeout)
+            LibDBus.timeoutHandle(timeout)
         }
     }
 

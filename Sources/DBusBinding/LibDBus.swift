@@ -1,11 +1,22 @@
 import CDBus
 
-/// libdbus-1's macros that Swift cannot import, defined once.
+/// The seam: every call into libdbus-1, and the macros Swift cannot import,
+/// in one file (as swift-system's `Syscalls.swift` holds every system call).
 ///
-/// `DBUS_TYPE_STRING` and friends are written `((int) 's')` in
-/// `dbus-protocol.h`; the importer skips macros with casts, so the codes live
-/// here and nowhere else.
+/// The rest of the binding sees Swift types, `OpaquePointer`s for libdbus'
+/// objects (`DBusConnection`, `DBusMessage`, `DBusWatch`, `DBusTimeout`) and
+/// `LibDBus.MessageIter`; no `dbus_` identifier appears outside this file
+/// (`LibDBusSeamTests` checks it). Each function is one libdbus call, named
+/// after it (`dbus_message_get_type` is `messageGetType`), with C's
+/// `dbus_bool_t` turned into `Bool`; the few that need a `DBusError` or free
+/// what libdbus allocated do that here too, and nothing more. They are small
+/// internal functions, inlined where they are called in a release build
+/// (whole-module optimisation): the seam costs no call and no copy on the
+/// hot path (decoding a signal's body).
 enum LibDBus {
+    /// `DBUS_TYPE_STRING` and friends are written `((int) 's')` in
+    /// `dbus-protocol.h`; the importer skips macros with casts, so the codes
+    /// live here and nowhere else.
     enum TypeCode {
         static let invalid: Int32 = 0
         static let byte = Int32(UInt8(ascii: "y"))
@@ -48,10 +59,59 @@ enum LibDBus {
     /// Longest signature (`DBUS_MAXIMUM_SIGNATURE_LENGTH`).
     static let maximumSignatureLength = 255
 
+    /// libdbus' boolean (`dbus_bool_t`), as a message body holds it.
+    typealias Boolean = dbus_bool_t
+    /// A reading or writing position in a message body (`DBusMessageIter`),
+    /// kept on the caller's stack.
+    typealias MessageIter = DBusMessageIter
+    /// libdbus' callbacks for the connection's watches and timeouts.
+    typealias AddWatchFunction = DBusAddWatchFunction
+    typealias RemoveWatchFunction = DBusRemoveWatchFunction
+    typealias WatchToggledFunction = DBusWatchToggledFunction
+    typealias AddTimeoutFunction = DBusAddTimeoutFunction
+    typealias RemoveTimeoutFunction = DBusRemoveTimeoutFunction
+    typealias TimeoutToggledFunction = DBusTimeoutToggledFunction
+
+    // MARK: Process
+
+    /// Calls `dbus_threads_init_default()` exactly once per process.
+    static let threadsInitialised: Bool = {
+        dbus_threads_init_default() != 0
+    }()
+
+    /// This machine's id (`dbus_try_get_local_machine_id`), nil when it has none.
+    static func tryGetLocalMachineID() -> String? {
+        var error = DBusError()
+        dbus_error_init(&error)
+        defer { dbus_error_free(&error) }
+        guard let id = dbus_try_get_local_machine_id(&error) else { return nil }
+        defer { dbus_free(id) }
+        return String(cString: id)
+    }
+
+    // MARK: Names
+
+    /// `dbus_validate_path`, after refusing NUL bytes.
+    static func validatePath(_ string: String) -> Bool { validate(string, with: dbus_validate_path) }
+    /// `dbus_validate_interface`, after refusing NUL bytes.
+    static func validateInterface(_ string: String) -> Bool { validate(string, with: dbus_validate_interface) }
+    /// `dbus_validate_member`, after refusing NUL bytes.
+    static func validateMember(_ string: String) -> Bool { validate(string, with: dbus_validate_member) }
+    /// `dbus_validate_bus_name`, after refusing NUL bytes.
+    static func validateBusName(_ string: String) -> Bool { validate(string, with: dbus_validate_bus_name) }
+    /// `dbus_validate_error_name`, after refusing NUL bytes.
+    static func validateErrorName(_ string: String) -> Bool { validate(string, with: dbus_validate_error_name) }
+    /// `dbus_signature_validate`, after refusing NUL bytes.
+    static func signatureValidate(_ string: String) -> Bool { validate(string, with: dbus_signature_validate) }
+    /// `dbus_signature_validate_single`, after refusing NUL bytes.
+    static func signatureValidateSingle(_ string: String) -> Bool {
+        validate(string, with: dbus_signature_validate_single)
+    }
+
     /// Runs one of libdbus' `dbus_validate_*` / `dbus_signature_validate`
     /// functions on `string`, refusing first what libdbus would misread
     /// (interior NUL bytes).
-    static func validate(
+    private static func validate(
         _ string: String,
         with check: (UnsafePointer<CChar>, UnsafeMutablePointer<DBusError>?) -> dbus_bool_t
     ) -> Bool {
@@ -59,8 +119,242 @@ enum LibDBus {
         return string.withCString { check($0, nil) } != 0
     }
 
-    /// Calls `dbus_threads_init_default()` exactly once per process.
-    static let threadsInitialised: Bool = {
-        dbus_threads_init_default() != 0
-    }()
+    // MARK: Connections
+
+    /// `dbus_connection_open_private`.
+    /// - Throws: the error libdbus filled in, or `Failed` with `otherwise`.
+    static func connectionOpenPrivate(_ address: String, otherwise: String) throws(BusError) -> OpaquePointer {
+        var error = DBusError()
+        dbus_error_init(&error)
+        defer { dbus_error_free(&error) }
+        guard let opened = dbus_connection_open_private(address, &error) else {
+            throw BusError(libdbus: error, otherwise: otherwise)
+        }
+        return opened
+    }
+
+    /// `dbus_bus_register` (Hello).
+    /// - Throws: the error libdbus filled in, or `Failed` with `otherwise`.
+    static func busRegister(_ connection: OpaquePointer, otherwise: String) throws(BusError) {
+        var error = DBusError()
+        dbus_error_init(&error)
+        defer { dbus_error_free(&error) }
+        guard dbus_bus_register(connection, &error) != 0 else { throw BusError(libdbus: error, otherwise: otherwise) }
+    }
+
+    static func busGetUniqueName(_ connection: OpaquePointer) -> String? {
+        dbus_bus_get_unique_name(connection).map { String(cString: $0) }
+    }
+
+    static func connectionSetExitOnDisconnect(_ connection: OpaquePointer, _ exit: Bool) {
+        dbus_connection_set_exit_on_disconnect(connection, exit ? 1 : 0)
+    }
+
+    static func connectionClose(_ connection: OpaquePointer) { dbus_connection_close(connection) }
+    static func connectionUnref(_ connection: OpaquePointer) { dbus_connection_unref(connection) }
+
+    static func connectionGetIsConnected(_ connection: OpaquePointer) -> Bool {
+        dbus_connection_get_is_connected(connection) != 0
+    }
+
+    /// The next complete message read (a reference the caller releases), or nil.
+    static func connectionPopMessage(_ connection: OpaquePointer) -> OpaquePointer? {
+        dbus_connection_pop_message(connection)
+    }
+
+    /// Queues `message`; its serial, or nil when libdbus is out of memory.
+    static func connectionSend(_ connection: OpaquePointer, _ message: OpaquePointer) -> UInt32? {
+        var serial: UInt32 = 0
+        guard dbus_connection_send(connection, message, &serial) != 0 else { return nil }
+        return serial
+    }
+
+    static func connectionHasMessagesToSend(_ connection: OpaquePointer) -> Bool {
+        dbus_connection_has_messages_to_send(connection) != 0
+    }
+
+    static func connectionSetWatchFunctions(
+        _ connection: OpaquePointer, add: AddWatchFunction, remove: RemoveWatchFunction,
+        toggled: WatchToggledFunction, data: UnsafeMutableRawPointer
+    ) -> Bool {
+        dbus_connection_set_watch_functions(connection, add, remove, toggled, data, nil) != 0
+    }
+
+    static func connectionSetTimeoutFunctions(
+        _ connection: OpaquePointer, add: AddTimeoutFunction, remove: RemoveTimeoutFunction,
+        toggled: TimeoutToggledFunction, data: UnsafeMutableRawPointer
+    ) -> Bool {
+        dbus_connection_set_timeout_functions(connection, add, remove, toggled, data, nil) != 0
+    }
+
+    // MARK: Watches and timeouts
+
+    static func watchGetEnabled(_ watch: OpaquePointer) -> Bool { dbus_watch_get_enabled(watch) != 0 }
+    static func watchGetFlags(_ watch: OpaquePointer) -> UInt32 { dbus_watch_get_flags(watch) }
+    static func watchGetUnixFD(_ watch: OpaquePointer) -> Int32 { dbus_watch_get_unix_fd(watch) }
+    static func watchHandle(_ watch: OpaquePointer, _ flags: UInt32) { _ = dbus_watch_handle(watch, flags) }
+
+    static func timeoutGetEnabled(_ timeout: OpaquePointer) -> Bool { dbus_timeout_get_enabled(timeout) != 0 }
+    /// Milliseconds.
+    static func timeoutGetInterval(_ timeout: OpaquePointer) -> Int32 { dbus_timeout_get_interval(timeout) }
+    static func timeoutHandle(_ timeout: OpaquePointer) { _ = dbus_timeout_handle(timeout) }
+
+    // MARK: Messages
+
+    static func messageRef(_ message: OpaquePointer) { _ = dbus_message_ref(message) }
+    static func messageUnref(_ message: OpaquePointer) { dbus_message_unref(message) }
+
+    static func messageGetType(_ message: OpaquePointer) -> Int32 { dbus_message_get_type(message) }
+    static func messageGetSerial(_ message: OpaquePointer) -> UInt32 { dbus_message_get_serial(message) }
+    static func messageGetReplySerial(_ message: OpaquePointer) -> UInt32 {
+        dbus_message_get_reply_serial(message)
+    }
+    static func messageGetNoReply(_ message: OpaquePointer) -> Bool { dbus_message_get_no_reply(message) != 0 }
+    static func messageIsSignal(_ message: OpaquePointer, _ interface: String, _ member: String) -> Bool {
+        dbus_message_is_signal(message, interface, member) != 0
+    }
+
+    // Header fields, valid while the message is: the caller copies them.
+    static func messageGetSender(_ message: OpaquePointer) -> UnsafePointer<CChar>? {
+        dbus_message_get_sender(message)
+    }
+    static func messageGetDestination(_ message: OpaquePointer) -> UnsafePointer<CChar>? {
+        dbus_message_get_destination(message)
+    }
+    static func messageGetPath(_ message: OpaquePointer) -> UnsafePointer<CChar>? { dbus_message_get_path(message) }
+    static func messageGetInterface(_ message: OpaquePointer) -> UnsafePointer<CChar>? {
+        dbus_message_get_interface(message)
+    }
+    static func messageGetMember(_ message: OpaquePointer) -> UnsafePointer<CChar>? {
+        dbus_message_get_member(message)
+    }
+    static func messageGetErrorName(_ message: OpaquePointer) -> UnsafePointer<CChar>? {
+        dbus_message_get_error_name(message)
+    }
+    static func messageGetSignature(_ message: OpaquePointer) -> UnsafePointer<CChar>? {
+        dbus_message_get_signature(message)
+    }
+
+    static func messageNewMethodCall(
+        _ destination: UnsafePointer<CChar>?, _ path: String, _ interface: UnsafePointer<CChar>?, _ member: String
+    ) -> OpaquePointer? {
+        dbus_message_new_method_call(destination, path, interface, member)
+    }
+    static func messageNewSignal(_ path: String, _ interface: String, _ member: String) -> OpaquePointer? {
+        dbus_message_new_signal(path, interface, member)
+    }
+    static func messageNewMethodReturn(_ call: OpaquePointer) -> OpaquePointer? {
+        dbus_message_new_method_return(call)
+    }
+    static func messageNewError(_ call: OpaquePointer, _ name: String, _ text: String) -> OpaquePointer? {
+        dbus_message_new_error(call, name, text)
+    }
+    static func messageSetNoReply(_ message: OpaquePointer, _ noReply: Bool) {
+        dbus_message_set_no_reply(message, noReply ? 1 : 0)
+    }
+    static func messageSetAutoStart(_ message: OpaquePointer, _ autoStart: Bool) {
+        dbus_message_set_auto_start(message, autoStart ? 1 : 0)
+    }
+
+    /// `dbus_message_demarshal`: a message from its wire form, or nil when
+    /// libdbus rejects the bytes.
+    static func messageDemarshal(_ bytes: [UInt8]) -> OpaquePointer? {
+        var error = DBusError()
+        dbus_error_init(&error)
+        defer { dbus_error_free(&error) }
+        return bytes.withUnsafeBufferPointer { buffer in
+            buffer.baseAddress.map { base in
+                base.withMemoryRebound(to: CChar.self, capacity: buffer.count) {
+                    dbus_message_demarshal($0, Int32(clamping: buffer.count), &error)
+                }
+            } ?? nil
+        }
+    }
+
+    /// `dbus_message_marshal`: the message's wire form, or nil when out of memory.
+    static func messageMarshal(_ message: OpaquePointer) -> [UInt8]? {
+        var buffer: UnsafeMutablePointer<CChar>?
+        var length: Int32 = 0
+        guard dbus_message_marshal(message, &buffer, &length) != 0, let buffer else { return nil }
+        defer { dbus_free(buffer) }
+        return buffer.withMemoryRebound(to: UInt8.self, capacity: Int(length)) {
+            Array(UnsafeBufferPointer(start: $0, count: Int(length)))
+        }
+    }
+
+    // MARK: Message bodies (the codec's hot path)
+
+    @inline(__always)
+    static func messageIterInitAppend(_ message: OpaquePointer, _ iter: inout MessageIter) {
+        dbus_message_iter_init_append(message, &iter)
+    }
+    @inline(__always)
+    static func messageIterAppendBasic(_ iter: inout MessageIter, _ code: Int32, _ value: UnsafeRawPointer) -> Bool {
+        dbus_message_iter_append_basic(&iter, code, value) != 0
+    }
+    @inline(__always)
+    static func messageIterAppendFixedArray(
+        _ iter: inout MessageIter, _ code: Int32, _ elements: UnsafeRawPointer, _ count: Int32
+    ) -> Bool {
+        dbus_message_iter_append_fixed_array(&iter, code, elements, count) != 0
+    }
+    @inline(__always)
+    static func messageIterOpenContainer(
+        _ iter: inout MessageIter, _ code: Int32, _ contained: UnsafePointer<CChar>?, _ sub: inout MessageIter
+    ) -> Bool {
+        dbus_message_iter_open_container(&iter, code, contained, &sub) != 0
+    }
+    @inline(__always)
+    static func messageIterCloseContainer(_ iter: inout MessageIter, _ sub: inout MessageIter) -> Bool {
+        dbus_message_iter_close_container(&iter, &sub) != 0
+    }
+    @inline(__always)
+    static func messageIterAbandonContainer(_ iter: inout MessageIter, _ sub: inout MessageIter) {
+        dbus_message_iter_abandon_container(&iter, &sub)
+    }
+
+    @inline(__always)
+    static func messageIterInit(_ message: OpaquePointer, _ iter: inout MessageIter) -> Bool {
+        dbus_message_iter_init(message, &iter) != 0
+    }
+    @inline(__always)
+    static func messageIterNext(_ iter: inout MessageIter) -> Bool { dbus_message_iter_next(&iter) != 0 }
+    @inline(__always)
+    static func messageIterGetArgType(_ iter: inout MessageIter) -> Int32 { dbus_message_iter_get_arg_type(&iter) }
+    @inline(__always)
+    static func messageIterGetBasic(_ iter: inout MessageIter, _ value: UnsafeMutableRawPointer) {
+        dbus_message_iter_get_basic(&iter, value)
+    }
+    @inline(__always)
+    static func messageIterRecurse(_ iter: inout MessageIter, _ sub: inout MessageIter) {
+        dbus_message_iter_recurse(&iter, &sub)
+    }
+    @inline(__always)
+    static func messageIterGetFixedArray(
+        _ iter: inout MessageIter, _ elements: UnsafeMutableRawPointer, _ count: inout Int32
+    ) {
+        dbus_message_iter_get_fixed_array(&iter, elements, &count)
+    }
+    /// The signature under `iter` (libdbus' copy freed), nil when out of memory.
+    @inline(__always)
+    static func messageIterGetSignature(_ iter: inout MessageIter) -> String? {
+        guard let signature = dbus_message_iter_get_signature(&iter) else { return nil }
+        defer { dbus_free(signature) }
+        return String(cString: signature)
+    }
+}
+
+extension BusError {
+    /// The error libdbus filled in, or `otherwise` when it filled in none.
+    init(libdbus error: DBusError, otherwise: String) {
+        if dbus_error_is_set_shim(error), let name = error.name {
+            self.init(BusErrorName(String(cString: name)), error.message.map { String(cString: $0) } ?? otherwise)
+        } else {
+            self.init(.failed, otherwise)
+        }
+    }
+}
+
+private func dbus_error_is_set_shim(_ error: DBusError) -> Bool {
+    error.name != nil
 }

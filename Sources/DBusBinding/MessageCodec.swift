@@ -1,4 +1,3 @@
-import CDBus
 import Glibc
 
 // The only place that reads and writes message bodies: BusValue to and from
@@ -15,12 +14,12 @@ enum MessageCodec {
         guard !values.isEmpty else { return }
         for value in values { try value.checkEncodable() }
         let signature = values.map(\.type.signature).joined()
-        guard LibDBus.validate(signature, with: dbus_signature_validate) else {
+        guard LibDBus.signatureValidate(signature) else {
             throw BusError.invalidSignature(
                 "The body's signature '\(signature.prefix(80))' is beyond D-Bus' limits")
         }
-        var iter = DBusMessageIter()
-        dbus_message_iter_init_append(message, &iter)
+        var iter = LibDBus.MessageIter()
+        LibDBus.messageIterInitAppend(message, &iter)
         for value in values {
             guard append(value, to: &iter) else {
                 throw BusError(.noMemory, "Out of memory while encoding a message")
@@ -28,41 +27,41 @@ enum MessageCodec {
         }
     }
 
-    private static func appendBasic<T>(_ value: T, _ code: Int32, _ iter: inout DBusMessageIter) -> Bool {
-        withUnsafePointer(to: value) { dbus_message_iter_append_basic(&iter, code, $0) != 0 }
+    private static func appendBasic<T>(_ value: T, _ code: Int32, _ iter: inout LibDBus.MessageIter) -> Bool {
+        withUnsafePointer(to: value) { LibDBus.messageIterAppendBasic(&iter, code, $0) }
     }
 
-    private static func appendString(_ string: String, _ code: Int32, _ iter: inout DBusMessageIter) -> Bool {
+    private static func appendString(_ string: String, _ code: Int32, _ iter: inout LibDBus.MessageIter) -> Bool {
         string.withCString { chars in
             let pointer: UnsafePointer<CChar>? = chars
-            return withUnsafePointer(to: pointer) { dbus_message_iter_append_basic(&iter, code, $0) != 0 }
+            return withUnsafePointer(to: pointer) { LibDBus.messageIterAppendBasic(&iter, code, $0) }
         }
     }
 
     private static func container(
-        _ code: Int32, _ contained: String?, _ iter: inout DBusMessageIter,
-        _ body: (inout DBusMessageIter) -> Bool
+        _ code: Int32, _ contained: String?, _ iter: inout LibDBus.MessageIter,
+        _ body: (inout LibDBus.MessageIter) -> Bool
     ) -> Bool {
-        var sub = DBusMessageIter()
+        var sub = LibDBus.MessageIter()
         let opened: Bool
         if let contained {
-            opened = contained.withCString { dbus_message_iter_open_container(&iter, code, $0, &sub) != 0 }
+            opened = contained.withCString { LibDBus.messageIterOpenContainer(&iter, code, $0, &sub) }
         } else {
-            opened = dbus_message_iter_open_container(&iter, code, nil, &sub) != 0
+            opened = LibDBus.messageIterOpenContainer(&iter, code, nil, &sub)
         }
         guard opened else { return false }
         guard body(&sub) else {
-            dbus_message_iter_abandon_container(&iter, &sub)
+            LibDBus.messageIterAbandonContainer(&iter, &sub)
             return false
         }
-        return dbus_message_iter_close_container(&iter, &sub) != 0
+        return LibDBus.messageIterCloseContainer(&iter, &sub)
     }
 
-    private static func append(_ value: BusValue, to iter: inout DBusMessageIter) -> Bool {
+    private static func append(_ value: BusValue, to iter: inout LibDBus.MessageIter) -> Bool {
         typealias Code = LibDBus.TypeCode
         switch value {
         case .byte(let v): return appendBasic(v, Code.byte, &iter)
-        case .boolean(let v): return appendBasic(dbus_bool_t(v ? 1 : 0), Code.boolean, &iter)
+        case .boolean(let v): return appendBasic(LibDBus.Boolean(v ? 1 : 0), Code.boolean, &iter)
         case .int16(let v): return appendBasic(v, Code.int16, &iter)
         case .uint16(let v): return appendBasic(v, Code.uint16, &iter)
         case .int32(let v): return appendBasic(v, Code.int32, &iter)
@@ -80,7 +79,7 @@ enum MessageCodec {
                     // and a non-NULL one even for zero elements.
                     let base = UnsafeRawPointer(buffer.baseAddress) ?? UnsafeRawPointer(bitPattern: 1)!
                     return withUnsafePointer(to: base) {
-                        dbus_message_iter_append_fixed_array(&sub, Code.byte, $0, Int32(buffer.count)) != 0
+                        LibDBus.messageIterAppendFixedArray(&sub, Code.byte, $0, Int32(buffer.count))
                     }
                 }
             }
@@ -116,36 +115,36 @@ enum MessageCodec {
     /// binding does not carry (`h`), is a typed error.
     /// - Throws: `BusError` named `InvalidSignature` or `NotSupported`.
     static func decodeBody(of message: OpaquePointer) throws -> [BusValue] {
-        guard let cSignature = dbus_message_get_signature(message) else { return [] }
+        guard let cSignature = LibDBus.messageGetSignature(message) else { return [] }
         let signature = String(cString: cSignature)
         if signature.isEmpty { return [] }
         let types = try BusType.parse(signature)
-        var iter = DBusMessageIter()
-        guard dbus_message_iter_init(message, &iter) != 0 else { return [] }
+        var iter = LibDBus.MessageIter()
+        guard LibDBus.messageIterInit(message, &iter) else { return [] }
         var values: [BusValue] = []
         values.reserveCapacity(types.count)
         for (index, type) in types.enumerated() {
-            if index > 0 { dbus_message_iter_next(&iter) }
+            if index > 0 { _ = LibDBus.messageIterNext(&iter) }
             values.append(try decode(type, from: &iter, depth: 0))
         }
         return values
     }
 
-    private static func readBasic<T>(_ iter: inout DBusMessageIter, _ zero: T) -> T {
+    private static func readBasic<T>(_ iter: inout LibDBus.MessageIter, _ zero: T) -> T {
         var value = zero
-        withUnsafeMutablePointer(to: &value) { dbus_message_iter_get_basic(&iter, $0) }
+        withUnsafeMutablePointer(to: &value) { LibDBus.messageIterGetBasic(&iter, $0) }
         return value
     }
 
-    private static func readString(_ iter: inout DBusMessageIter) throws -> String {
+    private static func readString(_ iter: inout LibDBus.MessageIter) throws -> String {
         var pointer: UnsafePointer<CChar>? = nil
-        withUnsafeMutablePointer(to: &pointer) { dbus_message_iter_get_basic(&iter, $0) }
+        withUnsafeMutablePointer(to: &pointer) { LibDBus.messageIterGetBasic(&iter, $0) }
         guard let pointer else { throw BusError.invalidSignature("A string value is missing") }
         return String(decoding: UnsafeRawBufferPointer(start: pointer, count: strlen(pointer)), as: UTF8.self)
     }
 
-    private static func decode(_ type: BusType, from iter: inout DBusMessageIter, depth: Int) throws -> BusValue {
-        let actual = dbus_message_iter_get_arg_type(&iter)
+    private static func decode(_ type: BusType, from iter: inout LibDBus.MessageIter, depth: Int) throws -> BusValue {
+        let actual = LibDBus.messageIterGetArgType(&iter)
         guard actual == type.typeCode else {
             throw BusError.invalidSignature(
                 "Expected a value of type '\(type.signature)', found type code \(actual)")
@@ -155,7 +154,7 @@ enum MessageCodec {
         }
         switch type {
         case .byte: return .byte(readBasic(&iter, UInt8(0)))
-        case .boolean: return .boolean(readBasic(&iter, dbus_bool_t(0)) != 0)
+        case .boolean: return .boolean(readBasic(&iter, LibDBus.Boolean(0)) != 0)
         case .int16: return .int16(readBasic(&iter, Int16(0)))
         case .uint16: return .uint16(readBasic(&iter, UInt16(0)))
         case .int32: return .int32(readBasic(&iter, Int32(0)))
@@ -173,58 +172,56 @@ enum MessageCodec {
             // message closes its own when it is released.
             throw BusError(.notSupported, "Unix file descriptors ('h') are not supported")
         case .variant:
-            var sub = DBusMessageIter()
-            dbus_message_iter_recurse(&iter, &sub)
-            guard let cSignature = dbus_message_iter_get_signature(&sub) else {
+            var sub = LibDBus.MessageIter()
+            LibDBus.messageIterRecurse(&iter, &sub)
+            guard let signature = LibDBus.messageIterGetSignature(&sub) else {
                 throw BusError(.noMemory, "Out of memory while decoding a variant")
             }
-            let signature = String(cString: cSignature)
-            dbus_free(cSignature)
             let types = try BusType.parse(signature)
             guard types.count == 1 else {
                 throw BusError.invalidSignature("A variant holds '\(signature)', not one complete type")
             }
             return .variant(try decode(types[0], from: &sub, depth: depth + 1))
         case .array(.byte):
-            var sub = DBusMessageIter()
-            dbus_message_iter_recurse(&iter, &sub)
+            var sub = LibDBus.MessageIter()
+            LibDBus.messageIterRecurse(&iter, &sub)
             var pointer: UnsafeRawPointer? = nil
             var count: Int32 = 0
-            withUnsafeMutablePointer(to: &pointer) { dbus_message_iter_get_fixed_array(&sub, $0, &count) }
+            withUnsafeMutablePointer(to: &pointer) { LibDBus.messageIterGetFixedArray(&sub, $0, &count) }
             guard count > 0, let pointer else { return .bytes([]) }
             return .bytes(Array(UnsafeRawBufferPointer(start: pointer, count: Int(count))))
         case .array(let element):
-            var sub = DBusMessageIter()
-            dbus_message_iter_recurse(&iter, &sub)
+            var sub = LibDBus.MessageIter()
+            LibDBus.messageIterRecurse(&iter, &sub)
             var elements: [BusValue] = []
-            while dbus_message_iter_get_arg_type(&sub) != LibDBus.TypeCode.invalid {
+            while LibDBus.messageIterGetArgType(&sub) != LibDBus.TypeCode.invalid {
                 elements.append(try decode(element, from: &sub, depth: depth + 1))
-                dbus_message_iter_next(&sub)
+                _ = LibDBus.messageIterNext(&sub)
             }
             return .array(element, elements)
         case .dictionary(let keyType, let valueType):
-            var sub = DBusMessageIter()
-            dbus_message_iter_recurse(&iter, &sub)
+            var sub = LibDBus.MessageIter()
+            LibDBus.messageIterRecurse(&iter, &sub)
             var entries: [BusValue.DictEntry] = []
-            while dbus_message_iter_get_arg_type(&sub) == LibDBus.TypeCode.dictEntry {
-                var pair = DBusMessageIter()
-                dbus_message_iter_recurse(&sub, &pair)
+            while LibDBus.messageIterGetArgType(&sub) == LibDBus.TypeCode.dictEntry {
+                var pair = LibDBus.MessageIter()
+                LibDBus.messageIterRecurse(&sub, &pair)
                 let key = try decode(keyType, from: &pair, depth: depth + 2)
-                guard dbus_message_iter_next(&pair) != 0 else {
+                guard LibDBus.messageIterNext(&pair) else {
                     throw BusError.invalidSignature("A dictionary entry has no value")
                 }
                 let value = try decode(valueType, from: &pair, depth: depth + 2)
                 entries.append(.init(key, value))
-                dbus_message_iter_next(&sub)
+                _ = LibDBus.messageIterNext(&sub)
             }
             return .dictionary(key: keyType, value: valueType, entries)
         case .structure(let fieldTypes):
-            var sub = DBusMessageIter()
-            dbus_message_iter_recurse(&iter, &sub)
+            var sub = LibDBus.MessageIter()
+            LibDBus.messageIterRecurse(&iter, &sub)
             var fields: [BusValue] = []
             fields.reserveCapacity(fieldTypes.count)
             for (index, fieldType) in fieldTypes.enumerated() {
-                if index > 0, dbus_message_iter_next(&sub) == 0 {
+                if index > 0, !LibDBus.messageIterNext(&sub) {
                     throw BusError.invalidSignature("A structure ends before its signature does")
                 }
                 fields.append(try decode(fieldType, from: &sub, depth: depth + 1))
@@ -241,36 +238,19 @@ public enum WireMessage {
     /// - Throws: `BusError` `InvalidArgs` when libdbus rejects the bytes,
     ///   else what `decodeBody` throws for a body this binding cannot carry.
     public static func decodeBody(marshalled bytes: [UInt8]) throws -> [BusValue] {
-        var error = DBusError()
-        dbus_error_init(&error)
-        defer { dbus_error_free(&error) }
-        let message = bytes.withUnsafeBufferPointer { buffer in
-            buffer.baseAddress.map { base in
-                base.withMemoryRebound(to: CChar.self, capacity: buffer.count) {
-                    dbus_message_demarshal($0, Int32(clamping: buffer.count), &error)
-                }
-            } ?? nil
-        }
-        guard let message else { throw BusError(.invalidArgs, "not a D-Bus message") }
-        defer { dbus_message_unref(message) }
+        guard let message = LibDBus.messageDemarshal(bytes) else { throw BusError(.invalidArgs, "not a D-Bus message") }
+        defer { LibDBus.messageUnref(message) }
         return try MessageCodec.decodeBody(of: message)
     }
 
     /// A message's wire form (to seed corpora).
     public static func marshal(method: String, body: [BusValue]) throws -> [UInt8] {
-        guard let message = dbus_message_new_method_call("org.example.Fuzz", "/", "org.example.Fuzz", method) else {
+        guard let message = LibDBus.messageNewMethodCall("org.example.Fuzz", "/", "org.example.Fuzz", method) else {
             throw BusError(.noMemory, "no message")
         }
-        defer { dbus_message_unref(message) }
+        defer { LibDBus.messageUnref(message) }
         try MessageCodec.append(body, to: message)
-        var buffer: UnsafeMutablePointer<CChar>?
-        var length: Int32 = 0
-        guard dbus_message_marshal(message, &buffer, &length) != 0, let buffer else {
-            throw BusError(.noMemory, "cannot marshal")
-        }
-        defer { dbus_free(buffer) }
-        return buffer.withMemoryRebound(to: UInt8.self, capacity: Int(length)) {
-            Array(UnsafeBufferPointer(start: $0, count: Int(length)))
-        }
+        guard let bytes = LibDBus.messageMarshal(message) else { throw BusError(.noMemory, "cannot marshal") }
+        return bytes
     }
 }

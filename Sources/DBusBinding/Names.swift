@@ -1,5 +1,3 @@
-import CDBus
-
 // libdbus aborts the process when it is handed an invalid path or name, so
 // every name is validated here, once, by the same libdbus functions, before
 // it can reach a message. A value of these types is valid by construction.
@@ -10,10 +8,10 @@ public struct ObjectPath: Hashable, Sendable, Comparable, CustomStringConvertibl
 {
     public let rawValue: String
 
-    /// Validates `rawValue` with `dbus_validate_path`.
+    /// Validates `rawValue` with `LibDBus.validatePath`.
     /// - Throws: `BusError` named `InvalidArgs` if it is not a valid path.
     public init(_ rawValue: String) throws {
-        guard LibDBus.validate(rawValue, with: dbus_validate_path) else {
+        guard LibDBus.validatePath(rawValue) else {
             throw BusError.invalidArgs("Invalid object path '\(rawValue.debugEscaped)'")
         }
         self.rawValue = rawValue
@@ -83,9 +81,9 @@ public struct InterfaceName: Hashable, Sendable, Comparable, CustomStringConvert
     /// A name libdbus validated already (a received message's header).
     init(unchecked rawValue: String) { self.rawValue = rawValue }
 
-    /// Validates `rawValue` with `dbus_validate_interface`.
+    /// Validates `rawValue` with `LibDBus.validateInterface`.
     public init(_ rawValue: String) throws {
-        guard LibDBus.validate(rawValue, with: dbus_validate_interface) else {
+        guard LibDBus.validateInterface(rawValue) else {
             throw BusError.invalidArgs("Invalid interface name '\(rawValue.debugEscaped)'")
         }
         self.rawValue = rawValue
@@ -115,9 +113,9 @@ public struct MemberName: Hashable, Sendable, Comparable, CustomStringConvertibl
     /// A name libdbus validated already (a received message's header).
     init(unchecked rawValue: String) { self.rawValue = rawValue }
 
-    /// Validates `rawValue` with `dbus_validate_member`.
+    /// Validates `rawValue` with `LibDBus.validateMember`.
     public init(_ rawValue: String) throws {
-        guard LibDBus.validate(rawValue, with: dbus_validate_member) else {
+        guard LibDBus.validateMember(rawValue) else {
             throw BusError.invalidArgs("Invalid member name '\(rawValue.debugEscaped)'")
         }
         self.rawValue = rawValue
@@ -135,9 +133,9 @@ public struct MemberName: Hashable, Sendable, Comparable, CustomStringConvertibl
 public struct BusName: Hashable, Sendable, CustomStringConvertible, ExpressibleByStringLiteral {
     public let rawValue: String
 
-    /// Validates `rawValue` with `dbus_validate_bus_name`.
+    /// Validates `rawValue` with `LibDBus.validateBusName`.
     public init(_ rawValue: String) throws {
-        guard LibDBus.validate(rawValue, with: dbus_validate_bus_name) else {
+        guard LibDBus.validateBusName(rawValue) else {
             throw BusError.invalidArgs("Invalid bus name '\(rawValue.debugEscaped)'")
         }
         self.rawValue = rawValue
@@ -157,7 +155,7 @@ public struct BusName: Hashable, Sendable, CustomStringConvertible, ExpressibleB
 
 extension BusErrorName {
     /// True when `rawValue` is a name libdbus accepts as an error name.
-    var isValid: Bool { LibDBus.validate(rawValue, with: dbus_validate_error_name) }
+    var isValid: Bool { LibDBus.validateErrorName(rawValue) }
 }
 
 /// A validated type signature, such as `a{sv}` or `oa{sa{sv}}`.
@@ -166,9 +164,9 @@ public struct Signature: Hashable, Sendable, CustomStringConvertible, Expressibl
     /// The complete types the signature is made of, in order.
     public let types: [BusType]
 
-    /// Validates `rawValue` with `dbus_signature_validate` and parses it.
+    /// Validates `rawValue` with `LibDBus.signatureValidate` and parses it.
     public init(_ rawValue: String) throws {
-        guard LibDBus.validate(rawValue, with: dbus_signature_validate) else {
+        guard LibDBus.signatureValidate(rawValue) else {
             throw BusError.invalidSignature("Invalid signature '\(rawValue.debugEscaped)'")
         }
         self.rawValue = rawValue

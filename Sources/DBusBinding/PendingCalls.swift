@@ -1,11 +1,8 @@
-import CDBus
-
 /// The method calls a connection is waiting on.
 ///
 /// Shared by the tasks that make calls and the connection's thread: a task
 /// encodes its message and hands it to libdbus itself (libdbus' connection
-/// lock allows sending from any thread once `dbus_threads_init_default` has
-/// run), so a call costs no hop onto the connection's thread; the
+/// lock allows sending from any thread once libdbus' threads are initialised), so a call costs no hop onto the connection's thread; the
 /// connection's thread routes replies here by serial and expires deadlines.
 /// Registration and sending happen under one lock, so a reply can never be
 /// routed before its call is known.
@@ -72,8 +69,7 @@ final class PendingCalls: Sendable {
     ) throws {
         let wake = try state.withLock { state -> Bool in
             guard let connection = state.connection else { throw state.closeReason }
-            var serial: UInt32 = 0
-            guard dbus_connection_send(connection, message, &serial) != 0 else {
+            guard let serial = LibDBus.connectionSend(connection, message) else {
                 throw BusError(.noMemory, "Out of memory while sending")
             }
             let deadline = monotonicNanoseconds() + timeout.nanoseconds
@@ -84,7 +80,7 @@ final class PendingCalls: Sendable {
             // Wake the connection's thread when libdbus could not write it
             // all now (it must poll for writability), or when it sleeps past
             // this call's deadline.
-            return dbus_connection_has_messages_to_send(connection) != 0 || deadline < state.loopSleepsUntil
+            return LibDBus.connectionHasMessagesToSend(connection) || deadline < state.loopSleepsUntil
         }
         if wake { loop.signalWakePipe() }
     }

@@ -204,49 +204,36 @@ extension Session {
     /// says what was sent, then 130 or 143.
     func sync(to url: String, includeSimulated: Bool) async throws(ConsoleFailure) {
         let inventory = try inventory()
-        let report: InventorySync.Report
         let terminal = self.terminal
         let stop = SyncStop()
-        let sent = InventorySync.SentRows()
         // The first SIGTERM is the sync's (a second ends the process at once).
         Signals.onTerminate { stop.request("SIGTERM") }
         defer { Signals.onTerminate(nil) }
+        let outcome: BenchSync.Outcome
         do {
-            report = try await Self.stoppable(stop) { () async throws(SyncError) in
-                try await InventorySync.push(
-                    inventory, to: url, includeSimulated: includeSimulated, stop: stop, sent: sent,
-                    progress: { table, sent in
-                        if terminal.errorIsTerminal { terminal.status("sync: \(table) \(sent)…") }
-                    },
-                    retrying: { error, wait, attempt in
-                        terminal.status(nil)
-                        terminal.warning(
-                            "sync: \(error.message); trying again in \(Self.seconds(Double(wait.components.seconds)))"
-                                + " (attempt \(attempt))")
-                    })
-            }
-            terminal.status(nil)
+            outcome = try await BenchSync.run(
+                inventory, to: url, includeSimulated: includeSimulated, profiles: Set(profiles.keys), stop: stop,
+                progress: { table, sent in
+                    if terminal.errorIsTerminal { terminal.status("sync: \(table) \(sent)…") }
+                },
+                retrying: { error, wait, attempt in
+                    terminal.status(nil)
+                    terminal.warning(
+                        "sync: \(error.message); trying again in \(Self.seconds(Double(wait.components.seconds)))"
+                            + " (attempt \(attempt))")
+                },
+                pushEnded: { terminal.status(nil) })
         } catch {
-            terminal.status(nil)
-            if let reason = error.stoppedBy { return await syncStopped(reason, inventory, sent: sent.snapshot) }
-            throw ConsoleFailure(.infrastructure, "sync: \(error.message) (the local inventory is unchanged)")
-        }
-        // Remembered (without a password) as the server that hands out identities.
-        if let remembered = ServerIdentities.rememberable(url) {
-            try? await inventory.setSetting("server", remembered)
-        }
-        // Desired state both ways (docs/office.md).
-        let exchange: ServerAssignments.Exchange
-        let profileNames = Set(profiles.keys)
-        do {
-            exchange = try await Self.stoppable(stop) { () async throws(SyncError) in
-                try await ServerAssignments.exchange(inventory, url: url, profiles: profileNames, stop: stop)
+            switch error {
+            case .stopped(let reason, let sent): return await syncStopped(reason, inventory, sent: sent)
+            case .push(let error):
+                throw ConsoleFailure(.infrastructure, "sync: \(error.message) (the local inventory is unchanged)")
+            case .assignments(let error):
+                throw ConsoleFailure(.infrastructure, "sync: assignments: \(error.message) (the rows above were sent)")
             }
-        } catch {
-            if let reason = error.stoppedBy { return await syncStopped(reason, inventory, sent: sent.snapshot) }
-            throw ConsoleFailure(.infrastructure, "sync: assignments: \(error.message) (the rows above were sent)")
         }
-        let refused = report.refused + exchange.refused
+        let (report, exchange) = (outcome.report, outcome.exchange)
+        let refused = outcome.refused
         let order = InventorySync.tableNames
         if json {
             terminal.emit(
@@ -285,23 +272,6 @@ extension Session {
                 "held back \(report.heldBackRuns) simulated run\(report.heldBackRuns == 1 ? "" : "s")"
                     + " (\(report.heldBackDevices) device\(report.heldBackDevices == 1 ? "" : "s") seen only there);"
                     + " --include-simulated pushes them")
-        }
-    }
-
-    /// Runs `body`, a stop requested when the task is cancelled (Ctrl-C).
-    static func stoppable<T: Sendable>(
-        _ stop: SyncStop, _ body: () async throws(SyncError) -> T
-    ) async throws(SyncError) -> T {
-        do {
-            return try await withTaskCancellationHandler {
-                try await body()
-            } onCancel: {
-                stop.request("SIGINT")
-            }
-        } catch let error as SyncError {
-            throw error
-        } catch {
-            throw SyncError("\(error)")
         }
     }
 

@@ -1,0 +1,202 @@
+import Foundation
+import Testing
+
+/// Every libdbus call goes through one file, `Sources/DBusBinding/LibDBus.swift`
+/// (as swift-system puts every system call behind one): no `dbus_`
+/// identifier, and no `import CDBus`, in the code of any other source file.
+/// Comments and string literals may name libdbus' functions.
+@Suite("libdbus is called from one seam file", .timeLimit(.minutes(2)))
+struct LibDBusSeamTests {
+    static let root = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    static let seam = "Sources/DBusBinding/LibDBus.swift"
+
+    /// Every Swift source file of the package, as a path from the root.
+    static func sourceFiles() throws -> [String] {
+        let sources = root.appendingPathComponent("Sources")
+        guard let walker = FileManager.default.enumerator(atPath: sources.path) else {
+            throw CocoaError(.fileReadNoSuchFile)
+        }
+        return walker.compactMap { $0 as? String }.filter { $0.hasSuffix(".swift") }.map { "Sources/" + $0 }.sorted()
+    }
+
+    static func read(_ path: String) throws -> String {
+        try String(contentsOf: root.appendingPathComponent(path), encoding: .utf8)
+    }
+
+    /// `dbus_` identifiers in the code of `source` (comments and string
+    /// literals left out), each with its line.
+    static func libdbusIdentifiers(in source: String) -> [(line: Int, name: String)] {
+        var found: [(Int, String)] = []
+        for (index, line) in SwiftCode.withoutCommentsAndStrings(source).split(
+            separator: "\n", omittingEmptySubsequences: false
+        ).enumerated() {
+            let bytes = Array(line.utf8)
+            func isIdentifier(_ byte: UInt8) -> Bool {
+                byte == UInt8(ascii: "_") || (byte >= 48 && byte <= 57) || ((byte | 0x20) >= 97 && (byte | 0x20) <= 122)
+            }
+            let prefix = Array("dbus_".utf8)
+            var start = 0
+            while start + prefix.count <= bytes.count {
+                guard Array(bytes[start..<start + prefix.count]) == prefix,
+                    start == 0 || !isIdentifier(bytes[start - 1])
+                else {
+                    start += 1
+                    continue
+                }
+                var end = start + prefix.count
+                while end < bytes.count, isIdentifier(bytes[end]) { end += 1 }
+                found.append((index + 1, String(decoding: bytes[start..<end], as: UTF8.self)))
+                start = end
+            }
+        }
+        return found
+    }
+
+    @Test func noLibdbusIdentifierOutsideTheSeam() throws {
+        let files = try Self.sourceFiles()
+        #expect(files.contains(Self.seam))
+        #expect(files.count > 20, "the walk found the sources: \(files.count) files")
+        var outside: [String] = []
+        for file in files where file != Self.seam {
+            for (line, name) in Self.libdbusIdentifiers(in: try Self.read(file)) {
+                outside.append("\(file):\(line): \(name)")
+            }
+        }
+        #expect(outside.isEmpty, "call libdbus through LibDBus.swift:\n\(outside.joined(separator: "\n"))")
+    }
+
+    @Test func onlyTheSeamImportsCDBus() throws {
+        var importers: [String] = []
+        for file in try Self.sourceFiles() {
+            let code = SwiftCode.withoutCommentsAndStrings(try Self.read(file))
+            let imports = code.split(separator: "\n").contains { line in
+                let words = line.split(whereSeparator: \.isWhitespace)
+                return words.contains("import") && words.last == "CDBus"
+            }
+            if imports { importers.append(file) }
+        }
+        #expect(importers == [Self.seam])
+    }
+
+    @Test func theSeamHoldsTheCalls() throws {
+        let names = Set(Self.libdbusIdentifiers(in: try Self.read(Self.seam)).map(\.name))
+        for expected in [
+            "dbus_connection_pop_message", "dbus_connection_send", "dbus_message_iter_get_arg_type",
+            "dbus_message_iter_append_basic", "dbus_validate_path", "dbus_threads_init_default", "dbus_watch_handle",
+        ] {
+            #expect(names.contains(expected), "\(expected) is called in the seam")
+        }
+    }
+
+    /// The scanner reads code, not comments or strings, and finds what
+    /// hides in an interpolation.
+    @Test func theScannerReadsOnlyCode() {
+        let source = #"""
+            import CDBus
+            // dbus_in_a_comment()
+            /* dbus_in_a_block /* nested dbus_nested */ still dbus_comment */
+            let a = "dbus_in_a_string \(dbus_in_an_interpolation(1, "dbus_inner_string")) done"
+            let b = #"dbus_in_a_raw_string \(not_an_interpolation) "quoted" "#
+            let c = """
+                dbus_in_a_multiline_string "quoted"
+                """
+            let d = get_dbus_method() + dbus_real_call(x)
+            """#
+        let found = Self.libdbusIdentifiers(in: source)
+        #expect(found.map(\.name) == ["dbus_in_an_interpolation", "dbus_real_call"])
+        #expect(found.map(\.line) == [4, 9])
+    }
+}
+
+/// Swift source with comments and string literals blanked (line breaks
+/// kept), interpolations kept as code.
+enum SwiftCode {
+    private enum Mode {
+        case code(parentheses: Int)
+        case string(multiline: Bool, hashes: Int)
+    }
+
+    static func withoutCommentsAndStrings(_ source: String) -> String {
+        let text = Array(source.utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(text.count)
+        var modes: [Mode] = [.code(parentheses: 0)]
+        var index = 0
+        func at(_ offset: Int) -> UInt8? { index + offset < text.count ? text[index + offset] : nil }
+        func starts(_ bytes: [UInt8], at offset: Int = 0) -> Bool {
+            bytes.indices.allSatisfy { at(offset + $0) == bytes[$0] }
+        }
+        func blank(_ count: Int) {
+            for _ in 0..<count {
+                guard index < text.count else { return }
+                out.append(text[index] == UInt8(ascii: "\n") ? UInt8(ascii: "\n") : UInt8(ascii: " "))
+                index += 1
+            }
+        }
+        let quote = UInt8(ascii: "\""), hash = UInt8(ascii: "#"), backslash = UInt8(ascii: "\\")
+        while index < text.count {
+            switch modes[modes.count - 1] {
+            case .code(let parentheses):
+                if starts(Array("//".utf8)) {
+                    while index < text.count, text[index] != UInt8(ascii: "\n") { blank(1) }
+                } else if starts(Array("/*".utf8)) {
+                    var depth = 0
+                    repeat {
+                        if starts(Array("/*".utf8)) {
+                            depth += 1
+                            blank(2)
+                        } else if starts(Array("*/".utf8)) {
+                            depth -= 1
+                            blank(2)
+                        } else {
+                            blank(1)
+                        }
+                    } while depth > 0 && index < text.count
+                } else if text[index] == quote || text[index] == hash {
+                    var hashes = 0
+                    while at(hashes) == hash { hashes += 1 }
+                    guard at(hashes) == quote else {
+                        out.append(text[index])
+                        index += 1
+                        continue
+                    }
+                    let multiline = starts([quote, quote, quote], at: hashes)
+                    blank(hashes + (multiline ? 3 : 1))
+                    modes.append(.string(multiline: multiline, hashes: hashes))
+                } else if text[index] == UInt8(ascii: "(") {
+                    modes[modes.count - 1] = .code(parentheses: parentheses + 1)
+                    out.append(text[index])
+                    index += 1
+                } else if text[index] == UInt8(ascii: ")") {
+                    if parentheses == 0, modes.count > 1 {
+                        modes.removeLast()  // the end of an interpolation
+                        blank(1)
+                    } else {
+                        modes[modes.count - 1] = .code(parentheses: max(0, parentheses - 1))
+                        out.append(text[index])
+                        index += 1
+                    }
+                } else {
+                    out.append(text[index])
+                    index += 1
+                }
+            case .string(let multiline, let hashes):
+                let escape = [backslash] + Array(repeating: hash, count: hashes)
+                let close = Array(repeating: quote, count: multiline ? 3 : 1) + Array(repeating: hash, count: hashes)
+                if starts(escape), at(escape.count) == UInt8(ascii: "(") {
+                    blank(escape.count + 1)
+                    modes.append(.code(parentheses: 0))
+                } else if starts(escape) {
+                    blank(escape.count + 1)
+                } else if starts(close) {
+                    blank(close.count)
+                    modes.removeLast()
+                } else {
+                    blank(1)
+                }
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
