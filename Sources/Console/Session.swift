@@ -419,25 +419,17 @@ public actor Session {
             throw ConsoleFailure(.infrastructure, "\(failure): the run stopped")
         }
         // A pull: the records it brought, as data on standard output.
-        let pulled = Set(
-            group.compactMap { located -> RecordKind? in
-                switch located.command {
-                case is TripsCommand: .trip
-                case is EventsCommand: .event
-                case is IncidentsCommand: .incident
-                default: nil
-                }
-            })
+        let pulled = Set(group.compactMap(\.spec.pulls))
         if !pulled.isEmpty {
             try await showPulled(pulled, from: Set(addresses), since: started)
         }
         // `info`: what was read, as data on standard output.
-        if group.contains(where: { $0.command is InfoCommand }) {
+        if group.contains(where: \.spec.showsWhatItRead) {
             try await showDevices(recaps.filter { $0.failed == 0 && !$0.notStarted }.map(\.address))
         }
         // A live audit: the report from what was just read into the inventory.
         for located in group {
-            if let audit = located.command as? AuditCommand, audit.source == .live {
+            if let audit = located.command.liveAudit {
                 let profile = audit.profile
                 let read = Set(recaps.filter { $0.failed == 0 }.map(\.address))
                 try await reportAudit(from: inventorySubjects().filter { read.contains($0.address) }, profile, .live)

@@ -21,6 +21,7 @@ public struct SetCommand: ConsoleCommand {
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         await session.setVariable(name, value)
     }
+    public var definesVariable: (name: String, value: String)? { (name, value) }
 }
 
 /// `help [COMMAND]`, `help --man`.
@@ -35,7 +36,7 @@ public struct HelpCommand: ConsoleCommand {
         name: "help", summary: "the commands, or one command with its options and an example",
         example: "help select", operands: [.optional("COMMAND", .command)],
         options: [.flag("--man", "the manual page (roff), as `make install` writes it")],
-        onlyReadsTheInventory: true)
+        onlyReadsTheInventory: true, emits: [.command])
     public init(_ arguments: inout ParsedArguments) {
         topic = arguments.operand(0)
         manual = arguments.flag("--man")
@@ -74,7 +75,7 @@ public struct QuitCommand: ConsoleCommand {
     public init() {}
     public static let spec = CommandSpec(
         name: "quit", aliases: ["exit"], summary: "leave the REPL (Ctrl-D too); ends a batch",
-        example: "quit", onlyReadsTheInventory: true)
+        example: "quit", onlyReadsTheInventory: true, endsTheRun: true)
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {}
 }
@@ -86,7 +87,7 @@ public struct DoctorCommand: ConsoleCommand {
         name: "doctor",
         summary: "check bluetoothd, the adapter, the D-Bus policy, the inventory and the profiles, each with its fix",
         example: "doctor",
-        detail: "Exit status 3 when a check failed; warnings leave it 0.")
+        detail: "Exit status 3 when a check failed; warnings leave it 0.", emits: [.check])
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.doctor()

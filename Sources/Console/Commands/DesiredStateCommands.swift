@@ -39,8 +39,8 @@ public struct AssignCommand: ConsoleCommand {
         ],
         actsOnDevices: true,
         detail:
-            "Each device's assignment replaces its earlier one (the line says so). A bench brings a beacon to it when it sees it: station converges every assigned beacon that comes within range. drift lists what differs. docs/office.md."
-    )
+            "Each device's assignment replaces its earlier one (the line says so). A bench brings a beacon to it when it sees it: station converges every assigned beacon that comes within range. drift lists what differs. docs/office.md.",
+        emits: [.assignment])
 
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         let parser = arguments.parser
@@ -145,8 +145,8 @@ public struct DriftCommand: ConsoleCommand {
         summary: "assigned devices whose last observed state differs from the desired, field by field",
         example: "drift", onlyReadsTheInventory: true,
         detail:
-            "Compares each assignment with what was last read back from the beacon (thresholds, enable bits, profile, identity) and says when that was read. Exit status 2 when any device drifts."
-    )
+            "Compares each assignment with what was last read back from the beacon (thresholds, enable bits, profile, identity) and says when that was read. Exit status 2 when any device drifts.",
+        emits: [.drift])
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.drift()

@@ -23,7 +23,7 @@ public struct ScanCommand: ConsoleCommand {
             .value(
                 "--until", "N", .integer(0...100_000),
                 "stop as soon as N beacons are heard (the duration is then the longest wait; 0: no target)"),
-        ])
+        ], emits: [.scan])
 
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         self.init(
@@ -64,7 +64,7 @@ public struct DevicesCommand: ConsoleCommand {
     public init(filter: String? = nil) { self.filter = filter }
     public static let spec = CommandSpec(
         name: "devices", summary: "list the beacons seen (address, MAC ending or profile containing FILTER)",
-        example: "devices c7d9", operands: [.optional("FILTER", .text)])
+        example: "devices c7d9", operands: [.optional("FILTER", .text)], emits: [.beacon])
     public init(_ arguments: inout ParsedArguments) { filter = arguments.operand(0) }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.listDevices(filter)
@@ -79,7 +79,8 @@ public struct SelectCommand: ConsoleCommand {
         name: "select",
         summary:
             "choose devices: all, new, unprovisioned, in-range, profile=NAME, battery<N, firmware<X, minor=A-B, addresses, MAC endings",
-        example: "select new battery<30", operands: [.some("SELECTOR", .selector)])
+        example: "select new battery<30", operands: [.some("SELECTOR", .selector)], emits: [.selection],
+        setsSelection: true)
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         let parser = arguments.parser
         selectors = try arguments.each { token throws(BatchError) in try parser.selector(token) }

@@ -7,7 +7,7 @@ public struct InventoryListCommand: ConsoleCommand {
     public init() {}
     public static let spec = CommandSpec(
         name: "inventory list", summary: "every device the inventory knows", example: "inventory list",
-        onlyReadsTheInventory: true, isFamilyDefault: true)
+        onlyReadsTheInventory: true, isFamilyDefault: true, emits: [.device])
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.inventoryCommand(.list)
@@ -20,7 +20,8 @@ public struct InventoryShowCommand: ConsoleCommand {
     public init(device: String) { self.device = device }
     public static let spec = CommandSpec(
         name: "inventory show", summary: "one device: what it holds and its latest step outcomes",
-        example: "inventory show a3b5c7d9", operands: [.required("DEVICE", .device)], onlyReadsTheInventory: true)
+        example: "inventory show a3b5c7d9", operands: [.required("DEVICE", .device)], onlyReadsTheInventory: true,
+        emits: [.device, .outcome])
     public init(_ arguments: inout ParsedArguments) { device = arguments.operand(0) ?? "" }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.inventoryCommand(.show(device))
@@ -36,7 +37,7 @@ public struct InventoryExportCommand: ConsoleCommand {
         name: "inventory export", summary: "every column of every device, as CSV (for spreadsheets) or JSON",
         example: "inventory export --csv > fleet.csv",
         options: [.flag("--csv", "RFC 4180 CSV, formula-safe (without it: JSON lines, docs/json.md)")],
-        onlyReadsTheInventory: true)
+        onlyReadsTheInventory: true, emits: [.deviceRow])
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         // JSON lines unless --csv (`--json` may have been given for the whole run).
         if arguments.flag("--csv"), arguments.flag("--json") {
@@ -67,7 +68,7 @@ public struct LogCommand: ConsoleCommand {
             .value("--device", "DEVICE", .device, "only this device (as DEVICE)"),
             .value("--since", "TIME", .time, "only outcomes since TIME (2026-11-30, an ISO 8601 time, or 7d)"),
             .value("--limit", "N", .integer(1...1_000_000), "at most N outcomes (default 50); it says when it cut"),
-        ], onlyReadsTheInventory: true)
+        ], onlyReadsTheInventory: true, emits: [.outcome])
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         if arguments.operand(0) != nil, arguments.text("--device") != nil {
             throw arguments.fail(at: 0, "log takes DEVICE or --device, not both")
@@ -96,8 +97,8 @@ public struct InventoryForgetCommand: ConsoleCommand {
         example: "inventory forget C0:FE:00:00:00:04 --yes", operands: [.some("DEVICE", .device)],
         options: [.flag("--yes", "yes, forget them (without it: what would be forgotten)")],
         detail:
-            "Their step outcomes, readings and pulled records stay as history; their identity is released for reuse. A device forgotten and seen again comes back."
-    )
+            "Their step outcomes, readings and pulled records stay as history; their identity is released for reuse. A device forgotten and seen again comes back.",
+        emits: [.forgotten])
     public init(_ arguments: inout ParsedArguments) {
         self.init(devices: arguments.operandTexts, confirmed: arguments.flag("--yes"))
     }
@@ -116,7 +117,7 @@ public struct SyncCommand: ConsoleCommand {
         options: [
             .value("--to", "URL", .url, "the server (a password comes from PGPASSWORD or ~/.pgpass)", required: true),
             .flag("--include-simulated", "also push runs made on a simulated bench (--sim)"),
-        ])
+        ], emits: [.sync])
     public var includeSimulated = false
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         includeSimulated = arguments.flag("--include-simulated")

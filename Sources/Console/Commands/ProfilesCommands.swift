@@ -6,7 +6,7 @@ public struct ProfilesListCommand: ConsoleCommand {
     public init() {}
     public static let spec = CommandSpec(
         name: "profiles list", summary: "the profiles, with their thresholds", example: "profiles list",
-        onlyReadsTheInventory: true, isFamilyDefault: true)
+        onlyReadsTheInventory: true, isFamilyDefault: true, emits: [.profile])
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         await session.profilesCommand(.list)
@@ -19,7 +19,7 @@ public struct ProfilesShowCommand: ConsoleCommand {
     public init(name: String) { self.name = name }
     public static let spec = CommandSpec(
         name: "profiles show", summary: "one profile, every field", example: "profiles show truck",
-        operands: [.required("NAME", .profile)], onlyReadsTheInventory: true)
+        operands: [.required("NAME", .profile)], onlyReadsTheInventory: true, emits: [.profile])
     public init(_ arguments: inout ParsedArguments) { name = arguments.operand(0) ?? "" }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         await session.profilesCommand(.show(name))
@@ -31,7 +31,7 @@ public struct ProfilesCheckCommand: ConsoleCommand {
     public init() {}
     public static let spec = CommandSpec(
         name: "profiles check", summary: "check every profile file (ranges, names, identities)",
-        example: "profiles check", onlyReadsTheInventory: true)
+        example: "profiles check", onlyReadsTheInventory: true, emits: [.profileCheck])
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         await session.profilesCommand(.check)

@@ -31,8 +31,8 @@ public struct RecordsListCommand: ConsoleCommand {
             .value("--limit", "N", .integer(1...1_000_000), "at most N records (default 100)")
         ], onlyReadsTheInventory: true, isFamilyDefault: true,
         detail:
-            "A record's time is real when the beacon's clock was set (sync-time) before it was pulled; otherwise it is shown as time since power-on, and --since and --until use when it was pulled."
-    )
+            "A record's time is real when the beacon's clock was set (sync-time) before it was pulled; otherwise it is shown as time since power-on, and --since and --until use when it was pulled.",
+        emits: [.trip, .event, .incident])
     public init(_ arguments: inout ParsedArguments) {
         query = RecordFilters.query(arguments, limit: arguments.integer("--limit") ?? 100)
     }
@@ -53,7 +53,8 @@ public struct RecordsExportCommand: ConsoleCommand {
     public static let spec = CommandSpec(
         name: "records export", summary: "every matching record as CSV (RFC 4180, formula-safe) or JSON lines",
         example: "records export --csv --since 2026-11-01 > records.csv",
-        options: RecordFilters.options + [.flag("--csv", "CSV instead of JSON lines")], onlyReadsTheInventory: true)
+        options: RecordFilters.options + [.flag("--csv", "CSV instead of JSON lines")], onlyReadsTheInventory: true,
+        emits: [.trip, .event, .incident])
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         if arguments.flag("--csv"), arguments.flag("--json") {
             throw arguments.fail(at: 0, "records export takes --csv or --json, not both")

@@ -31,8 +31,8 @@ public struct ReportCommand: ConsoleCommand {
             .value("--since", "TIME", .time, "only readings and step outcomes since TIME (2026-11-30, or 90d)"),
         ], onlyReadsTheInventory: true,
         detail:
-            "Selectors are those of select that need no radio: all, unprovisioned, profile=NAME, battery<N, firmware<X, minor=A-B, addresses and MAC endings, combined as select combines them (addresses and MAC endings: any of them; every other selector must hold); none: every device (or the selection). Reads a bench's inventory or, with --inventory postgresql://…, the whole fleet. docs/report.md describes each chart."
-    )
+            "Selectors are those of select that need no radio: all, unprovisioned, profile=NAME, battery<N, firmware<X, minor=A-B, addresses and MAC endings, combined as select combines them (addresses and MAC endings: any of them; every other selector must hold); none: every device (or the selection). Reads a bench's inventory or, with --inventory postgresql://…, the whole fleet. docs/report.md describes each chart.",
+        emits: [.report])
 
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         let parser = arguments.parser

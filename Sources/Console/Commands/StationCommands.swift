@@ -35,8 +35,8 @@ public struct StationCommand: ConsoleCommand {
             .value("--count", "N", .integer(1...1_000_000), "stop after N beacons are done"),
         ], mayWriteToBeacons: true,
         detail:
-            "Discovers continuously. Each beacon heard at --rssi-min or stronger is brought to its assignment (assign), or provisioned with --profile when it has none, with the steps of provision-new.batch; one line per beacon, a running tally, a recap at the end. A beacon is never worked on twice at once; one done with is taken again only after it was away for 5 s; one taken away half-way is reported, not retried. docs/station.md."
-    )
+            "Discovers continuously. Each beacon heard at --rssi-min or stronger is brought to its assignment (assign), or provisioned with --profile when it has none, with the steps of provision-new.batch; one line per beacon, a running tally, a recap at the end. A beacon is never worked on twice at once; one done with is taken again only after it was away for 5 s; one taken away half-way is reported, not retried. docs/station.md.",
+        emits: [.station, .recovery, .stationSummary])
 
     public init(_ arguments: inout ParsedArguments) {
         profile = arguments.text("--profile")
