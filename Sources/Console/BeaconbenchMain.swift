@@ -39,7 +39,7 @@ public enum BeaconbenchMain {
         } catch {
             return ExitStatus.badInput.rawValue
         }
-        let terminal = Terminal(color: invocation.color, json: invocation.json, verbose: invocation.verbose)
+        let terminal = Terminal(for: invocation)
         let profiles: [String: Profile]
         do {
             // An unsafe directory (another's, or writable by others) is an

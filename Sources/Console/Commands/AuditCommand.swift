@@ -107,7 +107,7 @@ extension Session {
     ) async throws(ConsoleFailure) {
         var reports = Auditor.auditFleet(subjects, profiles: profiles, profile: profile)
         if source == .inventory { reports = await withDrift(reports) }
-        Format.audit(reports, source: source, terminal: terminal, json: json)
+        output.render(AuditDocument(reports: reports, source: source))
         if reports.contains(where: { !$0.isClean }) { note(.devicesFailed) }
     }
 }

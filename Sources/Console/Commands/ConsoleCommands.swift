@@ -44,14 +44,8 @@ public struct HelpCommand: ConsoleCommand {
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         if manual {
             session.terminal.document(Manual.page(version: BeaconbenchMain.version))
-        } else if await session.json {
-            let specs =
-                topic.map { topic in CommandTable.all.map { $0.spec }.filter { $0.name == topic || $0.family == topic }
-                }
-                ?? CommandTable.all.map { $0.spec }
-            for spec in specs { session.terminal.emit(.command, Shapes.command(spec)) }
         } else {
-            for line in Manual.help(topic) { session.terminal.result(line) }
+            await session.output.render(HelpDocument(topic: topic))
         }
     }
 }
@@ -160,27 +154,7 @@ extension Session {
                 : DoctorCheck(
                     name: "profiles", status: .ok,
                     detail: "\(names.count) loaded and checked: \(names.joined(separator: ", "))"))
-        if json {
-            for check in checks {
-                terminal.emit(
-                    .check,
-                    [
-                        "name": .string(check.name), "status": .string(check.status.rawValue),
-                        "detail": .string(check.detail), "fix": .optional(check.fix),
-                    ])
-            }
-        } else {
-            let rows = checks.map { check -> [String] in
-                let style: Terminal.Style =
-                    switch check.status {
-                    case .ok: .green
-                    case .warning: .yellow
-                    case .failed: .red
-                    }
-                return [check.name, terminal.styled(check.status.rawValue, style), check.detail, check.fix ?? ""]
-            }
-            for line in table(["check", "status", "detail", "fix"], rows) { terminal.result(line) }
-        }
+        output.render(Table(rows: checks.map(DoctorRow.init)))
         if checks.contains(where: { $0.status == .failed }) { note(.infrastructure) }
     }
 }

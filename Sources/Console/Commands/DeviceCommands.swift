@@ -291,34 +291,22 @@ extension Session {
             "watching \(addresses.count) device\(addresses.count == 1 ? "" : "s") for \(Self.seconds(seconds)) (Ctrl-C stops)"
         )
         let counter = EventCounter()
-        let json = self.json
+        let output = self.output
         let slots = (try? await concurrency(bench)) ?? 5
         let results = await bench.watch(addresses, seconds: seconds, concurrency: slots, run: try await currentRun()) {
             event in
             counter.add(event)
-            if json {
-                terminal.emit(.watchEvent, Shapes.watchEvent(event))
-            } else {
-                terminal.event(Format.watchLine(event, terminal: terminal))
-            }
+            output.render(WatchEventLine(event: event))
         }
         for result in results where result.state == .failed {
             terminal.error("\(result.address): watch: \(result.reason ?? "failed")")
         }
         if results.contains(where: { $0.state == .failed }) { note(.devicesFailed) }
         merge(results.map(\.recap))
-        if json {
-            terminal.emit(
-                .watchSummary,
-                [
-                    "devices": .int(addresses.count), "events": .int(counter.events),
-                    "trip_changes": .int(counter.tripChanges),
-                    "failed": .int(results.filter { $0.state == .failed }.count),
-                ])
-        } else {
-            terminal.message(
-                "watch: \(counter.events) real-time event(s), \(counter.tripChanges) trip status change(s)")
-        }
+        output.render(
+            WatchSummary(
+                devices: addresses.count, events: counter.events, tripChanges: counter.tripChanges,
+                failed: results.filter { $0.state == .failed }.count))
     }
 }
 

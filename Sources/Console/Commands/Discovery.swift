@@ -113,21 +113,12 @@ extension Session {
             seenCache = found
             await recordScanRecoveries(bench)
             let fresh = found.filter { $0.summary?.status.contains(.factoryDefault) ?? false }.count
-            if json {
-                let settled = lastFound.withLock { $0 } - started
-                terminal.emit(
-                    .scan,
-                    [
-                        "seen": .int(found.count), "new": .int(fresh), "seconds": .number(seconds),
-                        "last_found_after": .number(
-                            Double(settled.components.attoseconds) / 1e18 + Double(settled.components.seconds)),
-                    ])
-            } else {
-                terminal.message(
-                    "scan: \(found.count) SBeacon\(found.count == 1 ? "" : "s") seen, \(fresh) new"
-                        + (Task.isCancelled ? " (stopped early)" : "")
-                        + (until.map { found.count < $0 ? " (fewer than the \($0) awaited)" : "" } ?? ""))
-            }
+            let settled = lastFound.withLock { $0 } - started
+            output.render(
+                ScanSummary(
+                    seen: found.count, fresh: fresh, seconds: seconds,
+                    lastFoundAfter: Double(settled.components.attoseconds) / 1e18 + Double(settled.components.seconds),
+                    stoppedEarly: Task.isCancelled, until: until))
         } catch {
             terminal.status(nil)
             await recordScanRecoveries(bench)
@@ -217,21 +208,13 @@ extension Session {
         }
         seenCache = await bench.seen()
         let selected = Set(selection ?? [])
-        if json {
-            for beacon in beacons {
-                terminal.emit(
-                    .beacon,
-                    Shapes.beacon(
-                        beacon, profile: records[beacon.address]?.profile, selected: selected.contains(beacon.address)))
-            }
-            return
-        }
-        let rows = beacons.map { beacon in
-            Format.seenRow(
-                beacon, profile: records[beacon.address]?.profile, selected: selected.contains(beacon.address))
-        }
-        for line in table(Format.seenHeader, rows, numeric: [2]) { terminal.result(line) }
-        terminal.message("\(beacons.count) SBeacon\(beacons.count == 1 ? "" : "s")")
+        output.render(
+            SeenBeaconRow.list(
+                beacons.map { beacon in
+                    SeenBeaconRow(
+                        beacon, profile: records[beacon.address]?.profile,
+                        selected: selected.contains(beacon.address))
+                }))
     }
 
     func select(_ selectors: [DeviceSelector], text: String) async throws(ConsoleFailure) {
@@ -240,12 +223,7 @@ extension Session {
             let chosen = try await bench.select(selectors)
             selection = chosen
             selectionText = text
-            if json {
-                terminal.emit(
-                    .selection, ["devices": .array(chosen.map(JSONValue.string)), "selectors": .string(text)])
-            } else {
-                terminal.message("selected \(chosen.count) device\(chosen.count == 1 ? "" : "s") (\(text))")
-            }
+            output.render(SelectionResult(devices: chosen, selectors: text))
         } catch let error as SelectionError {
             throw ConsoleFailure(.badInput, "select: \(error)")
         } catch {

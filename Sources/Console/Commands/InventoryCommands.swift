@@ -30,7 +30,7 @@ public struct InventoryShowCommand: ConsoleCommand {
 
 /// `inventory export --csv|--json`: every column of every device.
 public struct InventoryExportCommand: ConsoleCommand {
-    public enum Format: String, Sendable, Hashable { case csv, json }
+    public enum Format: String, Sendable, Hashable { case csv, jsonLines = "json" }
     public var format: Format
     public init(format: Format) { self.format = format }
     public static let spec = CommandSpec(
@@ -43,7 +43,7 @@ public struct InventoryExportCommand: ConsoleCommand {
         if arguments.flag("--csv"), arguments.flag("--json") {
             throw arguments.fail(at: 0, "inventory export takes --csv or --json, not both")
         }
-        format = arguments.flag("--csv") ? .csv : .json
+        format = arguments.flag("--csv") ? .csv : .jsonLines
     }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.inventoryCommand(format == .csv ? .exportCSV : .exportJSON)
@@ -143,32 +143,19 @@ extension Session {
         do {
             switch action {
             case .list:
-                let devices = try await inventory.devices()
-                if json {
-                    for device in devices { terminal.emit(.device, Shapes.device(device)) }
-                } else {
-                    let (header, rows) = Format.recordTable(devices)
-                    for line in table(header, rows) { terminal.result(line) }
-                    terminal.message("\(devices.count) device\(devices.count == 1 ? "" : "s") in \(inventory.location)")
-                }
+                output.render(DeviceLine.list(try await inventory.devices(), in: inventory.location))
             case .show(let name):
                 guard let device = try await inventory.device(name) else {
                     throw ConsoleFailure(.badInput, "the inventory has no device \(name)")
                 }
                 let outcomes = try await inventory.outcomes(device: device.address, limit: 20)
-                if json {
-                    terminal.emit(.device, Shapes.device(device))
-                    for outcome in outcomes { terminal.emit(.outcome, Shapes.outcome(outcome)) }
-                } else {
-                    for line in Format.recordDetail(device) { terminal.result(line) }
-                    terminal.result("")
-                    let (header, rows) = Format.outcomeTable(outcomes)
-                    for line in table(header, rows) { terminal.result(line) }
-                }
+                output.render(DeviceDetail(device, outcomes: outcomes))
             case .exportCSV: terminal.document(try await inventory.deviceTable().csv())
             case .exportJSON:
                 let table = try await inventory.deviceTable()
-                for row in table.rows { terminal.emit(.deviceRow, Shapes.deviceRow(columns: table.columns, row: row)) }
+                // JSON lines without --json too: the export's own format.
+                output.jsonLines.render(
+                    ValuesOnly(table.rows.map { DeviceExportRow(columns: table.columns, row: $0) }))
             }
         } catch let error as ConsoleFailure {
             throw error
@@ -185,12 +172,7 @@ extension Session {
                 terminal.message(
                     "showing the newest \(outcomes.count) outcomes: there are more (--limit N, --since TIME)")
             }
-            if json {
-                for outcome in outcomes { terminal.emit(.outcome, Shapes.outcome(outcome)) }
-            } else {
-                let (header, rows) = Format.outcomeTable(outcomes)
-                for line in table(header, rows) { terminal.result(line) }
-            }
+            output.render(Table(rows: outcomes.map(OutcomeRow.init)))
         } catch {
             throw ConsoleFailure(.infrastructure, "log: \(error)")
         }
@@ -248,21 +230,10 @@ extension Session {
             throw ConsoleFailure(.infrastructure, "sync: assignments: \(error.message) (the rows above were sent)")
         }
         let refused = report.refused + exchange.refused
-        let order = InventorySync.tableNames
-        if json {
-            terminal.emit(
-                .sync,
-                Shapes.sync(
-                    bench: report.benchID, sent: report.sent, heldBackRuns: report.heldBackRuns,
-                    heldBackDevices: report.heldBackDevices, exchange: exchange, refused: refused, stoppedBy: nil))
-        } else {
-            let counts = order.map { "\($0) \(report.sent[$0] ?? 0)" }.joined(separator: ", ")
-            terminal.result("synced bench \(report.benchID): sent \(counts)")
-            terminal.message(
-                "assignments: pushed \(exchange.pushed), pulled \(exchange.pulled), converged here first \(exchange.converged)"
-                    + ", refused \(exchange.refused.count)"
-            )
-        }
+        output.render(
+            SyncResult(
+                bench: report.benchID, sent: report.sent, heldBackRuns: report.heldBackRuns,
+                heldBackDevices: report.heldBackDevices, exchange: exchange, refused: refused))
         for conflict in exchange.conflicts { terminal.warning("sync: assignment conflict: \(conflict)") }
         for row in refused {
             terminal.error(
@@ -310,15 +281,11 @@ extension Session {
     /// status the signal means (130, or 143 for SIGTERM).
     func syncStopped(_ reason: String, _ inventory: Inventory, sent: [String: Int]) async {
         let counts = InventorySync.tableNames.map { "\($0) \(sent[$0] ?? 0)" }.joined(separator: ", ")
-        if json {
-            terminal.emit(
-                .sync,
-                Shapes.sync(
-                    bench: (try? await inventory.benchID()) ?? "",
-                    sent: Dictionary(uniqueKeysWithValues: InventorySync.tableNames.map { ($0, sent[$0] ?? 0) }),
-                    heldBackRuns: 0, heldBackDevices: 0,
-                    exchange: ServerAssignments.Exchange(), refused: [], stoppedBy: reason))
-        }
+        output.render(
+            SyncResult(
+                bench: (try? await inventory.benchID()) ?? "",
+                sent: Dictionary(uniqueKeysWithValues: InventorySync.tableNames.map { ($0, sent[$0] ?? 0) }),
+                stoppedBy: reason))
         terminal.error(
             "sync: stopped by \(reason): sent \(counts); each chunk sent is committed on the server, the statement"
                 + " under way was cancelled (rolled back); assignments were not exchanged; the local inventory is"
@@ -349,13 +316,7 @@ extension Session {
         } catch {
             throw ConsoleFailure(.infrastructure, "inventory forget: \(error)")
         }
-        if json {
-            for address in report.forgotten {
-                terminal.emit(.forgotten, ["device": .string(address)])
-            }
-        } else {
-            for address in report.forgotten { terminal.result("forgot \(address)") }
-        }
+        output.render(Documents(report.forgotten.map(ForgottenDevice.init)))
         let kept = [
             ("step outcome", report.keptOutcomes), ("reading", report.keptReadings), ("trip", report.keptTrips),
             ("event", report.keptEvents), ("incident", report.keptIncidents),
@@ -372,32 +333,5 @@ extension Session {
         }
         for name in report.unknown { terminal.error("the inventory has no device \(name)") }
         if !report.unknown.isEmpty || !report.ambiguous.isEmpty { note(.badInput) }
-    }
-}
-
-extension Shapes {
-    /// docs/json.md, `sync`.
-    static func sync(
-        bench: String, sent: [String: Int], heldBackRuns: Int, heldBackDevices: Int,
-        exchange: ServerAssignments.Exchange, refused: [RefusedRow], stoppedBy: String?
-    ) -> [String: JSONValue] {
-        [
-            "bench": .string(bench),
-            "sent": .object(sent.mapValues { .int($0) }),
-            "held_back_runs": .int(heldBackRuns), "held_back_devices": .int(heldBackDevices),
-            "assignments_pushed": .int(exchange.pushed), "assignments_pulled": .int(exchange.pulled),
-            "assignments_converged": .int(exchange.converged),
-            "assignment_conflicts": .array(exchange.conflicts.map { .string($0.description) }),
-            "assignments_not_pushed": .array(exchange.notPushed.map { .string($0) }),
-            "refused": .array(
-                refused.map {
-                    .object([
-                        "table": .string($0.table), "key": .string($0.key), "field": .string($0.field),
-                        "reason": .string($0.reason), "value": .optional($0.value),
-                    ])
-                }),
-            "refused_count": .int(refused.count),
-            "stopped_by": .optional(stoppedBy),
-        ]
     }
 }

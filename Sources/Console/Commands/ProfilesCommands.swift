@@ -44,29 +44,13 @@ extension Session {
     func profilesCommand(_ action: ProfilesAction) {
         switch action {
         case .list:
-            let sorted = profiles.values.sorted { $0.name < $1.name }
-            if json {
-                for profile in sorted { terminal.emit(.profile, Shapes.profile(profile)) }
-            } else {
-                for line in table(Format.profileHeader, sorted.map(Format.profileRow)) { terminal.result(line) }
-            }
+            output.render(Table(rows: profiles.values.sorted { $0.name < $1.name }.map(ProfileRow.init)))
         case .show(let name):
             guard let profile = profiles[name] else { return }
-            if json {
-                terminal.emit(.profile, Shapes.profile(profile))
-            } else {
-                for line in Format.profileDetail(profile) { terminal.result(line) }
-            }
+            output.render(ProfileDetail(profile: profile))
         case .check:
             // Every profile was checked when loaded; say so, one by one.
-            for profile in profiles.values.sorted(by: { $0.name < $1.name }) {
-                let crc = String(format: "%04x", profile.config.crc)
-                if json {
-                    terminal.emit(.profileCheck, ["name": .string(profile.name), "ok": true, "crc": .string(crc)])
-                } else {
-                    terminal.result("\(profile.name): ok (crc \(crc))")
-                }
-            }
+            output.render(Documents(profiles.values.sorted(by: { $0.name < $1.name }).map(ProfileCheck.init)))
         }
     }
 }

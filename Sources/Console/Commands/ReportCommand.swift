@@ -131,20 +131,10 @@ extension Session {
         }
         let elapsed = started.duration(to: .now)
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        if json {
-            terminal.emit(
-                .report,
-                [
-                    "path": .string(command.output), "devices": .int(report.rows.count),
-                    "fleet": .int(report.fleetSize), "bytes": .int(bytes.count),
-                    "crossing_this_quarter": .int(report.crossingThisQuarter.count),
-                    "with_findings": .int(report.devicesWithFindings), "seconds": .number(seconds),
-                ])
-        } else {
-            terminal.result(
-                "report: \(report.rows.count) of \(report.fleetSize) devices, \(report.devicesWithFindings) with findings,"
-                    + " \(report.crossingThisQuarter.count) below their battery minimum by the quarter's end"
-                    + " → \(command.output) (\(bytes.count / 1024) KiB, \(String(format: "%.1f", seconds)) s)")
-        }
+        output.render(
+            ReportWritten(
+                path: command.output, devices: report.rows.count, fleet: report.fleetSize, bytes: bytes.count,
+                crossingThisQuarter: report.crossingThisQuarter.count, withFindings: report.devicesWithFindings,
+                seconds: seconds))
     }
 }
