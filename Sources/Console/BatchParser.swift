@@ -45,8 +45,11 @@ public struct LocatedCommand: Sendable, Equatable {
             && a.devices == b.devices && a.dryRun == b.dryRun && a.json == b.json
     }
 
-    /// Whether the command is a `quit`.
-    public var isQuit: Bool { command is QuitCommand }
+    /// The command's spec.
+    public var spec: CommandSpec { type(of: command).spec }
+
+    /// Whether the command ends the run (`quit`).
+    public var isQuit: Bool { spec.endsTheRun }
 }
 
 /// The batch language (docs/batch-language.md): one command per line, `#`
@@ -148,7 +151,7 @@ public struct BatchParser {
             let tokens = try tokenize(expanded)
             guard let first = tokens.first else { continue }
             let located = try CommandTable.parse(tokens, parser: self)
-            if let set = located.command as? SetCommand {
+            if let set = located.command.definesVariable {
                 variables[set.name] = set.value
                 used.insert(set.name)
                 depths[set.name] = depth + 1

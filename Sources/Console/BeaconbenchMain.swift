@@ -39,7 +39,7 @@ public enum BeaconbenchMain {
         } catch {
             return ExitStatus.badInput.rawValue
         }
-        let terminal = Terminal(color: invocation.color, json: invocation.json, verbose: invocation.verbose)
+        let terminal = Terminal(for: invocation)
         let profiles: [String: Profile]
         do {
             // An unsafe directory (another's, or writable by others) is an
@@ -178,8 +178,8 @@ enum BatchChecks {
                     file: file, line: located.line, column: located.column,
                     message: Session.serverIsReadOnly(located.command))
             }
-            if located.command is SelectCommand { selected = true }
-            let actsOnDevices = located.command.isDeviceStep || located.command is WatchCommand
+            if located.spec.setsSelection { selected = true }
+            let actsOnDevices = located.command.isDeviceStep || located.spec.needsDevices
             if actsOnDevices, located.devices.isEmpty, !selected {
                 throw BatchError(
                     file: file, line: located.line, column: located.column,

@@ -292,3 +292,11 @@ public struct Invocation: Sendable, Equatable {
         overrides[parts[0]] = parts[1]
     }
 }
+
+extension Terminal {
+    /// The terminal of this invocation: its colour, `--json` for the whole
+    /// run (the `Renderer` reads it), `--verbose`.
+    convenience init(for invocation: Invocation) {
+        self.init(color: invocation.color, json: invocation.json, verbose: invocation.verbose)
+    }
+}

@@ -9,13 +9,15 @@ import Workbench
 /// left once a device has finished, and what the active devices are doing,
 /// redrawn as they change and every second; each device's end printed
 /// above it. Otherwise: a plain line per finished device (per step with
-/// --verbose). With --json: one object per step outcome when verbose.
+/// --verbose). With --json: its notes, and its steps in a dry run or with
+/// --verbose, as JSON lines (`RunNote`, `StepLine`).
 final class ProgressBoard: Sendable {
     let terminal: Terminal
     let total: Int
     let dryRun: Bool
-    /// Steps and notes as JSON lines (docs/json.md: `step`, `note`).
-    let json: Bool
+    /// Steps and notes as JSON lines (docs/json.md: `step`, `note`), or
+    /// lines for people with the status line.
+    let output: Renderer
     /// Seconds on a monotonic clock (a fake one in tests).
     let clock: @Sendable () -> Double
 
@@ -31,12 +33,12 @@ final class ProgressBoard: Sendable {
 
     init(
         terminal: Terminal, total: Int, dryRun: Bool,
-        json: Bool? = nil, clock: @escaping @Sendable () -> Double = ProgressBoard.monotonicSeconds
+        output: Renderer? = nil, clock: @escaping @Sendable () -> Double = ProgressBoard.monotonicSeconds
     ) {
         self.terminal = terminal
         self.total = total
         self.dryRun = dryRun
-        self.json = json ?? terminal.json
+        self.output = output ?? Renderer(terminal: terminal)
         self.clock = clock
     }
 
@@ -52,12 +54,12 @@ final class ProgressBoard: Sendable {
             counts.steps = steps
             if counts.started == nil { counts.started = now }
         }
-        if !json {
-            terminal.message(
-                "\(dryRun ? "dry run: " : "")\(steps.joined(separator: ", ")) on \(total) device\(total == 1 ? "" : "s")"
-            )
-        }
-        if terminal.redraws, !json {
+        output.render(
+            ForPeople(
+                .message(
+                    "\(dryRun ? "dry run: " : "")\(steps.joined(separator: ", ")) on \(total) device\(total == 1 ? "" : "s")"
+                )))
+        if terminal.redraws, output.isForPeople {
             // The elapsed time moves on between events too.
             let ticker = Task { [weak self] in
                 while !Task.isCancelled {
@@ -85,29 +87,13 @@ final class ProgressBoard: Sendable {
         case .started(let address):
             counts.withLock { $0.active[address] = "connect" }
         case .note(let address, let text):
-            if json {
-                terminal.emit(.note, ["device": address.isEmpty ? .null : .string(address), "text": .string(text)])
-            } else {
-                if address.isEmpty { terminal.warning(text) } else { terminal.message("\(address)  \(text)") }
-            }
+            output.render(RunNote(device: address, text: text))
         case .step(let address, let step, let status, let detail):
             counts.withLock { $0.active[address] = step }
-            if json {
-                let diff = dryRun ? detail.flatMap { $0.hasPrefix("dry run: ") ? String($0.dropFirst(9)) : nil } : nil
-                if diff != nil || terminal.verbose {
-                    terminal.emit(
-                        .step,
-                        [
-                            "device": .string(address), "step": .string(step), "status": .string(status.rawValue),
-                            "detail": diff == nil ? .optional(detail) : .null, "diff": .optional(diff),
-                        ])
-                }
-            } else if dryRun, let detail, detail.hasPrefix("dry run: ") {
-                terminal.message("\(address): \(detail.dropFirst(9))")
-            } else if terminal.verbose || step == "info" {
-                let shown = terminal.styled(status.rawValue, Self.style(status))
-                terminal.message("\(address)  \(step)  \(shown)" + (detail.map { "  \($0)" } ?? ""))
-            }
+            output.render(
+                StepLine(
+                    device: address, step: step, status: status, detail: detail, dryRun: dryRun,
+                    verbose: terminal.verbose))
         case .tally: break  // counts kept here too; the tally's start time is for an estimate
         case .finished(let recap):
             counts.withLock { counts in
@@ -115,37 +101,33 @@ final class ProgressBoard: Sendable {
                 counts.done += 1
                 if recap.failed > 0 { counts.failed += 1 }
             }
-            if !json, !terminal.verbose || terminal.redraws {
-                let verdict =
-                    recap.result == .interrupted || recap.result == .notStarted
-                    ? terminal.styled(recap.result == .interrupted ? "interrupted" : "not started", .yellow)
-                    : recap.failed > 0
-                        ? terminal.styled("failed", .red) + ": " + (recap.reason ?? "")
-                        : recap.reason != nil && recap.changed + recap.wouldChange == 0
-                            ? terminal.styled("skipped", .yellow) + ": " + (recap.reason ?? "")
-                            : recap.changed + recap.wouldChange > 0
-                                ? terminal.styled(dryRun ? "would change" : "changed", .green)
-                                    + " (\(recap.changed + recap.wouldChange))"
-                                : recap.unchanged > 0 ? "unchanged" : terminal.styled("ok", .green)
-                let retried =
-                    recap.retries == 0 ? "" : " after \(recap.retries) reconnect\(recap.retries == 1 ? "" : "s")"
-                terminal.message("\(recap.address)  \(verdict)\(retried)")
+            if !terminal.verbose || terminal.redraws {
+                output.forPeople { finishedLine(recap) }
             }
         }
         redraw()
     }
 
-    static func style(_ status: Inventory.StepStatus) -> Terminal.Style {
-        switch status {
-        case .ok, .changed: .green
-        case .unchanged: .dim
-        case .skipped: .yellow
-        case .failed, .interrupted: .red
-        }
+    /// A device's end, for people: `ADDRESS  changed (2) after 1 reconnect`.
+    private func finishedLine(_ recap: DeviceRecap) {
+        let verdict =
+            recap.result == .interrupted || recap.result == .notStarted
+            ? terminal.styled(recap.result == .interrupted ? "interrupted" : "not started", .yellow)
+            : recap.failed > 0
+                ? terminal.styled("failed", .red) + ": " + (recap.reason ?? "")
+                : recap.reason != nil && recap.changed + recap.wouldChange == 0
+                    ? terminal.styled("skipped", .yellow) + ": " + (recap.reason ?? "")
+                    : recap.changed + recap.wouldChange > 0
+                        ? terminal.styled(dryRun ? "would change" : "changed", .green)
+                            + " (\(recap.changed + recap.wouldChange))"
+                        : recap.unchanged > 0 ? "unchanged" : terminal.styled("ok", .green)
+        let retried =
+            recap.retries == 0 ? "" : " after \(recap.retries) reconnect\(recap.retries == 1 ? "" : "s")"
+        terminal.message("\(recap.address)  \(verdict)\(retried)")
     }
 
     private func redraw() {
-        guard terminal.redraws, !json else { return }
+        guard terminal.redraws, output.isForPeople else { return }
         // Cut to the terminal's width by `Terminal.status`.
         terminal.status(statusLine())
     }

@@ -44,11 +44,12 @@ public actor Session {
     var dryRun = false
     /// Whether the recap being gathered includes a dry run (`--dry-run` on a line).
     private var recapWasDry = false
-    /// Whether the command being carried out answers in JSON: `--json` for
-    /// the whole run, or on its line.
-    private(set) var json = false
-    /// Whether the recap being gathered is JSON (a device command had `--json`).
-    private var recapIsJSON = false
+    /// How the command being carried out answers: JSON with `--json` for
+    /// the whole run or on its line, else for people.
+    private(set) var output: Renderer
+    /// How the recap being gathered answers: JSON when the run is, or when
+    /// one of its device commands had `--json`.
+    private var recapOutput: Renderer
     /// Why the inventory stopped a fleet run (disk full, I/O error…).
     var inventoryFailure: String?
     /// Set when the user stopped the run (Ctrl-C): the run is recorded as interrupted.
@@ -69,6 +70,8 @@ public actor Session {
         self.profiles = profiles
         self.runLabel = runLabel
         self.runDigest = runDigest
+        output = Renderer(terminal: terminal)
+        recapOutput = Renderer(terminal: terminal)
     }
 
     func note(_ status: ExitStatus) { self.status = max(self.status, status) }
@@ -278,7 +281,7 @@ public actor Session {
                     index += 1
                     group.append(commands[index])
                 }
-                json = terminal.json || group.contains(where: \.json)
+                output = Renderer(terminal: terminal, for: group)
                 await perform { () async throws(ConsoleFailure) in try await self.runDeviceSteps(group, on: nil) }
             } else {
                 await execute(located)
@@ -291,7 +294,7 @@ public actor Session {
 
     /// Runs one command (a REPL line, or one of a batch).
     public func execute(_ located: LocatedCommand) async {
-        json = terminal.json || located.json
+        output = Renderer(terminal: terminal, for: [located])
         await perform { () async throws(ConsoleFailure) in try await self.carryOut(located) }
         refreshSeen()
     }
@@ -321,14 +324,7 @@ public actor Session {
         }
         guard !found.isEmpty || more > 0 else { return }
         for finding in found {
-            if json {
-                terminal.emit(
-                    .storedValue,
-                    [
-                        "table": .string(finding.table), "row": .string(finding.row), "field": .string(finding.field),
-                        "value": .string(finding.value), "reason": .string(finding.reason),
-                    ])
-            }
+            output.render(StoredValueLine(finding: finding))
             terminal.error("stored value: \(finding)")
         }
         if more > 0 { terminal.error("stored value: \(more) more values failed their checks") }
@@ -385,7 +381,7 @@ public actor Session {
         }
         let bench = try await openBench()
         let run = try await currentRun()
-        let board = ProgressBoard(terminal: terminal, total: addresses.count, dryRun: dryRun, json: json)
+        let board = ProgressBoard(terminal: terminal, total: addresses.count, dryRun: dryRun, output: output)
         // Whole seconds: the inventory keeps when a record was pulled to the second.
         let started = Date(timeIntervalSince1970: Date().timeIntervalSince1970.rounded(.down))
         board.begin(steps.map(\.name))
@@ -404,7 +400,7 @@ public actor Session {
         recoveries += result.recoveries
         if result.interrupted { interrupted = true }
         if dryRun { recapWasDry = true }
-        if json { recapIsJSON = true }
+        recapOutput = recapOutput.joined(output)
         merge(recaps)
         if recaps.contains(where: { $0.failed > 0 }) { note(.devicesFailed) }
         if let failure = result.inventoryFailure {
@@ -419,25 +415,17 @@ public actor Session {
             throw ConsoleFailure(.infrastructure, "\(failure): the run stopped")
         }
         // A pull: the records it brought, as data on standard output.
-        let pulled = Set(
-            group.compactMap { located -> RecordKind? in
-                switch located.command {
-                case is TripsCommand: .trip
-                case is EventsCommand: .event
-                case is IncidentsCommand: .incident
-                default: nil
-                }
-            })
+        let pulled = Set(group.compactMap(\.spec.pulls))
         if !pulled.isEmpty {
             try await showPulled(pulled, from: Set(addresses), since: started)
         }
         // `info`: what was read, as data on standard output.
-        if group.contains(where: { $0.command is InfoCommand }) {
+        if group.contains(where: \.spec.showsWhatItRead) {
             try await showDevices(recaps.filter { $0.failed == 0 && !$0.notStarted }.map(\.address))
         }
         // A live audit: the report from what was just read into the inventory.
         for located in group {
-            if let audit = located.command as? AuditCommand, audit.source == .live {
+            if let audit = located.command.liveAudit {
                 let profile = audit.profile
                 let read = Set(recaps.filter { $0.failed == 0 }.map(\.address))
                 try await reportAudit(from: inventorySubjects().filter { read.contains($0.address) }, profile, .live)
@@ -447,8 +435,7 @@ public actor Session {
         if isInteractive { printRecap() }
     }
 
-    /// The inventory's records of these devices: JSON lines of kind
-    /// `device`, or each one's details for people.
+    /// The inventory's records of these devices (`DeviceDetail`).
     func showDevices(_ addresses: [String]) async throws(ConsoleFailure) {
         let inventory = try inventory()
         for address in addresses {
@@ -459,12 +446,7 @@ public actor Session {
                 throw ConsoleFailure(.infrastructure, "the inventory: \(error)")
             }
             guard let record else { continue }
-            if json {
-                terminal.emit(.device, Shapes.device(record))
-            } else {
-                for line in Format.recordDetail(record) { terminal.result(line) }
-                terminal.result("")
-            }
+            output.render(DeviceDetail(record))
         }
     }
 
@@ -500,12 +482,10 @@ public actor Session {
         let rows = recapOrder.compactMap { recaps[$0] }
         recaps = [:]
         recapOrder = []
-        Format.recap(
-            rows, recoveries: recoveries, terminal: terminal, json: terminal.json || recapIsJSON,
-            dryRun: dryRun || recapWasDry)
+        recapOutput.render(RecapDocument(recaps: rows, recoveries: recoveries, dryRun: dryRun || recapWasDry))
         recoveries = []
         recapWasDry = false
-        recapIsJSON = false
+        recapOutput = Renderer(terminal: terminal)
     }
 
     static func seconds(_ value: Double) -> String {

@@ -218,13 +218,6 @@ public final class Terminal: Sendable {
             bytes = bytes.dropFirst(written)
         }
     }
-
-    /// One JSON object per line, keys sorted: exact, and safe on a terminal
-    /// (`JSONText.safe`).
-    public func jsonLine(_ object: [String: Any]) {
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return }
-        writeLine(JSONText.safe(String(decoding: data, as: UTF8.self)), to: 1)
-    }
 }
 
 /// The console's own colours inside a line: a mark no text from outside can

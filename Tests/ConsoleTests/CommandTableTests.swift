@@ -223,3 +223,31 @@ extension CommandTableTests {
         }
     }
 }
+
+extension CommandTableTests {
+    /// What the session and the batch checker once asked of a command's
+    /// type, the spec answers (`pulls`, `showsWhatItRead`, `setsSelection`,
+    /// `needsDevices`, `endsTheRun`) or the command (`definesVariable`,
+    /// `liveAudit`): each answered by exactly the commands that asked it.
+    @Test func specFlagsAnswerWhatTypeChecksDid() throws {
+        let specs = CommandTable.specs
+        let named = { (flag: (CommandSpec) -> Bool) in Set(specs.filter(flag).map(\.name)) }
+        #expect(named { $0.pulls != nil } == ["trips", "events", "incidents"])
+        #expect(
+            Dictionary(uniqueKeysWithValues: specs.compactMap { spec in spec.pulls.map { (spec.name, $0) } })
+                == ["trips": .trip, "events": .event, "incidents": .incident])
+        #expect(named(\.showsWhatItRead) == ["info"])
+        #expect(named(\.setsSelection) == ["select"])
+        #expect(named(\.needsDevices) == ["watch"])
+        #expect(named(\.endsTheRun) == ["quit"])
+        let lines = try Self.parse("set profile van\naudit --live van\naudit --live\naudit van\nquit\nexit")
+        #expect(lines[0].command.definesVariable?.name == "profile" && lines[0].command.definesVariable?.value == "van")
+        #expect(lines.dropFirst().allSatisfy { $0.command.definesVariable == nil })
+        #expect(lines[1].command.liveAudit == LiveAudit(profile: "van"))
+        #expect(lines[2].command.liveAudit == LiveAudit(profile: nil))
+        #expect(lines[3].command.liveAudit == nil && lines[0].command.liveAudit == nil)
+        #expect(lines.map(\.isQuit) == [false, false, false, false, true, true])
+        // A kind is declared once.
+        for spec in specs { #expect(Set(spec.emits).count == spec.emits.count, "\(spec.name)") }
+    }
+}

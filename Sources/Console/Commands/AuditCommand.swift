@@ -24,8 +24,8 @@ public struct AuditCommand: ConsoleCommand {
             .flag("--passive", "judge from bench-summary adverts alone (no connection)"),
         ], actsOnDevices: true,
         detail:
-            "Without --live or --passive the audit reads the inventory and may run against a server inventory. Exit status 2 when any device has a finding."
-    )
+            "Without --live or --passive the audit reads the inventory and may run against a server inventory. Exit status 2 when any device has a finding.",
+        emits: [.audit])
 
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         if arguments.flag("--live"), arguments.flag("--passive") {
@@ -48,6 +48,7 @@ public struct AuditCommand: ConsoleCommand {
         source == .live ? .auditLive(profile.flatMap { profiles[$0] }) : nil
     }
     public var isDeviceStep: Bool { source == .live }
+    public var liveAudit: LiveAudit? { source == .live ? LiveAudit(profile: profile) : nil }
     public var onlyReadsTheInventory: Bool { source == .inventory }
     public var stepName: String { "audit --\(source.rawValue)" }
 }
@@ -106,7 +107,7 @@ extension Session {
     ) async throws(ConsoleFailure) {
         var reports = Auditor.auditFleet(subjects, profiles: profiles, profile: profile)
         if source == .inventory { reports = await withDrift(reports) }
-        Format.audit(reports, source: source, terminal: terminal, json: json)
+        output.render(AuditDocument(reports: reports, source: source))
         if reports.contains(where: { !$0.isClean }) { note(.devicesFailed) }
     }
 }

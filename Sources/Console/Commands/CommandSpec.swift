@@ -1,3 +1,4 @@
+import Inventory
 import Profiles
 import Workbench
 
@@ -111,6 +112,30 @@ public struct CommandSpec: Sendable {
     /// A paragraph for the man page, beyond the summary.
     public var detail: String?
 
+    // What follows is for the console's own code and tests: none of it
+    // enters `help --json`, the man page or the shell completions.
+
+    /// The kinds of JSON lines the command writes (docs/json.md, "Which
+    /// command writes which kinds"). A device step's session kinds (`step`,
+    /// `note`, `recap`, `recovery`, `summary`) come with `isDeviceStep` and
+    /// are not listed; nor is `stored_value`, which any command that read
+    /// the inventory may write.
+    public var emits: [ResultKind] = []
+    /// A pull: after the run, the records of this kind it brought are
+    /// shown (one PULLED block for the pulls of one group of steps).
+    public var pulls: RecordKind? = nil
+    /// After the run, the inventory's record of each device read is shown
+    /// (`info`).
+    public var showsWhatItRead = false
+    /// It chooses the devices later lines act on (`select`): the batch
+    /// checker lets the device commands after it go without devices.
+    public var setsSelection = false
+    /// It acts on devices without being a device step (`watch`): the batch
+    /// checker wants a selection before it, or devices on its line.
+    public var needsDevices = false
+    /// It ends the REPL or the batch (`quit`).
+    public var endsTheRun = false
+
     /// The family (`inventory`) of a two-word name, else the name.
     public var family: String { String(name.split(separator: " ").first ?? "") }
 
@@ -157,6 +182,11 @@ public protocol ConsoleCommand: Sendable, Hashable {
     func step(profiles: [String: Profile]) -> DeviceStep?
     /// How the command is named in recaps and messages (`apply van`).
     var stepName: String { get }
+    /// This use defines a variable for later lines (`set NAME VALUE`).
+    var definesVariable: (name: String, value: String)? { get }
+    /// This use is a live audit: after its run, the devices read are
+    /// judged against this profile (nil: each against its own).
+    var liveAudit: LiveAudit? { get }
     /// This use may write to a beacon (`trips --clear` does, `trips` does not).
     var writesToBeacons: Bool { get }
     /// This use only reads the inventory (`audit` does, `audit --live` does not).
@@ -172,10 +202,19 @@ public protocol ConsoleCommand: Sendable, Hashable {
 extension ConsoleCommand {
     public func step(profiles: [String: Profile]) -> DeviceStep? { nil }
     public var stepName: String { Self.spec.name }
+    public var definesVariable: (name: String, value: String)? { nil }
+    public var liveAudit: LiveAudit? { nil }
     public var writesToBeacons: Bool { Self.spec.mayWriteToBeacons }
     public var onlyReadsTheInventory: Bool { Self.spec.onlyReadsTheInventory }
     public var isDeviceStep: Bool { false }
     public var runsAgainstAServer: Bool { onlyReadsTheInventory }
+}
+
+/// A live audit asked by a command (`audit --live [PROFILE]`).
+public struct LiveAudit: Sendable, Equatable {
+    /// The profile the devices are judged against; nil: each its own.
+    public var profile: String?
+    public init(profile: String?) { self.profile = profile }
 }
 
 /// A command that the fleet runner carries out on each device: running it

@@ -21,6 +21,7 @@ public struct SetCommand: ConsoleCommand {
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         await session.setVariable(name, value)
     }
+    public var definesVariable: (name: String, value: String)? { (name, value) }
 }
 
 /// `help [COMMAND]`, `help --man`.
@@ -35,7 +36,7 @@ public struct HelpCommand: ConsoleCommand {
         name: "help", summary: "the commands, or one command with its options and an example",
         example: "help select", operands: [.optional("COMMAND", .command)],
         options: [.flag("--man", "the manual page (roff), as `make install` writes it")],
-        onlyReadsTheInventory: true)
+        onlyReadsTheInventory: true, emits: [.command])
     public init(_ arguments: inout ParsedArguments) {
         topic = arguments.operand(0)
         manual = arguments.flag("--man")
@@ -43,14 +44,8 @@ public struct HelpCommand: ConsoleCommand {
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         if manual {
             session.terminal.document(Manual.page(version: BeaconbenchMain.version))
-        } else if await session.json {
-            let specs =
-                topic.map { topic in CommandTable.all.map { $0.spec }.filter { $0.name == topic || $0.family == topic }
-                }
-                ?? CommandTable.all.map { $0.spec }
-            for spec in specs { session.terminal.emit(.command, Shapes.command(spec)) }
         } else {
-            for line in Manual.help(topic) { session.terminal.result(line) }
+            await session.output.render(HelpDocument(topic: topic))
         }
     }
 }
@@ -74,7 +69,7 @@ public struct QuitCommand: ConsoleCommand {
     public init() {}
     public static let spec = CommandSpec(
         name: "quit", aliases: ["exit"], summary: "leave the REPL (Ctrl-D too); ends a batch",
-        example: "quit", onlyReadsTheInventory: true)
+        example: "quit", onlyReadsTheInventory: true, endsTheRun: true)
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {}
 }
@@ -86,7 +81,7 @@ public struct DoctorCommand: ConsoleCommand {
         name: "doctor",
         summary: "check bluetoothd, the adapter, the D-Bus policy, the inventory and the profiles, each with its fix",
         example: "doctor",
-        detail: "Exit status 3 when a check failed; warnings leave it 0.")
+        detail: "Exit status 3 when a check failed; warnings leave it 0.", emits: [.check])
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.doctor()
@@ -159,27 +154,7 @@ extension Session {
                 : DoctorCheck(
                     name: "profiles", status: .ok,
                     detail: "\(names.count) loaded and checked: \(names.joined(separator: ", "))"))
-        if json {
-            for check in checks {
-                terminal.emit(
-                    .check,
-                    [
-                        "name": .string(check.name), "status": .string(check.status.rawValue),
-                        "detail": .string(check.detail), "fix": .optional(check.fix),
-                    ])
-            }
-        } else {
-            let rows = checks.map { check -> [String] in
-                let style: Terminal.Style =
-                    switch check.status {
-                    case .ok: .green
-                    case .warning: .yellow
-                    case .failed: .red
-                    }
-                return [check.name, terminal.styled(check.status.rawValue, style), check.detail, check.fix ?? ""]
-            }
-            for line in table(["check", "status", "detail", "fix"], rows) { terminal.result(line) }
-        }
+        output.render(Table(rows: checks.map(DoctorRow.init)))
         if checks.contains(where: { $0.status == .failed }) { note(.infrastructure) }
     }
 }

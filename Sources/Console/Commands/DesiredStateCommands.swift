@@ -39,8 +39,8 @@ public struct AssignCommand: ConsoleCommand {
         ],
         actsOnDevices: true,
         detail:
-            "Each device's assignment replaces its earlier one (the line says so). A bench brings a beacon to it when it sees it: station converges every assigned beacon that comes within range. drift lists what differs. docs/office.md."
-    )
+            "Each device's assignment replaces its earlier one (the line says so). A bench brings a beacon to it when it sees it: station converges every assigned beacon that comes within range. drift lists what differs. docs/office.md.",
+        emits: [.assignment])
 
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         let parser = arguments.parser
@@ -145,8 +145,8 @@ public struct DriftCommand: ConsoleCommand {
         summary: "assigned devices whose last observed state differs from the desired, field by field",
         example: "drift", onlyReadsTheInventory: true,
         detail:
-            "Compares each assignment with what was last read back from the beacon (thresholds, enable bits, profile, identity) and says when that was read. Exit status 2 when any device drifts."
-    )
+            "Compares each assignment with what was last read back from the beacon (thresholds, enable bits, profile, identity) and says when that was read. Exit status 2 when any device drifts.",
+        emits: [.drift])
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.drift()
@@ -217,11 +217,7 @@ extension Session {
         let earlier = Dictionary(replaced.map { ($0.address, $0) }) { first, _ in first }
         for assignment in assignments where !lost.contains(assignment.address) {
             let previous = earlier[assignment.address]
-            if json {
-                terminal.emit(.assignment, Shapes.assignment(assignment, replaced: previous))
-            } else {
-                terminal.result("assigned \(assignment.address)  \(assignment.summary)")
-            }
+            output.render(AssignmentLine(assignment: assignment, replaced: previous))
             if let previous {
                 terminal.message(
                     "\(assignment.address): replaces \(previous.summary) (assigned \(previous.assignedAt) by \(previous.assignedBy))"
@@ -264,7 +260,7 @@ extension Session {
         merge(skipped)
         var failed = false
         for (plan, members) in groups.values.sorted(by: { $0.members[0] < $1.members[0] }) {
-            let board = ProgressBoard(terminal: terminal, total: members.count, dryRun: dryRun, json: json)
+            let board = ProgressBoard(terminal: terminal, total: members.count, dryRun: dryRun, output: output)
             board.begin(plan.steps.map(\.name))
             let result: FleetResult
             do {
@@ -320,47 +316,11 @@ extension Session {
                 throw ConsoleFailure(.infrastructure, "drift: \(error)")
             }
         }
-        if json {
-            for finding in findings { terminal.emit(.drift, Shapes.drift(finding)) }
-        } else if !findings.isEmpty {
-            let rows = findings.map {
-                [$0.device, $0.field, $0.desired, $0.observed ?? "never read", $0.observedAt ?? "—"]
-            }
-            for line in table(["device", "field", "desired", "observed", "observed at"], rows) {
-                terminal.result(line)
-            }
-        }
+        output.render(DriftRow.table(findings))
         let drifting = Set(findings.map(\.device)).count
         terminal.message(
             "\(drifting) of \(assigned) assigned device\(assigned == 1 ? "" : "s") drift\(drifting == 1 ? "s" : "")"
                 + (unseen > 0 ? "; \(unseen) never seen on this bench (the server's drift covers every bench)" : ""))
         if drifting > 0 { note(.devicesFailed) }
-    }
-}
-
-extension Shapes {
-    static func assignment(_ assignment: Assignment, replaced: Assignment?) -> [String: JSONValue] {
-        var overrides: [String: JSONValue] = [:]
-        for (key, value) in [
-            ("cornering", assignment.overrides.cornering), ("braking", assignment.overrides.braking),
-            ("acceleration", assignment.overrides.acceleration), ("duration", assignment.overrides.duration),
-        ] {
-            if let value { overrides[key] = .int(Int(value)) }
-        }
-        return [
-            "device": .string(assignment.address), "profile": .string(assignment.profile),
-            "major": .optional(assignment.major.map { Int($0) }),
-            "minor_policy": .string(assignment.minorPolicy.rawValue),
-            "minor": .optional(assignment.minor.map { Int($0) }), "overrides": .object(overrides),
-            "assigned_at": .string(assignment.assignedAt), "assigned_by": .string(assignment.assignedBy),
-            "source": .string(assignment.source.rawValue), "replaced": .optional(replaced?.summary),
-        ]
-    }
-
-    static func drift(_ finding: DriftFinding) -> [String: JSONValue] {
-        [
-            "device": .string(finding.device), "field": .string(finding.field), "desired": .string(finding.desired),
-            "observed": .optional(finding.observed), "observed_at": .optional(finding.observedAt),
-        ]
     }
 }

@@ -13,7 +13,7 @@ public struct InfoCommand: DeviceStepCommand {
     public init() {}
     public static let spec = CommandSpec(
         name: "info", summary: "read everything a beacon tells about itself", example: "info a3b5c7d9",
-        actsOnDevices: true)
+        actsOnDevices: true, emits: [.device], showsWhatItRead: true)
     public init(_ arguments: inout ParsedArguments) {}
     public func step(profiles: [String: Profile]) -> DeviceStep? { .info }
 }
@@ -208,32 +208,32 @@ public protocol PullCommand: DeviceStepCommand {
 extension PullCommand {
     public init(_ arguments: inout ParsedArguments) { self.init(clear: arguments.flag("--clear")) }
     public var writesToBeacons: Bool { clear }
-    static func pullSpec(_ name: String, _ what: String) -> CommandSpec {
+    static func pullSpec(_ name: String, _ what: String, _ kind: RecordKind, _ emits: ResultKind) -> CommandSpec {
         CommandSpec(
             name: name, summary: "pull \(what) into the inventory", example: "\(name) --clear",
             options: [.flag("--clear", "clear them on the beacon once stored")], actsOnDevices: true,
-            mayWriteToBeacons: true)
+            mayWriteToBeacons: true, emits: [emits], pulls: kind)
     }
 }
 
 public struct TripsCommand: PullCommand {
     public var clear: Bool
     public init(clear: Bool = false) { self.clear = clear }
-    public static let spec = pullSpec("trips", "trip records")
+    public static let spec = pullSpec("trips", "trip records", .trip, .trip)
     public func step(profiles: [String: Profile]) -> DeviceStep? { .pullTrips(clear: clear) }
 }
 
 public struct EventsCommand: PullCommand {
     public var clear: Bool
     public init(clear: Bool = false) { self.clear = clear }
-    public static let spec = pullSpec("events", "driving-behaviour events")
+    public static let spec = pullSpec("events", "driving-behaviour events", .event, .event)
     public func step(profiles: [String: Profile]) -> DeviceStep? { .pullEvents(clear: clear) }
 }
 
 public struct IncidentsCommand: PullCommand {
     public var clear: Bool
     public init(clear: Bool = false) { self.clear = clear }
-    public static let spec = pullSpec("incidents", "incidents with their samples")
+    public static let spec = pullSpec("incidents", "incidents with their samples", .incident, .incident)
     public func step(profiles: [String: Profile]) -> DeviceStep? { .pullIncidents(clear: clear) }
 }
 
@@ -243,7 +243,8 @@ public struct WatchCommand: ConsoleCommand {
     public init(seconds: Double = 30) { self.seconds = seconds }
     public static let spec = CommandSpec(
         name: "watch", summary: "show real-time events and trip status (the bench shake test)",
-        example: "watch 30s", operands: [.optional("DURATION", .duration(0.1...86_400))], actsOnDevices: true)
+        example: "watch 30s", operands: [.optional("DURATION", .duration(0.1...86_400))], actsOnDevices: true,
+        emits: [.watchEvent, .watchSummary], needsDevices: true)
     public init(_ arguments: inout ParsedArguments) { seconds = arguments.operandDuration(0) ?? 30 }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.watch(seconds: seconds, devices: located.devices)
@@ -290,34 +291,22 @@ extension Session {
             "watching \(addresses.count) device\(addresses.count == 1 ? "" : "s") for \(Self.seconds(seconds)) (Ctrl-C stops)"
         )
         let counter = EventCounter()
-        let json = self.json
+        let output = self.output
         let slots = (try? await concurrency(bench)) ?? 5
         let results = await bench.watch(addresses, seconds: seconds, concurrency: slots, run: try await currentRun()) {
             event in
             counter.add(event)
-            if json {
-                terminal.emit(.watchEvent, Shapes.watchEvent(event))
-            } else {
-                terminal.event(Format.watchLine(event, terminal: terminal))
-            }
+            output.render(WatchEventLine(event: event))
         }
         for result in results where result.state == .failed {
             terminal.error("\(result.address): watch: \(result.reason ?? "failed")")
         }
         if results.contains(where: { $0.state == .failed }) { note(.devicesFailed) }
         merge(results.map(\.recap))
-        if json {
-            terminal.emit(
-                .watchSummary,
-                [
-                    "devices": .int(addresses.count), "events": .int(counter.events),
-                    "trip_changes": .int(counter.tripChanges),
-                    "failed": .int(results.filter { $0.state == .failed }.count),
-                ])
-        } else {
-            terminal.message(
-                "watch: \(counter.events) real-time event(s), \(counter.tripChanges) trip status change(s)")
-        }
+        output.render(
+            WatchSummary(
+                devices: addresses.count, events: counter.events, tripChanges: counter.tripChanges,
+                failed: results.filter { $0.state == .failed }.count))
     }
 }
 

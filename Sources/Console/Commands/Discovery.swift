@@ -23,7 +23,7 @@ public struct ScanCommand: ConsoleCommand {
             .value(
                 "--until", "N", .integer(0...100_000),
                 "stop as soon as N beacons are heard (the duration is then the longest wait; 0: no target)"),
-        ])
+        ], emits: [.scan])
 
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         self.init(
@@ -64,7 +64,7 @@ public struct DevicesCommand: ConsoleCommand {
     public init(filter: String? = nil) { self.filter = filter }
     public static let spec = CommandSpec(
         name: "devices", summary: "list the beacons seen (address, MAC ending or profile containing FILTER)",
-        example: "devices c7d9", operands: [.optional("FILTER", .text)])
+        example: "devices c7d9", operands: [.optional("FILTER", .text)], emits: [.beacon])
     public init(_ arguments: inout ParsedArguments) { filter = arguments.operand(0) }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.listDevices(filter)
@@ -79,7 +79,8 @@ public struct SelectCommand: ConsoleCommand {
         name: "select",
         summary:
             "choose devices: all, new, unprovisioned, in-range, profile=NAME, battery<N, firmware<X, minor=A-B, addresses, MAC endings",
-        example: "select new battery<30", operands: [.some("SELECTOR", .selector)])
+        example: "select new battery<30", operands: [.some("SELECTOR", .selector)], emits: [.selection],
+        setsSelection: true)
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         let parser = arguments.parser
         selectors = try arguments.each { token throws(BatchError) in try parser.selector(token) }
@@ -112,21 +113,12 @@ extension Session {
             seenCache = found
             await recordScanRecoveries(bench)
             let fresh = found.filter { $0.summary?.status.contains(.factoryDefault) ?? false }.count
-            if json {
-                let settled = lastFound.withLock { $0 } - started
-                terminal.emit(
-                    .scan,
-                    [
-                        "seen": .int(found.count), "new": .int(fresh), "seconds": .number(seconds),
-                        "last_found_after": .number(
-                            Double(settled.components.attoseconds) / 1e18 + Double(settled.components.seconds)),
-                    ])
-            } else {
-                terminal.message(
-                    "scan: \(found.count) SBeacon\(found.count == 1 ? "" : "s") seen, \(fresh) new"
-                        + (Task.isCancelled ? " (stopped early)" : "")
-                        + (until.map { found.count < $0 ? " (fewer than the \($0) awaited)" : "" } ?? ""))
-            }
+            let settled = lastFound.withLock { $0 } - started
+            output.render(
+                ScanSummary(
+                    seen: found.count, fresh: fresh, seconds: seconds,
+                    lastFoundAfter: Double(settled.components.attoseconds) / 1e18 + Double(settled.components.seconds),
+                    stoppedEarly: Task.isCancelled, until: until))
         } catch {
             terminal.status(nil)
             await recordScanRecoveries(bench)
@@ -216,21 +208,13 @@ extension Session {
         }
         seenCache = await bench.seen()
         let selected = Set(selection ?? [])
-        if json {
-            for beacon in beacons {
-                terminal.emit(
-                    .beacon,
-                    Shapes.beacon(
-                        beacon, profile: records[beacon.address]?.profile, selected: selected.contains(beacon.address)))
-            }
-            return
-        }
-        let rows = beacons.map { beacon in
-            Format.seenRow(
-                beacon, profile: records[beacon.address]?.profile, selected: selected.contains(beacon.address))
-        }
-        for line in table(Format.seenHeader, rows, numeric: [2]) { terminal.result(line) }
-        terminal.message("\(beacons.count) SBeacon\(beacons.count == 1 ? "" : "s")")
+        output.render(
+            SeenBeaconRow.list(
+                beacons.map { beacon in
+                    SeenBeaconRow(
+                        beacon, profile: records[beacon.address]?.profile,
+                        selected: selected.contains(beacon.address))
+                }))
     }
 
     func select(_ selectors: [DeviceSelector], text: String) async throws(ConsoleFailure) {
@@ -239,12 +223,7 @@ extension Session {
             let chosen = try await bench.select(selectors)
             selection = chosen
             selectionText = text
-            if json {
-                terminal.emit(
-                    .selection, ["devices": .array(chosen.map(JSONValue.string)), "selectors": .string(text)])
-            } else {
-                terminal.message("selected \(chosen.count) device\(chosen.count == 1 ? "" : "s") (\(text))")
-            }
+            output.render(SelectionResult(devices: chosen, selectors: text))
         } catch let error as SelectionError {
             throw ConsoleFailure(.badInput, "select: \(error)")
         } catch {

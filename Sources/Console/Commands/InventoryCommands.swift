@@ -7,7 +7,7 @@ public struct InventoryListCommand: ConsoleCommand {
     public init() {}
     public static let spec = CommandSpec(
         name: "inventory list", summary: "every device the inventory knows", example: "inventory list",
-        onlyReadsTheInventory: true, isFamilyDefault: true)
+        onlyReadsTheInventory: true, isFamilyDefault: true, emits: [.device])
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.inventoryCommand(.list)
@@ -20,7 +20,8 @@ public struct InventoryShowCommand: ConsoleCommand {
     public init(device: String) { self.device = device }
     public static let spec = CommandSpec(
         name: "inventory show", summary: "one device: what it holds and its latest step outcomes",
-        example: "inventory show a3b5c7d9", operands: [.required("DEVICE", .device)], onlyReadsTheInventory: true)
+        example: "inventory show a3b5c7d9", operands: [.required("DEVICE", .device)], onlyReadsTheInventory: true,
+        emits: [.device, .outcome])
     public init(_ arguments: inout ParsedArguments) { device = arguments.operand(0) ?? "" }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.inventoryCommand(.show(device))
@@ -29,20 +30,20 @@ public struct InventoryShowCommand: ConsoleCommand {
 
 /// `inventory export --csv|--json`: every column of every device.
 public struct InventoryExportCommand: ConsoleCommand {
-    public enum Format: String, Sendable, Hashable { case csv, json }
+    public enum Format: String, Sendable, Hashable { case csv, jsonLines = "json" }
     public var format: Format
     public init(format: Format) { self.format = format }
     public static let spec = CommandSpec(
         name: "inventory export", summary: "every column of every device, as CSV (for spreadsheets) or JSON",
         example: "inventory export --csv > fleet.csv",
         options: [.flag("--csv", "RFC 4180 CSV, formula-safe (without it: JSON lines, docs/json.md)")],
-        onlyReadsTheInventory: true)
+        onlyReadsTheInventory: true, emits: [.deviceRow])
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         // JSON lines unless --csv (`--json` may have been given for the whole run).
         if arguments.flag("--csv"), arguments.flag("--json") {
             throw arguments.fail(at: 0, "inventory export takes --csv or --json, not both")
         }
-        format = arguments.flag("--csv") ? .csv : .json
+        format = arguments.flag("--csv") ? .csv : .jsonLines
     }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.inventoryCommand(format == .csv ? .exportCSV : .exportJSON)
@@ -67,7 +68,7 @@ public struct LogCommand: ConsoleCommand {
             .value("--device", "DEVICE", .device, "only this device (as DEVICE)"),
             .value("--since", "TIME", .time, "only outcomes since TIME (2026-11-30, an ISO 8601 time, or 7d)"),
             .value("--limit", "N", .integer(1...1_000_000), "at most N outcomes (default 50); it says when it cut"),
-        ], onlyReadsTheInventory: true)
+        ], onlyReadsTheInventory: true, emits: [.outcome])
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         if arguments.operand(0) != nil, arguments.text("--device") != nil {
             throw arguments.fail(at: 0, "log takes DEVICE or --device, not both")
@@ -96,8 +97,8 @@ public struct InventoryForgetCommand: ConsoleCommand {
         example: "inventory forget C0:FE:00:00:00:04 --yes", operands: [.some("DEVICE", .device)],
         options: [.flag("--yes", "yes, forget them (without it: what would be forgotten)")],
         detail:
-            "Their step outcomes, readings and pulled records stay as history; their identity is released for reuse. A device forgotten and seen again comes back."
-    )
+            "Their step outcomes, readings and pulled records stay as history; their identity is released for reuse. A device forgotten and seen again comes back.",
+        emits: [.forgotten])
     public init(_ arguments: inout ParsedArguments) {
         self.init(devices: arguments.operandTexts, confirmed: arguments.flag("--yes"))
     }
@@ -116,7 +117,7 @@ public struct SyncCommand: ConsoleCommand {
         options: [
             .value("--to", "URL", .url, "the server (a password comes from PGPASSWORD or ~/.pgpass)", required: true),
             .flag("--include-simulated", "also push runs made on a simulated bench (--sim)"),
-        ])
+        ], emits: [.sync])
     public var includeSimulated = false
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         includeSimulated = arguments.flag("--include-simulated")
@@ -142,32 +143,19 @@ extension Session {
         do {
             switch action {
             case .list:
-                let devices = try await inventory.devices()
-                if json {
-                    for device in devices { terminal.emit(.device, Shapes.device(device)) }
-                } else {
-                    let (header, rows) = Format.recordTable(devices)
-                    for line in table(header, rows) { terminal.result(line) }
-                    terminal.message("\(devices.count) device\(devices.count == 1 ? "" : "s") in \(inventory.location)")
-                }
+                output.render(DeviceLine.list(try await inventory.devices(), in: inventory.location))
             case .show(let name):
                 guard let device = try await inventory.device(name) else {
                     throw ConsoleFailure(.badInput, "the inventory has no device \(name)")
                 }
                 let outcomes = try await inventory.outcomes(device: device.address, limit: 20)
-                if json {
-                    terminal.emit(.device, Shapes.device(device))
-                    for outcome in outcomes { terminal.emit(.outcome, Shapes.outcome(outcome)) }
-                } else {
-                    for line in Format.recordDetail(device) { terminal.result(line) }
-                    terminal.result("")
-                    let (header, rows) = Format.outcomeTable(outcomes)
-                    for line in table(header, rows) { terminal.result(line) }
-                }
+                output.render(DeviceDetail(device, outcomes: outcomes))
             case .exportCSV: terminal.document(try await inventory.deviceTable().csv())
             case .exportJSON:
                 let table = try await inventory.deviceTable()
-                for row in table.rows { terminal.emit(.deviceRow, Shapes.deviceRow(columns: table.columns, row: row)) }
+                // JSON lines without --json too: the export's own format.
+                output.jsonLines.render(
+                    ValuesOnly(table.rows.map { DeviceExportRow(columns: table.columns, row: $0) }))
             }
         } catch let error as ConsoleFailure {
             throw error
@@ -184,12 +172,7 @@ extension Session {
                 terminal.message(
                     "showing the newest \(outcomes.count) outcomes: there are more (--limit N, --since TIME)")
             }
-            if json {
-                for outcome in outcomes { terminal.emit(.outcome, Shapes.outcome(outcome)) }
-            } else {
-                let (header, rows) = Format.outcomeTable(outcomes)
-                for line in table(header, rows) { terminal.result(line) }
-            }
+            output.render(Table(rows: outcomes.map(OutcomeRow.init)))
         } catch {
             throw ConsoleFailure(.infrastructure, "log: \(error)")
         }
@@ -234,21 +217,10 @@ extension Session {
         }
         let (report, exchange) = (outcome.report, outcome.exchange)
         let refused = outcome.refused
-        let order = InventorySync.tableNames
-        if json {
-            terminal.emit(
-                .sync,
-                Shapes.sync(
-                    bench: report.benchID, sent: report.sent, heldBackRuns: report.heldBackRuns,
-                    heldBackDevices: report.heldBackDevices, exchange: exchange, refused: refused, stoppedBy: nil))
-        } else {
-            let counts = order.map { "\($0) \(report.sent[$0] ?? 0)" }.joined(separator: ", ")
-            terminal.result("synced bench \(report.benchID): sent \(counts)")
-            terminal.message(
-                "assignments: pushed \(exchange.pushed), pulled \(exchange.pulled), converged here first \(exchange.converged)"
-                    + ", refused \(exchange.refused.count)"
-            )
-        }
+        output.render(
+            SyncResult(
+                bench: report.benchID, sent: report.sent, heldBackRuns: report.heldBackRuns,
+                heldBackDevices: report.heldBackDevices, exchange: exchange, refused: refused))
         for conflict in exchange.conflicts { terminal.warning("sync: assignment conflict: \(conflict)") }
         for row in refused {
             terminal.error(
@@ -279,15 +251,11 @@ extension Session {
     /// status the signal means (130, or 143 for SIGTERM).
     func syncStopped(_ reason: String, _ inventory: Inventory, sent: [String: Int]) async {
         let counts = InventorySync.tableNames.map { "\($0) \(sent[$0] ?? 0)" }.joined(separator: ", ")
-        if json {
-            terminal.emit(
-                .sync,
-                Shapes.sync(
-                    bench: (try? await inventory.benchID()) ?? "",
-                    sent: Dictionary(uniqueKeysWithValues: InventorySync.tableNames.map { ($0, sent[$0] ?? 0) }),
-                    heldBackRuns: 0, heldBackDevices: 0,
-                    exchange: ServerAssignments.Exchange(), refused: [], stoppedBy: reason))
-        }
+        output.render(
+            SyncResult(
+                bench: (try? await inventory.benchID()) ?? "",
+                sent: Dictionary(uniqueKeysWithValues: InventorySync.tableNames.map { ($0, sent[$0] ?? 0) }),
+                stoppedBy: reason))
         terminal.error(
             "sync: stopped by \(reason): sent \(counts); each chunk sent is committed on the server, the statement"
                 + " under way was cancelled (rolled back); assignments were not exchanged; the local inventory is"
@@ -318,13 +286,7 @@ extension Session {
         } catch {
             throw ConsoleFailure(.infrastructure, "inventory forget: \(error)")
         }
-        if json {
-            for address in report.forgotten {
-                terminal.emit(.forgotten, ["device": .string(address)])
-            }
-        } else {
-            for address in report.forgotten { terminal.result("forgot \(address)") }
-        }
+        output.render(Documents(report.forgotten.map(ForgottenDevice.init)))
         let kept = [
             ("step outcome", report.keptOutcomes), ("reading", report.keptReadings), ("trip", report.keptTrips),
             ("event", report.keptEvents), ("incident", report.keptIncidents),
@@ -341,32 +303,5 @@ extension Session {
         }
         for name in report.unknown { terminal.error("the inventory has no device \(name)") }
         if !report.unknown.isEmpty || !report.ambiguous.isEmpty { note(.badInput) }
-    }
-}
-
-extension Shapes {
-    /// docs/json.md, `sync`.
-    static func sync(
-        bench: String, sent: [String: Int], heldBackRuns: Int, heldBackDevices: Int,
-        exchange: ServerAssignments.Exchange, refused: [RefusedRow], stoppedBy: String?
-    ) -> [String: JSONValue] {
-        [
-            "bench": .string(bench),
-            "sent": .object(sent.mapValues { .int($0) }),
-            "held_back_runs": .int(heldBackRuns), "held_back_devices": .int(heldBackDevices),
-            "assignments_pushed": .int(exchange.pushed), "assignments_pulled": .int(exchange.pulled),
-            "assignments_converged": .int(exchange.converged),
-            "assignment_conflicts": .array(exchange.conflicts.map { .string($0.description) }),
-            "assignments_not_pushed": .array(exchange.notPushed.map { .string($0) }),
-            "refused": .array(
-                refused.map {
-                    .object([
-                        "table": .string($0.table), "key": .string($0.key), "field": .string($0.field),
-                        "reason": .string($0.reason), "value": .optional($0.value),
-                    ])
-                }),
-            "refused_count": .int(refused.count),
-            "stopped_by": .optional(stoppedBy),
-        ]
     }
 }

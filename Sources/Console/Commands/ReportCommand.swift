@@ -31,8 +31,8 @@ public struct ReportCommand: ConsoleCommand {
             .value("--since", "TIME", .time, "only readings and step outcomes since TIME (2026-11-30, or 90d)"),
         ], onlyReadsTheInventory: true,
         detail:
-            "Selectors are those of select that need no radio: all, unprovisioned, profile=NAME, battery<N, firmware<X, minor=A-B, addresses and MAC endings, combined as select combines them (addresses and MAC endings: any of them; every other selector must hold); none: every device (or the selection). Reads a bench's inventory or, with --inventory postgresql://…, the whole fleet. docs/report.md describes each chart."
-    )
+            "Selectors are those of select that need no radio: all, unprovisioned, profile=NAME, battery<N, firmware<X, minor=A-B, addresses and MAC endings, combined as select combines them (addresses and MAC endings: any of them; every other selector must hold); none: every device (or the selection). Reads a bench's inventory or, with --inventory postgresql://…, the whole fleet. docs/report.md describes each chart.",
+        emits: [.report])
 
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         let parser = arguments.parser
@@ -131,20 +131,10 @@ extension Session {
         }
         let elapsed = started.duration(to: .now)
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        if json {
-            terminal.emit(
-                .report,
-                [
-                    "path": .string(command.output), "devices": .int(report.rows.count),
-                    "fleet": .int(report.fleetSize), "bytes": .int(bytes.count),
-                    "crossing_this_quarter": .int(report.crossingThisQuarter.count),
-                    "with_findings": .int(report.devicesWithFindings), "seconds": .number(seconds),
-                ])
-        } else {
-            terminal.result(
-                "report: \(report.rows.count) of \(report.fleetSize) devices, \(report.devicesWithFindings) with findings,"
-                    + " \(report.crossingThisQuarter.count) below their battery minimum by the quarter's end"
-                    + " → \(command.output) (\(bytes.count / 1024) KiB, \(String(format: "%.1f", seconds)) s)")
-        }
+        output.render(
+            ReportWritten(
+                path: command.output, devices: report.rows.count, fleet: report.fleetSize, bytes: bytes.count,
+                crossingThisQuarter: report.crossingThisQuarter.count, withFindings: report.devicesWithFindings,
+                seconds: seconds))
     }
 }

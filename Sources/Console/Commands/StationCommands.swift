@@ -35,8 +35,8 @@ public struct StationCommand: ConsoleCommand {
             .value("--count", "N", .integer(1...1_000_000), "stop after N beacons are done"),
         ], mayWriteToBeacons: true,
         detail:
-            "Discovers continuously. Each beacon heard at --rssi-min or stronger is brought to its assignment (assign), or provisioned with --profile when it has none, with the steps of provision-new.batch; one line per beacon, a running tally, a recap at the end. A beacon is never worked on twice at once; one done with is taken again only after it was away for 5 s; one taken away half-way is reported, not retried. docs/station.md."
-    )
+            "Discovers continuously. Each beacon heard at --rssi-min or stronger is brought to its assignment (assign), or provisioned with --profile when it has none, with the steps of provision-new.batch; one line per beacon, a running tally, a recap at the end. A beacon is never worked on twice at once; one done with is taken again only after it was away for 5 s; one taken away half-way is reported, not retried. docs/station.md.",
+        emits: [.station, .recovery, .stationSummary])
 
     public init(_ arguments: inout ParsedArguments) {
         profile = arguments.text("--profile")
@@ -62,14 +62,14 @@ extension Session {
         options.adapterResets = invocation.adapterResets
         if let concurrency = invocation.concurrency { options.concurrency = concurrency }
         let terminal = self.terminal
-        let json = self.json
+        let output = self.output
         let assigned = (try? await bench.inventory.assignments().count) ?? 0
         terminal.message(
             "station: beacons heard at \(command.rssiMin) dBm or stronger are brought to their assignment ("
                 + "\(assigned) assigned)"
                 + (command.profile.map { ", else provisioned as \($0)" } ?? ", others skipped (no --profile)")
                 + (dryRun ? "; dry run: nothing written" : "") + ". Ctrl-C ends.")
-        let bell = terminal.errorIsTerminal && !terminal.isDumb && !json
+        let bell = terminal.errorIsTerminal && !terminal.isDumb && output.isForPeople
         let began = ContinuousClock.now
         let station = Station(
             bench: bench, run: run, options: options, profiles: profiles,
@@ -77,19 +77,16 @@ extension Session {
         ) { event in
             switch event {
             case .arrived(let address, let rssi, let target):
-                if terminal.verbose, !json {
-                    terminal.message("\(address) on the bench (\(rssi.map { "\($0) dBm" } ?? "?")): \(target)")
+                if terminal.verbose {
+                    output.render(
+                        ForPeople(.message("\(address) on the bench (\(rssi.map { "\($0) dBm" } ?? "?")): \(target)")))
                 }
             case .note(let text):
                 terminal.status(nil)
                 terminal.warning("station: \(text)")
             case .finished(let result, let tally):
                 terminal.status(nil)
-                if json {
-                    terminal.emit(.station, Shapes.station(result, done: tally.done))
-                } else {
-                    terminal.result(Self.stationLine(result, tally, terminal: terminal))
-                }
+                output.render(StationLine(result: result, tally: tally))
                 if bell, !result.succeeded { Terminal.emit(2, "\u{7}") }
                 terminal.status("[station · \(tally.text) · \(tally.active) active]")
             }
@@ -99,58 +96,8 @@ extension Session {
         terminal.status(nil)
         let elapsed = ContinuousClock.now - began
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        var counts: [StationResult.Verdict: Int] = [:]
-        for result in results { counts[result.verdict, default: 0] += 1 }
         if Task.isCancelled { markInterrupted() }
-        if json {
-            var fields: [String: JSONValue] = ["done": .int(results.count), "seconds": .number(seconds)]
-            for verdict in StationResult.Verdict.allCases {
-                fields[verdict.rawValue.replacingOccurrences(of: "-", with: "_")] = .int(counts[verdict, default: 0])
-            }
-            for record in recoveries { terminal.emit(.recovery, Shapes.recovery(record)) }
-            terminal.emit(.stationSummary, fields)
-        } else {
-            terminal.message("")
-            terminal.message("STATION RECAP (\(Self.seconds(seconds)))")
-            var tally = StationTally()
-            tally.counts = counts
-            terminal.message(tally.text)
-            for result in results where !result.succeeded {
-                terminal.message("  \(result.address)  \(result.verdict.rawValue)  \(result.reason ?? "")")
-            }
-            for record in recoveries {
-                terminal.message(
-                    "  recover \(record.ok ? "ok" : "failed"): \(record.detail)"
-                        + (record.device.map { " (\($0))" } ?? "") + (record.error.map { ": \($0)" } ?? ""))
-            }
-        }
+        output.render(StationRecap(results: results, recoveries: recoveries, seconds: seconds))
         if results.contains(where: { [.failed, .takenAway, .missed].contains($0.verdict) }) { note(.devicesFailed) }
-    }
-
-    /// `✔ C0:FE:00:00:00:01  converged   profile car → 100.3  4.2 s  [3 done: …]`.
-    nonisolated static func stationLine(_ result: StationResult, _ tally: StationTally, terminal: Terminal) -> String {
-        let mark: String
-        switch result.verdict {
-        case .converged, .unchanged: mark = terminal.styled("✔", .green)
-        case .skipped: mark = terminal.styled("–", .yellow)
-        case .missed: mark = terminal.styled("?", .red)
-        case .failed, .takenAway, .interrupted: mark = terminal.styled("✘", .red)
-        }
-        let verdict = result.verdict.rawValue.padding(toLength: 11, withPad: " ", startingAt: 0)
-        let styledVerdict = result.succeeded ? terminal.styled(verdict, .green) : terminal.styled(verdict, .red)
-        let reason = result.reason.map { "  \($0)" } ?? ""
-        let identity = result.identity.map { " → \($0)" } ?? ""
-        return
-            "\(mark) \(result.address)  \(styledVerdict) \(result.target)\(identity)  \(String(format: "%.1f", result.seconds)) s\(reason)  [\(tally.text)]"
-    }
-}
-
-extension Shapes {
-    static func station(_ result: StationResult, done: Int) -> [String: JSONValue] {
-        [
-            "device": .string(result.address), "verdict": .string(result.verdict.rawValue),
-            "target": .string(result.target), "reason": .optional(result.reason), "seconds": .number(result.seconds),
-            "rssi": .optional(result.rssi), "done": .int(done), "identity": .optional(result.identity),
-        ]
     }
 }

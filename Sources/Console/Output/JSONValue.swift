@@ -42,30 +42,3 @@ extension JSONValue {
     static func optional<I: BinaryInteger>(_ value: I?) -> JSONValue { value.map { .integer(Int($0)) } ?? .null }
     static func int<I: BinaryInteger>(_ value: I) -> JSONValue { .integer(Int(value)) }
 }
-
-/// The kinds of JSON lines, each documented field by field in
-/// docs/json.md. Every line is `{"kind": …, "v": 1, …fields}`.
-public enum ResultKind: String, Sendable, CaseIterable {
-    case beacon, scan, selection, step, note, recap, summary
-    case watchEvent = "watch_event", watchSummary = "watch_summary"
-    case audit, device, deviceRow = "device_row", outcome
-    case profile, profileCheck = "profile_check", sync, command
-    case trip, event, incident, forgotten, check, report
-    case assignment, drift, station, stationSummary = "station_summary"
-    case storedValue = "stored_value"
-    case recovery
-}
-
-/// The version of the JSON output: raised when a field changes meaning or
-/// goes away (new fields and kinds do not raise it).
-public let jsonVersion = 1
-
-extension Terminal {
-    /// One JSON line of `kind` on standard output.
-    func emit(_ kind: ResultKind, _ fields: [String: JSONValue]) {
-        var object = fields
-        object["kind"] = .string(kind.rawValue)
-        object["v"] = .integer(jsonVersion)
-        document(JSONValue.object(object).text)
-    }
-}
