@@ -115,65 +115,66 @@ struct JSONShapeTests {
         for (kind, fields) in kinds { #expect(!fields.isEmpty, "\(kind) has no field documented") }
     }
 
+    /// What a device step's run writes besides the command's own kinds.
+    static let deviceStepKinds: Set<String> = ["step", "note", "recap", "recovery", "summary"]
+
+    /// Kinds declared but not produced on this bench, and where they are checked.
+    static let producedElsewhere: [String: String] = [
+        "sync": "SyncTests, against PostgreSQL",
+        "note": "a warning (a retry, a device gone): RecoveryTests",
+        "recovery": "RecoveryTests and StationTests, under fault plans",
+    ]
+
+    /// Every command's spec example (`jsonExample` where `example` cannot
+    /// run as written), each its own process on one bench after a scan and
+    /// `select all`: every line it writes is checked against docs/json.md,
+    /// and must be of a kind its spec declares (`emits`, a device step's
+    /// kinds, `stored_value`); every declared kind is produced by some
+    /// command. No batch is kept by hand: a new command is checked by its spec.
     @Test func everyCommandsJSONFitsTheDocumentation() async throws {
         let kinds = try Self.documentedKinds()
         try await withNewFleet(count: 4) { bench in
             // A beacon that drove: the pulls bring trips, events and incidents.
-            let connection = try await BusConnection.connect(.address(bench.busAddress))
-            _ = try await connection.call(
-                SimulatorControl.busName, SimulatorControl.path, SimulatorControl.interfaceName, "Drive",
-                [.string("C0:FE:00:00:00:02"), .uint32(30), .uint32(6)])
-            await connection.close()
-            let batch = """
-                \(bench.scanAll)
-                devices
-                select all
-                info
-                apply car --dry-run
-                apply car
-                verify car
-                assign van major=250 minor=keep cornering=400 C0:FE:00:00:00:01
-                drift
-                station --rssi-min -127 --count 1 --for 20s
-                trips
-                events
-                incidents
-                watch 1s
-                audit
-                audit --live
-                audit --passive
-                inventory list
-                inventory export --json
-                report --out \(bench.directory)/report.html
-                log --limit 5
-                records list
-                records export --json --kind event
-                profiles list
-                profiles show car
-                profiles check
-                doctor
-                help
-                help scan
-
-                """
-            let file = bench.directory + "/all.batch"
-            try batch.write(toFile: file, atomically: true, encoding: .utf8)
-            let run = try await bench.beaconbench(["run", file, "--json"], timeout: 240)
-            // Audits find things on a new fleet (exit 2); nothing else may fail.
-            #expect(run.status == 0 || run.status == 2, "\(run.stderr)")
-            var lines = run.stdout.split(separator: "\n").map(String.init)
-            let address = try #require(Self.firstAddress(lines), "no device line in \(run.stdout)")
-            for arguments in [
-                ["inventory", "show", address, "--json"], ["inventory", "forget", address, "--yes", "--json"],
-            ] {
-                let one = try await bench.beaconbench(arguments)
-                #expect(one.status == 0, "\(arguments): \(one.stderr)")
-                lines += one.stdout.split(separator: "\n").map(String.init)
+            try await bench.withControl { try await $0.drive("C0:FE:00:00:00:02", minutes: 30, harshEvents: 6) }
+            let substitutions = [
+                "${device}": "C0:FE:00:00:00:01", "${spare}": "C0:FE:00:00:00:04", "${dir}": bench.directory,
+                "${count}": "\(bench.beacons)",
+            ]
+            var lines: [String] = []
+            var produced: [String: Set<String>] = [:]
+            for type in CommandTable.all {
+                let spec = type.spec
+                if spec.jsonExampleSkipped != nil { continue }
+                var line = spec.jsonExample ?? spec.example
+                for (name, value) in substitutions { line = line.replacingOccurrences(of: name, with: value) }
+                let file = bench.directory + "/\(spec.name.replacingOccurrences(of: " ", with: "-")).batch"
+                try "\(bench.scanAll)\nselect all\n\(line)\n".write(toFile: file, atomically: true, encoding: .utf8)
+                let run = try await bench.beaconbench(["run", file, "--json"], timeout: 240)
+                // Audits find things on a new fleet (2); doctor may find the
+                // bench short of a real one (3); nothing else may fail.
+                let allowed: Set<Int32> = spec.name == "doctor" ? [0, 2, 3] : [0, 2]
+                #expect(allowed.contains(run.status), "\(line): exit \(run.status): \(run.stderr)")
+                var own = run.stdout.split(separator: "\n").map(String.init)
+                // The preamble's lines: the first `scan` and `selection`.
+                for preamble in ["scan", "selection"] {
+                    if let index = own.firstIndex(where: { Self.kind(of: $0) == preamble }) { own.remove(at: index) }
+                }
+                let isDeviceStep = type is any DeviceStepCommand.Type || spec.runsDeviceSteps
+                let declared = Set(spec.emits.map(\.rawValue)).union(isDeviceStep ? Self.deviceStepKinds : [])
+                    .union(["stored_value"])
+                for own in own {
+                    guard let kind = Self.kind(of: own) else { continue }
+                    #expect(declared.contains(kind), "\(line) wrote a `\(kind)` its spec does not declare: \(own)")
+                    produced[kind, default: []].insert(spec.name)
+                }
+                lines += own
             }
             // Every step as it happens (-v), from a batch on standard input.
             let verbose = try await bench.beaconbench(["-v", "--json"], stdin: "\(bench.scanAll)\nselect all\ninfo\n")
             #expect(verbose.status == 0, "\(verbose.stderr)")
-            lines += verbose.stdout.split(separator: "\n").map(String.init)
+            let steps = verbose.stdout.split(separator: "\n").map(String.init)
+            #expect(steps.contains { Self.kind(of: $0) == "step" }, "-v writes a step line per step")
+            lines += steps
             // A stored value that fails its check (docs/inventory.md): a `stored_value` line.
             do {
                 let database = try Database(path: bench.inventoryPath)
@@ -181,38 +182,33 @@ struct JSONShapeTests {
             }
             let spoiled = try await bench.beaconbench(["inventory", "list", "--json"])
             #expect(spoiled.status == 2, "\(spoiled.stderr)")
-            lines += spoiled.stdout.split(separator: "\n").map(String.init)
+            let spoiledLines = spoiled.stdout.split(separator: "\n").map(String.init)
+            #expect(spoiledLines.contains { Self.kind(of: $0) == "stored_value" }, "\(spoiled.stdout)")
+            lines += spoiledLines
 
-            var seen = Set<String>()
             for line in lines {
                 for problem in Self.problems(line, kinds) { Issue.record(Comment(rawValue: problem)) }
-                if let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
-                    let kind = object["kind"] as? String
-                {
-                    seen.insert(kind)
-                }
             }
-            // All but `sync` (SyncTests, against PostgreSQL), `note` (a
-            // warning: a retry, a device gone) and `recovery` (RecoveryTests,
-            // under a fault plan) are produced here.
-            let expected = Set(kinds.keys).subtracting(["sync", "note", "recovery"])
-            #expect(seen.isSuperset(of: expected), "kinds not produced: \(expected.subtracting(seen))")
+            // Every kind a spec declares is produced, but those checked elsewhere.
+            let declared = Set(CommandTable.specs.flatMap { $0.emits.map(\.rawValue) }).union(Self.deviceStepKinds)
+            let missing = declared.subtracting(produced.keys).subtracting(["step", "stored_value"])
+                .subtracting(Self.producedElsewhere.keys)
+            #expect(missing.isEmpty, "declared, not produced: \(missing.sorted())")
+            // And every documented kind is declared by some spec (or is a session kind).
+            let undeclared = Set(kinds.keys).subtracting(declared).subtracting(["stored_value"])
+            #expect(undeclared.isEmpty, "documented, declared by no command: \(undeclared.sorted())")
             // jq reads every line, and every line has a kind.
             let jq = try await runTool("/usr/bin/jq", ["-e", ".kind"], stdin: lines.joined(separator: "\n") + "\n")
             #expect(jq.status == 0, "jq: \(jq.stderr)")
             #expect(jq.stdout.split(separator: "\n").count == lines.count)
+            print(
+                "JSONShapeTests: \(lines.count) lines from \(CommandTable.all.count) commands; kinds by command: \(produced.mapValues { $0.sorted() })"
+            )
         }
     }
 
-    static func firstAddress(_ lines: [String]) -> String? {
-        for line in lines {
-            if let data = line.data(using: .utf8),
-                let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-                object["kind"] as? String == "device", let address = object["address"] as? String
-            {
-                return address
-            }
-        }
-        return nil
+    /// A line's `kind`, if it is a JSON object with one.
+    static func kind(of line: String) -> String? {
+        (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["kind"] as? String
     }
 }

@@ -25,7 +25,8 @@ public struct AuditCommand: ConsoleCommand {
         ], actsOnDevices: true,
         detail:
             "Without --live or --passive the audit reads the inventory and may run against a server inventory. Exit status 2 when any device has a finding.",
-        emits: [.audit])
+        emits: [.audit]
+    ).runningDeviceSteps()
 
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         if arguments.flag("--live"), arguments.flag("--passive") {

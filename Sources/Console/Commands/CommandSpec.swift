@@ -135,6 +135,22 @@ public struct CommandSpec: Sendable {
     public var needsDevices = false
     /// It ends the REPL or the batch (`quit`).
     public var endsTheRun = false
+    /// The line `JSONShapeTests` runs for this command, when `example`
+    /// cannot run as written on a test bench (an address of the reader's,
+    /// a redirection, a duration of minutes). It may name `${device}` and
+    /// `${spare}` (beacons of the bench; the spare may be erased or
+    /// forgotten), `${dir}` (a directory to write to) and `${count}` (the
+    /// bench's beacons).
+    public var jsonExample: String? = nil
+    /// Why no example of this command runs in `JSONShapeTests` (what
+    /// checks its lines instead).
+    public var jsonExampleSkipped: String? = nil
+    /// A page of docs/ that says more: the command table of
+    /// docs/batch-language.md links to it.
+    public var seeAlso: String? = nil
+    /// It runs device steps without being one (`converge`, `audit --live`):
+    /// its JSON has a device step's kinds too.
+    public var runsDeviceSteps = false
 
     /// The family (`inventory`) of a two-word name, else the name.
     public var family: String { String(name.split(separator: " ").first ?? "") }
@@ -208,6 +224,36 @@ extension ConsoleCommand {
     public var onlyReadsTheInventory: Bool { Self.spec.onlyReadsTheInventory }
     public var isDeviceStep: Bool { false }
     public var runsAgainstAServer: Bool { onlyReadsTheInventory }
+}
+
+extension CommandSpec {
+    /// The spec with the line `JSONShapeTests` runs instead of `example`.
+    func json(example line: String) -> CommandSpec {
+        var spec = self
+        spec.jsonExample = line
+        return spec
+    }
+
+    /// The spec with why `JSONShapeTests` runs no example of it.
+    func json(skipped reason: String) -> CommandSpec {
+        var spec = self
+        spec.jsonExampleSkipped = reason
+        return spec
+    }
+
+    /// The spec of a command that runs device steps without being one.
+    func runningDeviceSteps() -> CommandSpec {
+        var spec = self
+        spec.runsDeviceSteps = true
+        return spec
+    }
+
+    /// The spec with a page of docs/ that says more.
+    func documented(in page: String) -> CommandSpec {
+        var spec = self
+        spec.seeAlso = page
+        return spec
+    }
 }
 
 /// A live audit asked by a command (`audit --live [PROFILE]`).

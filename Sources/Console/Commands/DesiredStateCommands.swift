@@ -40,7 +40,8 @@ public struct AssignCommand: ConsoleCommand {
         actsOnDevices: true,
         detail:
             "Each device's assignment replaces its earlier one (the line says so). A bench brings a beacon to it when it sees it: station converges every assigned beacon that comes within range. drift lists what differs. docs/office.md.",
-        emits: [.assignment])
+        emits: [.assignment]
+    ).documented(in: "office.md")
 
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         let parser = arguments.parser
@@ -128,7 +129,7 @@ public struct ConvergeCommand: ConsoleCommand {
         actsOnDevices: true, mayWriteToBeacons: true,
         detail:
             "Each device gets its assignment's profile, thresholds and identity (else --profile's, else it is skipped); what it holds already is left unchanged. A success is recorded as the assignment's convergence, which sync reports to the server."
-    )
+    ).runningDeviceSteps()
     public init(_ arguments: inout ParsedArguments) { profile = arguments.text("--profile") }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.converge(

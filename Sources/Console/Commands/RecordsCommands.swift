@@ -54,7 +54,8 @@ public struct RecordsExportCommand: ConsoleCommand {
         name: "records export", summary: "every matching record as CSV (RFC 4180, formula-safe) or JSON lines",
         example: "records export --csv --since 2026-11-01 > records.csv",
         options: RecordFilters.options + [.flag("--csv", "CSV instead of JSON lines")], onlyReadsTheInventory: true,
-        emits: [.trip, .event, .incident])
+        emits: [.trip, .event, .incident]
+    ).json(example: "records export --kind event")
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         if arguments.flag("--csv"), arguments.flag("--json") {
             throw arguments.fail(at: 0, "records export takes --csv or --json, not both")
