@@ -33,7 +33,7 @@ struct FleetStepTests {
     /// the beacon holds when the step fails (the write can land just
     /// before the link drops): it is forgotten, unless the step says why
     /// every read stays true. Nothing else is forgotten.
-    @Test(arguments: samples)
+    @Test(arguments: FleetStepTests.samples)
     func whatItWritesAndReadsIsForgottenOnFailure(_ sample: DeviceStep) {
         let step = sample.step
         let writtenAndRead = step.writes.intersection(step.reads)
@@ -110,6 +110,8 @@ struct FleetStepTests {
                 let observations = Observations()
                 let policy = ConnectPolicy(attempts: 2, requiredServices: SBeacon.requiredServices)
                 var outcomes: [String] = []
+                // As the runner does: the device is claimed (its row made) first.
+                _ = try await inventory.claimDevice(state.address, run: run)
                 do {
                     try await bench.client.withConnection(to: state.address, policy: policy) { session in
                         let beacon = try await SBeacon(session, observer: { observations.add($0) })
