@@ -281,7 +281,8 @@ struct FaultPlanTests {
         case .stale(let flap, let afterMs): #"{"kind": "stale", "flap": \#(flap), "afterMs": \#(afterMs ?? 0)}"#
         case .wedge(let error, let abortAfterMs, let sticky):
             #"{"kind": "wedge", "discoveryError": "\#(error.rawValue)", "connect": {"abortAfterMs": \#(abortAfterMs)}, "sticky": \#(sticky)}"#
-        case .replug(let goneMs, let newIndex): #"{"kind": "replug", "goneMs": \#(goneMs), "newIndex": \#(newIndex ?? 0)}"#
+        case .replug(let goneMs, let newIndex):
+            #"{"kind": "replug", "goneMs": \#(goneMs), "newIndex": \#(newIndex ?? 0)}"#
         case .shiftGatt(let delta): #"{"kind": "shift-gatt", "delta": \#(delta)}"#
         case .busyWhileDiscovering: #"{"kind": "busy-while-discovering"}"#
         case .withhold: #"{"kind": "withhold"}"#
@@ -311,7 +312,8 @@ struct FaultPlanTests {
             for hook in hooks.sorted(by: { $0.rawValue < $1.rawValue }) {
                 let trigger = hook == .time ? #"{"atMs": 0}"# : #"{"nth": 1}"#
                 let plan = try Self.plan(
-                    #"{"id": "a", "hook": "\#(hook.rawValue)", "trigger": \#(trigger), "action": \#(Self.example(action))}"#)
+                    #"{"id": "a", "hook": "\#(hook.rawValue)", "trigger": \#(trigger), "action": \#(Self.example(action))}"#
+                )
                 #expect(plan.rules.first?.action == action, "\(action.kind) at \(hook.rawValue)")
                 #expect(try FaultPlan(json: plan.json) == plan, "\(action.kind) at \(hook.rawValue)")
             }

@@ -40,7 +40,9 @@ struct GattLayoutTests {
         let characteristics = Set(GattLayout.services.flatMap(\.characteristics).map(\.uuid))
         for (name, uuid) in declared.sorted(by: { $0.key < $1.key }) {
             if uuid == SBeaconUUID.clientCharacteristicConfiguration { continue }  // a descriptor: below
-            #expect(services.contains(uuid) || characteristics.contains(uuid), "SBeaconUUID.\(name) (\(uuid)) is not served")
+            #expect(
+                services.contains(uuid) || characteristics.contains(uuid), "SBeaconUUID.\(name) (\(uuid)) is not served"
+            )
         }
         // Nothing is served that the protocol does not name.
         #expect(services.union(characteristics).isSubset(of: Set(declared.values)))

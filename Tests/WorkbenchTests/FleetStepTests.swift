@@ -143,7 +143,8 @@ struct FleetStepTests {
             }
             // The observer works: a full read tells every kind (firmware
             // only when its revision is a version).
-            #expect(readBy["info", default: []].isSuperset(of: [.identity, .config, .calibration, .timeOffset, .battery]))
+            #expect(
+                readBy["info", default: []].isSuperset(of: [.identity, .config, .calibration, .timeOffset, .battery]))
         }
     }
 }

@@ -22,7 +22,8 @@ struct ApplyStep: FleetStep {
         }
         let change = try await beacon.writeConfig(profile.config)
         try await context.remember(.profile) { $0.profile = profile.name }
-        return change.written ? StepResult(.changed, "config \(change.before) → \(change.after)") : StepResult(.unchanged)
+        return change.written
+            ? StepResult(.changed, "config \(change.before) → \(change.after)") : StepResult(.unchanged)
     }
 }
 
