@@ -54,6 +54,20 @@ struct FleetStepTests {
         #expect(kept == Self.everyKind.filter { !forgotten.contains($0.kind) })
     }
 
+    /// Every type conforming to `FleetStep` under `Sources/Workbench/Steps/`
+    /// has its line in `StepSamples.all`, so every test here sees it.
+    @Test func everyStepTypeHasASample() throws {
+        let directory = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("Sources/Workbench/Steps")
+        var declared: Set<String> = []
+        for file in try FileManager.default.contentsOfDirectory(atPath: directory.path) where file.hasSuffix(".swift") {
+            let source = try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8)
+            for match in source.matches(of: #/struct (\w+): FleetStep\b/#) { declared.insert(String(match.output.1)) }
+        }
+        #expect(declared.count >= 12, "\(declared.sorted())")
+        #expect(Set(Self.samples.map { String(describing: type(of: $0.step)) }) == declared)
+    }
+
     /// The names are the outcomes' step names, as the inventories hold them.
     @Test func namesAreTheOutcomeStepNames() {
         let named: [(DeviceStep, String)] = [
