@@ -14,7 +14,7 @@ RULES = [
     # the devices table's RSSI column, after the address
     (r"([0-9A-F]{2}(?::[0-9A-F]{2}){5} +)-\d{1,3}\b", r"\1<rssi>"),
     # JSON numbers of volatile keys
-    (r'"([a-z_]*_ms|[a-z_]*_at|seconds|at|ms|last_found_after|time|uptime|found_after|rssi|first_seen|'
+    (r'"([a-z_]*_ms|[a-z_]*_at|bytes|seconds|at|ms|last_found_after|time|uptime|found_after|rssi|first_seen|'
      r'last_seen|when|since|until)":\s*-?[0-9.e+-]+', r'"\1":<n>'),
     # durations in text
     (r"\b\d+(\.\d+)?\s?(ms|µs|s|min|h)\b", "<dur>"),
