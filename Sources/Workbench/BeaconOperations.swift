@@ -92,6 +92,24 @@ public struct SBeacon: Sendable {
         case timeOffset(Int64)
         case battery(UInt8)
         case firmware(FirmwareVersion)
+
+        /// What an observation is of, without its value: what a fleet step
+        /// reads and writes (`FleetStep.reads`, `writes`), and what its
+        /// failure makes the inventory forget.
+        public enum Kind: Sendable, Hashable, CaseIterable {
+            case identity, config, calibration, timeOffset, battery, firmware
+        }
+
+        public var kind: Kind {
+            switch self {
+            case .identity: .identity
+            case .config: .config
+            case .calibration: .calibration
+            case .timeOffset: .timeOffset
+            case .battery: .battery
+            case .firmware: .firmware
+            }
+        }
     }
 
     /// The services a beacon must show before anything is written to it.

@@ -6,177 +6,6 @@ import Profiles
 import SBeaconProtocol
 import Synchronization
 
-/// One device step of a batch, checked and resolved (profiles looked up).
-public enum DeviceStep: Sendable, Equatable {
-    case info
-    case requireBattery(atLeast: UInt8)
-    case requireFirmware(atLeast: FirmwareVersion)
-    case syncTime
-    case calibrate
-    /// The identity meant for the device: reserved in the inventory (and on
-    /// the shared server when there is one) before it is written.
-    case identity(IdentityPlan)
-    case apply(Profile)
-    case verify(Profile)
-    case pullTrips(clear: Bool)
-    case pullEvents(clear: Bool)
-    case pullIncidents(clear: Bool)
-    case auditLive(Profile?)
-    case reboot
-    case factoryReset
-
-    /// The name recorded in the inventory's `outcomes.step`.
-    public var name: String {
-        switch self {
-        case .info: "info"
-        case .requireBattery(let minimum): "require battery>=\(minimum)"
-        case .requireFirmware(let minimum): "require firmware>=\(minimum)"
-        case .syncTime: "sync-time"
-        case .calibrate: "calibrate"
-        case .identity: "identity"
-        case .apply(let profile): "apply \(profile.name)"
-        case .verify(let profile): "verify \(profile.name)"
-        case .pullTrips: "trips"
-        case .pullEvents: "events"
-        case .pullIncidents: "incidents"
-        case .auditLive: "audit --live"
-        case .reboot: "reboot"
-        case .factoryReset: "factory-reset"
-        }
-    }
-}
-
-/// What happened to one device in a fleet run. The counts are of steps;
-/// `result` is the device's verdict, which the recap's summary counts.
-public struct DeviceRecap: Sendable, Equatable, Codable {
-    public var address: String
-    public var ok = 0
-    public var changed = 0
-    public var unchanged = 0
-    public var skipped = 0
-    /// Dry runs: steps that would have written.
-    public var wouldChange = 0
-    /// Connections after the first (a transient failure retried).
-    public var retries = 0
-    /// 1 when the device failed (a step failed for good), else 0.
-    public var failed = 0
-    /// The run stopped (the inventory failed, Ctrl-C) before the device's turn.
-    public var notStarted = false
-    /// The run was cancelled (Ctrl-C) while the device's steps were under
-    /// way: the step in flight is recorded `interrupted`.
-    public var interrupted = false
-    /// Why the device dropped out, or why its steps were skipped.
-    public var reason: String?
-
-    public init(address: String) { self.address = address }
-
-    /// A device's verdict.
-    public enum Result: String, Sendable, Codable, CaseIterable {
-        /// Something was written (in a dry run: would be) and read back.
-        case changed
-        /// It holds what it should; nothing needed writing.
-        case ok
-        /// A `require` was not met, or another process had it: nothing written.
-        case skipped
-        case failed
-        /// The run was cancelled (Ctrl-C) while its steps were under way.
-        case interrupted
-        /// Its turn never came.
-        case notStarted = "not-started"
-    }
-
-    public var result: Result {
-        if failed > 0 { return .failed }
-        if interrupted { return .interrupted }
-        if notStarted { return .notStarted }
-        if changed + wouldChange > 0 { return .changed }
-        if reason != nil { return .skipped }
-        return .ok
-    }
-}
-
-/// A fleet run's recaps, and why it stopped early, if it did.
-public struct FleetResult: Sendable {
-    public var recaps: [DeviceRecap]
-    /// The inventory failed (disk full, I/O error, corruption): the run
-    /// stopped before writing anything more to a beacon.
-    public var inventoryFailure: String?
-    /// The run's task was cancelled (Ctrl-C): devices under way are
-    /// `interrupted`, those whose turn never came `notStarted`.
-    public var interrupted = false
-    /// The recoveries done in the run (each also a `recover` outcome row).
-    public var recoveries: [RecoveryRecord] = []
-    /// An adapter went away and did not come back in time: the run stopped
-    /// (exit status 3), with this reason.
-    public var adapterFailure: String?
-
-    public init(
-        recaps: [DeviceRecap], inventoryFailure: String? = nil, interrupted: Bool = false,
-        recoveries: [RecoveryRecord] = [], adapterFailure: String? = nil
-    ) {
-        self.recaps = recaps
-        self.inventoryFailure = inventoryFailure
-        self.interrupted = interrupted
-        self.recoveries = recoveries
-        self.adapterFailure = adapterFailure
-    }
-}
-
-/// How far a fleet run has come, for an elapsed time and an estimate.
-public struct FleetTally: Sendable, Equatable {
-    /// When the run began (wall clock, for display).
-    public var startedAt: Date
-    /// When the run began (monotonic, for arithmetic).
-    public var started: ContinuousClock.Instant
-    /// Devices finished, whatever their verdict (failed and "not seen" included).
-    public var done: Int
-    /// Devices in the run.
-    public var total: Int
-    /// Of the devices finished, those that failed.
-    public var failed: Int
-
-    public init(startedAt: Date, started: ContinuousClock.Instant, done: Int, total: Int, failed: Int) {
-        self.startedAt = startedAt
-        self.started = started
-        self.done = done
-        self.total = total
-        self.failed = failed
-    }
-
-    /// Time since the run began.
-    public var elapsed: Duration { ContinuousClock.now - started }
-
-    /// The time left at the pace so far (nil until a device is done).
-    public var estimatedRemaining: Duration? {
-        guard done > 0 else { return nil }
-        guard done < total else { return .zero }
-        return elapsed / done * (total - done)
-    }
-}
-
-/// What a fleet run reports as it goes, for progress lines.
-public enum FleetProgress: Sendable {
-    case started(address: String)
-    case step(address: String, step: String, status: Inventory.StepStatus, detail: String?)
-    /// Something a technician should know about a device (one line).
-    case note(address: String, String)
-    case finished(DeviceRecap)
-    /// The run's counts: once as it begins (nothing done) and after every
-    /// device that finishes (after its `finished`).
-    case tally(FleetTally)
-}
-
-/// An inventory call failed: nothing more can be recorded, so the run stops.
-struct InventoryFailure: Error, CustomStringConvertible {
-    var error: any Error
-    var description: String { "inventory: \(error)" }
-}
-
-/// The run was stopped (the inventory failed on another device).
-struct RunStopped: Error, CustomStringConvertible {
-    var description: String { "the run stopped: the inventory failed" }
-}
-
 /// Runs device steps over many beacons at once: each device's steps in
 /// order, several devices at once (connects are serialised per adapter by
 /// the client, so one device's calibration overlaps others' work). A
@@ -213,8 +42,9 @@ public actor FleetRunner {
     let claimWait: Duration
     /// The adapters to spread devices over (empty: let the client choose).
     let adapters: [ObjectPath]
-    /// The shared server's identity registry, when the bench has one.
-    let sharedIdentities: (any SharedIdentities)?
+    /// The identities written: reserved in the inventory, and first on the
+    /// shared server when the bench has one.
+    let identities: IdentityReserver
     /// How long discovery may take to find a device bluetoothd does not
     /// know when the run begins; then it fails with "not seen", and
     /// nothing of it is written to the inventory but one outcome (device
@@ -227,8 +57,6 @@ public actor FleetRunner {
     private let ownsRecovery: Bool
     /// Why the run stopped early (the inventory failed).
     private var inventoryFailure: String?
-    /// Why the shared server is not asked any more in this run.
-    private var sharedUnreachable: String?
     /// When each device was first found claimed by another process.
     private var waitingSince: [String: ContinuousClock.Instant] = [:]
 
@@ -264,7 +92,9 @@ public actor FleetRunner {
         self.concurrency = max(1, concurrency)
         self.dryRun = dryRun
         self.policy = policy
-        self.sharedIdentities = sharedIdentities
+        identities = IdentityReserver(
+            client: client, inventory: inventory, run: run, dryRun: dryRun, sharedIdentities: sharedIdentities,
+            progress: progress)
     }
 
     /// A device's turn: done, or put back because another process has it;
@@ -370,16 +200,24 @@ public actor FleetRunner {
             ?? adapterFailure.map { "not started: \($0)" }
             ?? (interrupted ? "not started: the run was interrupted" : "not started: the run was stopped")
         return FleetResult(
-            recaps: addresses.map { address in
-                recaps[address]
-                    ?? {
-                        var recap = DeviceRecap(address: address)
-                        recap.notStarted = true
-                        recap.reason = stopped
-                        return recap
-                    }()
-            }, inventoryFailure: inventoryFailure, interrupted: interrupted, recoveries: recoveries,
-            adapterFailure: adapterFailure)
+            recaps: Self.inOrder(addresses, recaps, notStarted: stopped), inventoryFailure: inventoryFailure,
+            interrupted: interrupted, recoveries: recoveries, adapterFailure: adapterFailure)
+    }
+
+    /// The recaps in the order of `addresses`; a device whose turn never
+    /// came is not started, for `reason`.
+    private static func inOrder(
+        _ addresses: [String], _ recaps: [String: DeviceRecap], notStarted reason: String
+    ) -> [DeviceRecap] {
+        addresses.map { address in
+            recaps[address]
+                ?? {
+                    var recap = DeviceRecap(address: address)
+                    recap.notStarted = true
+                    recap.reason = reason
+                    return recap
+                }()
+        }
     }
 
     /// Waits (until `deadline`) for bluetoothd to know `address`. A device
@@ -434,13 +272,17 @@ public actor FleetRunner {
 
     /// An inventory call: its failure stops the run.
     private nonisolated func record<T: Sendable>(_ body: () async throws -> T) async throws -> T {
-        do {
-            return try await body()
-        } catch let error as SQLiteError {
-            let failure = InventoryFailure(error: error)
-            await stop(failure)
-            throw failure
-        }
+        try await recorder(body)
+    }
+
+    /// Inventory calls whose failure stops the run.
+    private nonisolated var recorder: InventoryRecorder { InventoryRecorder { await self.stop($0) } }
+
+    /// What a step may use of the run, on `beacon`.
+    private nonisolated func context(_ beacon: SBeacon, for step: DeviceStep) -> StepContext {
+        StepContext(
+            address: beacon.address, dryRun: dryRun, profiles: profiles, inventory: inventory, recorder: recorder,
+            identities: identities, declared: step.step.records)
     }
 
     private nonisolated func turn(_ address: String, _ steps: [DeviceStep]) async -> Turn {
@@ -547,6 +389,22 @@ public actor FleetRunner {
         mutating func record(_ index: Int, _ status: Inventory.StepStatus) {
             if statuses[index] != .changed { statuses[index] = status }
         }
+
+        /// The device's counts of steps, and why its steps were skipped.
+        func count(into recap: inout DeviceRecap) {
+            for status in statuses.values {
+                switch status {
+                case .ok: recap.ok += 1
+                case .changed: recap.changed += 1
+                case .unchanged: recap.unchanged += 1
+                case .skipped: recap.skipped += 1
+                default: break
+                }
+            }
+            recap.wouldChange = wouldChange.count
+            recap.skipped -= wouldChange.count
+            if recap.failed == 0, !recap.interrupted, let reason = skipReason { recap.reason = reason }
+        }
     }
 
     /// The outcome row of a step (or of the connection), begun once.
@@ -587,12 +445,7 @@ public actor FleetRunner {
             } catch {
                 if let reason = giveUp.take() {
                     // The adapter is given up (wedged again, gone for good).
-                    if let key = tally.inFlight, let id = tally.rows[key] {
-                        _ = try? await record {
-                            try await inventory.finishStep(
-                                id, .failed, error: "\(error); \(reason)", retries: tally.retries[key] ?? 0)
-                        }
-                    }
+                    await endInFlight(tally, .failed, error: "\(error); \(reason)")
                     recap.failed = 1
                     recap.reason = "\(reason) (\(error))"
                     break
@@ -604,12 +457,7 @@ public actor FleetRunner {
                 let stopping = error is InventoryFailure || error is RunStopped
                 if !stopping, Task.isCancelled {
                     // Ctrl-C: the step in flight did not end; say so.
-                    if let key = tally.inFlight, let id = tally.rows[key] {
-                        _ = try? await record {
-                            try await inventory.finishStep(
-                                id, .interrupted, error: "interrupted: \(error)", retries: tally.retries[key] ?? 0)
-                        }
-                    }
+                    await endInFlight(tally, .interrupted, error: "interrupted: \(error)")
                     recap.interrupted = true
                     recap.reason = "interrupted"
                     break
@@ -628,10 +476,7 @@ public actor FleetRunner {
                             break
                         }
                     } else {
-                        _ = try? await record {
-                            try await inventory.finishStep(
-                                id, .failed, error: "\(error)", retries: tally.retries[key] ?? 0)
-                        }
+                        await endInFlight(tally, .failed, error: "\(error)")
                     }
                 }
                 guard again else {
@@ -651,19 +496,16 @@ public actor FleetRunner {
                 }
             }
         }
-        for status in tally.statuses.values {
-            switch status {
-            case .ok: recap.ok += 1
-            case .changed: recap.changed += 1
-            case .unchanged: recap.unchanged += 1
-            case .skipped: recap.skipped += 1
-            default: break
-            }
-        }
-        recap.wouldChange = tally.wouldChange.count
-        recap.skipped -= tally.wouldChange.count
-        if recap.failed == 0, !recap.interrupted, let reason = tally.skipReason { recap.reason = reason }
+        tally.count(into: &recap)
         return recap
+    }
+
+    /// Ends the outcome row of the attempt in flight, if any, with `status`.
+    private nonisolated func endInFlight(_ tally: Tally, _ status: Inventory.StepStatus, error: String) async {
+        guard let key = tally.inFlight, let id = tally.rows[key] else { return }
+        _ = try? await record {
+            try await inventory.finishStep(id, status, error: error, retries: tally.retries[key] ?? 0)
+        }
     }
 
     /// The least busy adapter that sees `address` (nil: the client's choice).
@@ -736,25 +578,7 @@ public actor FleetRunner {
         if let adapterPath { tally.linksAtStart = await client.linksUp(on: adapterPath, excluding: address) }
         let linksAtStart = tally.linksAtStart
         let observations = Observations()
-        // Each failed Connect is judged by the recovery policies.
-        var policy = self.policy
-        let recovery = self.recovery
-        let judgedPath = adapterPath
-        policy.judge = { error in
-            let judged = ContinuousClock.now
-            let verdict = await recovery.connectFailed(
-                address, error: error, adapterPath: judgedPath, linksAtStart: linksAtStart)
-            switch verdict {
-            case .charged: return .ordinary
-            case .uncharged:
-                giveUp.addUncharged(ContinuousClock.now - judged)
-                return .retryUncharged
-            case .recovered: return .retryAfresh
-            case .giveUp(let reason):
-                giveUp.set(reason)
-                return .giveUp
-            }
-        }
+        let policy = judgedPolicy(address, adapterPath: adapterPath, linksAtStart: linksAtStart, giveUp: giveUp)
         try await client.withConnection(to: address, on: adapter, policy: policy) { session in
             tally.connecting = false
             await recovery.connectSucceeded(address, adapterPath: adapterPath, linksAtStart: linksAtStart)
@@ -770,48 +594,82 @@ public actor FleetRunner {
                 tally.connected = true
             }
             tally.inFlight = nil
-            for (index, step) in steps.enumerated() where index >= tally.completed {
-                if await isStopped { throw RunStopped() }
-                let id = try await row(index, address, steps, &tally)
-                if let skipping = tally.skipping {
-                    try await record { try await inventory.finishStep(id, .skipped, detail: skipping) }
-                    progress(.step(address: address, step: step.name, status: .skipped, detail: skipping))
-                    tally.record(index, .skipped)
-                    tally.completed = index + 1
-                    continue
-                }
-                tally.inFlight = index
-                let started = ContinuousClock.now
-                let result: (Inventory.StepStatus, String?)
-                do {
-                    result = try await perform(step, on: beacon)
-                } catch {
-                    try await keep(Self.stillTrue(observations.take(), after: step), of: address)
-                    if !(error is InventoryFailure) {
-                        progress(.step(address: address, step: step.name, status: .failed, detail: "\(error)"))
-                    }
-                    throw error
-                }
-                try await keep(observations.take(), of: address)
-                let (status, detail) = result
-                try await record {
-                    try await inventory.finishStep(
-                        id, status, detail: detail, durationMilliseconds: Self.milliseconds(since: started),
-                        retries: tally.retries[index] ?? 0)
-                }
-                tally.inFlight = nil
-                progress(.step(address: address, step: step.name, status: status, detail: detail))
-                tally.record(index, status)
-                tally.completed = index + 1
-                if status == .skipped {
-                    if dryRun, detail?.hasPrefix("dry run:") == true { tally.wouldChange.insert(index) }
-                    switch step {
-                    case .requireBattery, .requireFirmware:
-                        tally.skipping = detail
-                        tally.skipReason = detail
-                    default: break
-                    }
-                }
+            for index in steps.indices where index >= tally.completed {
+                try await performStep(index, of: steps, address, on: beacon, observations, &tally)
+            }
+        }
+    }
+
+    /// The connect policy for one connection: each failed Connect is
+    /// judged by the recovery policies.
+    private nonisolated func judgedPolicy(
+        _ address: String, adapterPath: ObjectPath?, linksAtStart: Int, giveUp: GiveUpReason
+    ) -> ConnectPolicy {
+        var policy = self.policy
+        let recovery = self.recovery
+        policy.judge = { error in
+            let judged = ContinuousClock.now
+            let verdict = await recovery.connectFailed(
+                address, error: error, adapterPath: adapterPath, linksAtStart: linksAtStart)
+            switch verdict {
+            case .charged: return .ordinary
+            case .uncharged:
+                giveUp.addUncharged(ContinuousClock.now - judged)
+                return .retryUncharged
+            case .recovered: return .retryAfresh
+            case .giveUp(let reason):
+                giveUp.set(reason)
+                return .giveUp
+            }
+        }
+        return policy
+    }
+
+    /// One step on the link, its outcome committed; what the beacon told
+    /// during it is recorded, also when it fails (less what its failure
+    /// makes untrue). A `require` not met skips the rest.
+    private nonisolated func performStep(
+        _ index: Int, of steps: [DeviceStep], _ address: String, on beacon: SBeacon, _ observations: Observations,
+        _ tally: inout Tally
+    ) async throws {
+        let step = steps[index]
+        if await isStopped { throw RunStopped() }
+        let id = try await row(index, address, steps, &tally)
+        if let skipping = tally.skipping {
+            try await record { try await inventory.finishStep(id, .skipped, detail: skipping) }
+            progress(.step(address: address, step: step.name, status: .skipped, detail: skipping))
+            tally.record(index, .skipped)
+            tally.completed = index + 1
+            return
+        }
+        tally.inFlight = index
+        let started = ContinuousClock.now
+        let result: StepResult
+        do {
+            result = try await step.step.perform(on: beacon, context(beacon, for: step))
+        } catch {
+            try await keep(Self.stillTrue(observations.take(), after: step), of: address)
+            if !(error is InventoryFailure) {
+                progress(.step(address: address, step: step.name, status: .failed, detail: "\(error)"))
+            }
+            throw error
+        }
+        try await keep(observations.take(), of: address)
+        let (status, detail) = (result.status, result.detail)
+        try await record {
+            try await inventory.finishStep(
+                id, status, detail: detail, durationMilliseconds: Self.milliseconds(since: started),
+                retries: tally.retries[index] ?? 0)
+        }
+        tally.inFlight = nil
+        progress(.step(address: address, step: step.name, status: status, detail: detail))
+        tally.record(index, status)
+        tally.completed = index + 1
+        if status == .skipped {
+            if dryRun, detail?.hasPrefix("dry run:") == true { tally.wouldChange.insert(index) }
+            if step.step.skippedStopsTheDevice {
+                tally.skipping = detail
+                tally.skipReason = detail
             }
         }
     }
@@ -820,15 +678,9 @@ public actor FleetRunner {
     /// value the step writes, read before the write — a write can land
     /// just before the link drops, and the step then fails with no answer.
     /// Kept, it would tell the inventory the beacon holds the old value.
+    /// Each step says what it forgets (`FleetStep.onFailure`).
     static func stillTrue(_ observations: [SBeacon.Observation], after failed: DeviceStep) -> [SBeacon.Observation] {
-        observations.filter { observation in
-            // (A calibration's state is read after the beacon answered:
-            // true even when it refused.)
-            switch (failed, observation) {
-            case (.apply, .config), (.identity, .identity), (.syncTime, .timeOffset): false
-            default: true
-            }
-        }
+        failed.step.onFailure.stillTrue(observations)
     }
 
     /// Records what was read from a beacon: its facts in `devices`, and a
@@ -867,284 +719,6 @@ public actor FleetRunner {
     static func milliseconds(since start: ContinuousClock.Instant) -> Int64 {
         let elapsed = ContinuousClock.now - start
         return elapsed.components.seconds * 1000 + elapsed.components.attoseconds / 1_000_000_000_000_000
-    }
-
-    /// Performs one step; returns its inventory status and a detail line.
-    private nonisolated func perform(
-        _ step: DeviceStep, on beacon: SBeacon
-    ) async throws
-        -> (Inventory.StepStatus, String?)
-    {
-        let address = beacon.address
-        switch step {
-        case .info:
-            let info = try await beacon.readInfo()
-            // The description and the calibration's real time, beside what
-            // the reads themselves record.
-            try await record { try await inventory.recordDevice(Self.record(address, info)) }
-            return (.ok, Self.describe(info))
-        case .requireBattery(let minimum):
-            // What was read is recorded (audits use it), met or not.
-            // A bench-summary advert heard a moment ago says it without a read.
-            let (battery, fromAdvert) = try await beacon.batteryLevel()
-            let source = fromAdvert ? " (advert)" : ""
-            return battery >= minimum
-                ? (.ok, "battery \(battery) %\(source)")
-                : (.skipped, "battery \(battery) %\(source) is below \(minimum) %")
-        case .requireFirmware(let minimum):
-            let (text, version, fromAdvert) = try await beacon.firmware()
-            let source = fromAdvert ? " (advert)" : ""
-            guard let version else {
-                return (
-                    .skipped,
-                    "firmware revision '\(DeviceInformationText.excerpt(text))' is not a version (MAJOR.MINOR.PATCH)"
-                )
-            }
-            return version >= minimum
-                ? (.ok, "firmware \(version)\(source)")
-                : (.skipped, "firmware \(version)\(source) is older than \(minimum)")
-        case .syncTime:
-            if dryRun {
-                let stored = try await beacon.readTimeOffset()
-                let computed = BeaconTime.offset(uptime: try await beacon.readUptime(), now: Self.now())
-                return BeaconTime.needsSync(stored: stored, computed: computed)
-                    ? (.skipped, "dry run: time offset: \(stored) → \(computed)") : (.unchanged, nil)
-            }
-            let change = try await beacon.syncTime(clock: { Self.now() })
-            return change.written ? (.changed, "time offset \(change.before) → \(change.after)") : (.unchanged, nil)
-        case .calibrate:
-            // Idempotent: a beacon that holds a plausible calibration keeps it.
-            // The state read is recorded whatever follows (a beacon that
-            // refuses to calibrate is still known as it is).
-            let current = try await beacon.readCalibration()
-            if current.calibrated, Auditor.plausibleGravity.contains(current.vector.magnitude) {
-                return (.unchanged, "already calibrated")
-            }
-            if dryRun { return (.skipped, "dry run: would calibrate") }
-            let state = try await beacon.calibrate()
-            try await remember(address) { $0.calibratedAt = Date() }
-            return (.changed, "calibrated: \(state.vector.x), \(state.vector.y), \(state.vector.z) mG")
-        case .identity(let plan):
-            let current = try await beacon.readIdentity()
-            let reservation = try await reserve(plan, for: address, holds: current)
-            let wanted = reservation.identity
-            let why = plan.source == .explicit ? "explicit" : "profile " + (plan.profileName ?? "")
-            let note = reservation.note.map { "; \($0)" } ?? ""
-            if dryRun {
-                return current == wanted
-                    ? (.unchanged, nil)
-                    : (
-                        .skipped,
-                        "dry run: identity: \(current.major).\(current.minor) → \(wanted.major).\(wanted.minor) (\(why))\(note)"
-                    )
-            }
-            let change = try await beacon.setIdentity(wanted)
-            return change.written
-                ? (
-                    .changed,
-                    "identity \(change.before.major).\(change.before.minor) → \(change.after.major).\(change.after.minor) (\(why))\(note)"
-                )
-                : (.unchanged, reservation.note)
-        case .apply(let profile):
-            if dryRun {
-                let current = try await beacon.readConfig()
-                return current == profile.config
-                    ? (.unchanged, nil) : (.skipped, "dry run: config: \(current) → \(profile.config)")
-            }
-            let change = try await beacon.writeConfig(profile.config)
-            try await remember(address) { $0.profile = profile.name }
-            return change.written ? (.changed, "config \(change.before) → \(change.after)") : (.unchanged, nil)
-        case .verify(let profile):
-            // Read on this link already (an apply's read-back) with nothing
-            // written since: that is what the beacon holds; else read.
-            let confirmed = beacon.confirmedConfig
-            let config: DrivingBehaviourConfig
-            if let confirmed { config = confirmed } else { config = try await beacon.readConfig() }
-            if dryRun, config != profile.config {
-                // Nothing was written: an apply before it would have made it hold.
-                return (.unchanged, "holds \(config) now; \(profile.name) only once applied")
-            }
-            guard config == profile.config else {
-                throw OperationError.verificationFailed(
-                    address: address, what: "profile \(profile.name)", wrote: "\(profile.config)", readBack: "\(config)"
-                )
-            }
-            return (.ok, "holds \(profile.name)" + (confirmed != nil ? " (read back on this connection)" : ""))
-        case .pullTrips(let clear):
-            let offset = try await beacon.readTimeOffset()
-            let trips = try await beacon.pullTrips()
-            let added = try await record {
-                try await inventory.storeTrips(trips, device: address, timeOffset: offset, pulledAt: Date())
-            }
-            if clear, !trips.isEmpty, !dryRun { try await beacon.clear(.clearTrips) }
-            return (.ok, "\(trips.count) trips, \(added) new")
-        case .pullEvents(let clear):
-            let offset = try await beacon.readTimeOffset()
-            let events = try await beacon.pullEvents()
-            let added = try await record {
-                try await inventory.storeEvents(events, device: address, timeOffset: offset, pulledAt: Date())
-            }
-            if clear, !events.isEmpty, !dryRun { try await beacon.clear(.clearEvents) }
-            return (.ok, "\(events.count) events, \(added) new")
-        case .pullIncidents(let clear):
-            let offset = try await beacon.readTimeOffset()
-            let incidents = try await beacon.pullIncidents()
-            let added = try await record {
-                try await inventory.storeIncidents(incidents, device: address, timeOffset: offset, pulledAt: Date())
-            }
-            if clear, !incidents.isEmpty, !dryRun { try await beacon.clear(.clearIncidents) }
-            return (.ok, "\(incidents.count) incidents, \(added) new")
-        case .auditLive(let profile):
-            let info = try await beacon.readInfo()
-            try await record { try await inventory.recordDevice(Self.record(address, info)) }
-            let profiles = profile.map { [$0.name: $0] } ?? self.profiles
-            var subject = AuditSubject(address: address, info: info)
-            subject.assignedProfile = try await record { try await inventory.device(address)?.profile }
-            let meant = try await record { try await inventory.meantIdentity(address) }
-            subject.meantIdentity = meant?.identity
-            subject.meantIdentitySource = meant.map {
-                $0.source == "profile" ? "profile \($0.profile ?? "")" : $0.source
-            }
-            let report = Auditor.audit(subject, profiles: profiles, profile: profile?.name)
-            return (.ok, report.findings.isEmpty ? "clean" : report.findings.map(\.description).joined(separator: "; "))
-        case .reboot:
-            if dryRun { return (.skipped, "dry run: would reboot") }
-            try await beacon.reboot()
-            return (.changed, "rebooted")
-        case .factoryReset:
-            if dryRun { return (.skipped, "dry run: would reset") }
-            try await beacon.factoryReset(confirmed: true)
-            return (.changed, "factory reset")
-        }
-    }
-
-    /// The identity meant for a device, reserved in the inventory under
-    /// its write lock — and first claimed on the shared server, when the
-    /// bench has one and it answers — before anything is written.
-    private nonisolated func reserve(
-        _ plan: IdentityPlan, for address: String, holds current: BeaconIdentity
-    ) async throws -> IdentityReservation {
-        let advertised = await advertisedIdentities()
-        guard !dryRun, let shared = sharedIdentities else {
-            return try await record {
-                try await inventory.reserveIdentity(
-                    device: address, plan: plan, holds: current, advertised: advertised, run: run, commit: !dryRun)
-            }
-        }
-        // What this inventory would give: the minor offered to the server.
-        var proposed: UInt16?
-        var reservation = try await record {
-            try await inventory.reserveIdentity(
-                device: address, plan: plan, holds: current, advertised: advertised, run: run, commit: false)
-        }
-        var serverNote: String?
-        // The server's answer wins when it is free here; a minor another
-        // process took here meanwhile is offered back to the server.
-        for _ in 0..<4 {
-            if let reason = await sharedUnreachableReason() {
-                serverNote = "the server was unreachable (\(reason)): allocated by this bench alone"
-                proposed = nil
-                break
-            }
-            do {
-                let floor = try await record { try await inventory.highestMinor(major: plan.major) }
-                proposed = try await shared.claim(
-                    address: address.uppercased(), major: plan.major, preferred: reservation.identity.minor,
-                    floor: floor)
-            } catch {
-                await sharedFailed("\(error)")
-                continue
-            }
-            reservation = try await record {
-                try await inventory.reserveIdentity(
-                    device: address, plan: plan, holds: current, advertised: advertised, proposed: proposed, run: run)
-            }
-            if reservation.identity.minor == proposed { return reservation }
-        }
-        reservation = try await record {
-            try await inventory.reserveIdentity(
-                device: address, plan: plan, holds: current, advertised: advertised, run: run)
-        }
-        if let serverNote {
-            reservation.note = [reservation.note, serverNote].compactMap { $0 }.joined(separator: "; ")
-        }
-        return reservation
-    }
-
-    private func sharedUnreachableReason() -> String? { sharedUnreachable }
-    private func sharedFailed(_ reason: String) {
-        if sharedUnreachable == nil {
-            sharedUnreachable = reason
-            progress(
-                .note(
-                    address: "",
-                    "the shared server is unreachable (\(reason)): identities are allocated by this bench alone in this run; the fleet audit reports any duplicate"
-                ))
-        }
-    }
-
-    /// The identities the SBeacons in range advertise, by address.
-    private nonisolated func advertisedIdentities() async -> [String: BeaconIdentity] {
-        var result: [String: BeaconIdentity] = [:]
-        for (address, bytes) in await client.advertisedData(company: SBeaconUUID.appleCompanyID) {
-            guard let advert = try? IBeaconAdvert(bytes: bytes) else { continue }
-            result[address] = advert.identity
-        }
-        return result
-    }
-
-    /// `info` as one line: everything a technician checks at a glance.
-    static func describe(_ info: BeaconInfo) -> String {
-        let calibration = info.calibration
-        let pending = info.tripInformation
-        // The device's own strings, cut short for a line (the inventory
-        // keeps them whole).
-        let model = DeviceInformationText.excerpt(info.model, limit: 64)
-        let serial = DeviceInformationText.excerpt(info.serial, limit: 64)
-        let hardware = DeviceInformationText.excerpt(info.hardwareRevision, limit: 64)
-        let firmware =
-            info.firmware?.description
-            ?? "'\(DeviceInformationText.excerpt(info.firmwareRevision))' (not a version)"
-        let head: String = "\(model) \(serial) hw \(hardware), firmware \(firmware), "
-        return head
-            + "battery \(info.battery) %, identity \(info.identity.major).\(info.identity.minor), "
-            + (calibration.calibrated
-                ? "calibrated (\(calibration.vector.x), \(calibration.vector.y), \(calibration.vector.z) mG)"
-                : "not calibrated")
-            + ", clock " + (info.timeOffset == 0 ? "not set" : "set") + ", \(info.config), trip \(info.tripStatus), "
-            + "unsynced \(pending.trips) trips \(pending.events) events \(pending.incidents) incidents"
-    }
-
-    static func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
-
-    /// Records what a step learnt of a device beyond what it read (the
-    /// profile applied, when it calibrated); the fields left nil keep what
-    /// the inventory holds.
-    private nonisolated func remember(_ address: String, _ fill: (inout DeviceRecord) -> Void) async throws {
-        var device = DeviceRecord(address: address)
-        fill(&device)
-        let filled = device
-        try await record { try await inventory.recordDevice(filled) }
-    }
-
-    static func record(_ address: String, _ info: BeaconInfo) -> DeviceRecord {
-        var record = DeviceRecord(address: address)
-        record.identity = info.identity
-        record.model = info.model
-        record.serial = info.serial
-        record.hardwareRevision = info.hardwareRevision
-        record.firmware = info.firmware
-        record.battery = info.battery
-        record.calibration = info.calibration
-        if info.calibration.calibrated, info.timeOffset != 0 {
-            record.calibratedAt = Date(
-                timeIntervalSince1970: Double(
-                    BeaconTime.epochMilliseconds(beaconSeconds: info.calibration.calibratedAt, offset: info.timeOffset))
-                    / 1000)
-        }
-        record.timeOffset = info.timeOffset
-        record.config = info.config
-        return record
     }
 }
 

@@ -1,6 +1,7 @@
-import BeaconSimulator
 import Foundation
 import Testing
+
+@testable import BeaconSimulator
 
 /// The fault plan as a value: parsed strictly, and deciding deterministically.
 @Suite("Fault plans: parsing, checking and deciding", .timeLimit(.minutes(2)))
@@ -256,5 +257,68 @@ struct FaultPlanTests {
         #expect(throws: SimulatorCommandLine.UsageError.self) {
             try SimulatorCommandLine(arguments: ["--fault-plan", directory.appendingPathComponent("none").path])
         }
+    }
+
+    /// One action of every kind, and its JSON (`example`).
+    static let actions: [FaultPlan.Action] = [
+        .fail(error: "org.bluez.Error.InProgress", message: "In Progress", afterMs: 5), .stall(ms: 20, hold: nil),
+        .dropLink(reason: .remote, writeLands: .toss), .vanish(ms: 300, keepObject: false, preheard: nil),
+        .stale(flap: false, afterMs: 40), .wedge(discoveryError: .notReady, abortAfterMs: 2000, sticky: true),
+        .replug(goneMs: 700, newIndex: 3), .shiftGatt(delta: 32), .busyWhileDiscovering, .withhold,
+        .powerOff(ms: 900),
+    ]
+
+    /// An action as a plan's JSON gives it. No `default`: a new action does
+    /// not compile here until it has its JSON (and then a line in `actions`).
+    static func example(_ action: FaultPlan.Action) -> String {
+        switch action {
+        case .fail(let error, let message, let afterMs):
+            #"{"kind": "fail", "error": "\#(error)", "message": "\#(message)", "afterMs": \#(afterMs)}"#
+        case .stall(let ms, _): #"{"kind": "stall", "ms": \#(ms ?? 0)}"#
+        case .dropLink(let reason, let writeLands):
+            #"{"kind": "drop-link", "reason": "\#(reason.rawValue)", "writeLands": "\#(writeLands.rawValue)"}"#
+        case .vanish(let ms, let keepObject, _): #"{"kind": "vanish", "ms": \#(ms ?? 0), "keepObject": \#(keepObject)}"#
+        case .stale(let flap, let afterMs): #"{"kind": "stale", "flap": \#(flap), "afterMs": \#(afterMs ?? 0)}"#
+        case .wedge(let error, let abortAfterMs, let sticky):
+            #"{"kind": "wedge", "discoveryError": "\#(error.rawValue)", "connect": {"abortAfterMs": \#(abortAfterMs)}, "sticky": \#(sticky)}"#
+        case .replug(let goneMs, let newIndex):
+            #"{"kind": "replug", "goneMs": \#(goneMs), "newIndex": \#(newIndex ?? 0)}"#
+        case .shiftGatt(let delta): #"{"kind": "shift-gatt", "delta": \#(delta)}"#
+        case .busyWhileDiscovering: #"{"kind": "busy-while-discovering"}"#
+        case .withhold: #"{"kind": "withhold"}"#
+        case .powerOff(let ms): #"{"kind": "power-off", "ms": \#(ms)}"#
+        }
+    }
+
+    /// The first column of the table after `heading` in docs/simulator.md.
+    static func documented(after heading: String) throws -> Set<String> {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent()
+        let text = try String(contentsOf: root.appendingPathComponent("docs/simulator.md"), encoding: .utf8)
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        guard let start = lines.firstIndex(where: { $0.hasPrefix(heading) }) else { return [] }
+        let table = lines[(start + 1)...].drop { !$0.hasPrefix("|") }.prefix { $0.hasPrefix("|") }
+        return Set(table.compactMap { $0.firstMatch(of: #/^\| `([a-z.-]+)` \|/#).map { String($0.output.1) } })
+    }
+
+    /// Every action parses, at every hook where it applies, into itself and
+    /// reads back as written; every action and every hook has its row in
+    /// docs/simulator.md, and every row is one.
+    @Test func everyActionParsesAndIsDocumented() throws {
+        #expect(Self.actions.map(\.kind).sorted() == FaultPlan.Action.kinds.sorted())
+        for action in Self.actions {
+            let hooks = FaultPlan.hooks(of: action.kind)
+            #expect(!hooks.isEmpty, "\(action.kind) applies nowhere")
+            for hook in hooks.sorted(by: { $0.rawValue < $1.rawValue }) {
+                let trigger = hook == .time ? #"{"atMs": 0}"# : #"{"nth": 1}"#
+                let plan = try Self.plan(
+                    #"{"id": "a", "hook": "\#(hook.rawValue)", "trigger": \#(trigger), "action": \#(Self.example(action))}"#
+                )
+                #expect(plan.rules.first?.action == action, "\(action.kind) at \(hook.rawValue)")
+                #expect(try FaultPlan(json: plan.json) == plan, "\(action.kind) at \(hook.rawValue)")
+            }
+        }
+        #expect(try Self.documented(after: "**Actions**") == Set(FaultPlan.Action.kinds))
+        #expect(try Self.documented(after: "**Hooks**") == Set(FaultPlan.Hook.allCases.map(\.rawValue)))
     }
 }
