@@ -17,7 +17,7 @@
 # up to `swift test list`.
 
 # ConsoleTests suites that run nothing built: they stay in tier 1.
-TIER1_CONSOLE_SUITES=(BatchParserTests InvocationTests Terminal16UnitTests PostgresArrayTests DocTablesTests BenchSyncTests)
+TIER1_CONSOLE_SUITES=(BatchParserTests InvocationTests Terminal16UnitTests PostgresArrayTests DocTablesTests BenchSyncTests RendererTests OutputRuleTests)
 # Suites outside ConsoleTests that run a built executable.
 TIER2_OTHER_SUITES=(
   SimulatorTests.StockClientTests    # beaconbench-sim with bluetoothctl and bleak

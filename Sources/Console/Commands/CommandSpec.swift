@@ -228,14 +228,14 @@ extension ConsoleCommand {
 
 extension CommandSpec {
     /// The spec with the line `JSONShapeTests` runs instead of `example`.
-    func json(example line: String) -> CommandSpec {
+    func shapeChecked(by line: String) -> CommandSpec {
         var spec = self
         spec.jsonExample = line
         return spec
     }
 
     /// The spec with why `JSONShapeTests` runs no example of it.
-    func json(skipped reason: String) -> CommandSpec {
+    func shapeNotChecked(because reason: String) -> CommandSpec {
         var spec = self
         spec.jsonExampleSkipped = reason
         return spec

@@ -58,7 +58,7 @@ public struct CompletionCommand: ConsoleCommand {
         name: "completion", summary: "print a shell's completion script (bash, zsh or fish)",
         example: "completion bash > ~/.local/share/bash-completion/completions/beaconbench",
         operands: [.required("SHELL", .choice(["bash", "zsh", "fish"]))], onlyReadsTheInventory: true
-    ).json(skipped: "writes a shell's completion script, not JSON lines")
+    ).shapeNotChecked(because: "writes a shell's completion script, not JSON lines")
     public init(_ arguments: inout ParsedArguments) { shell = arguments.operand(0) ?? "bash" }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         session.terminal.document(ShellCompletion.script(for: shell))

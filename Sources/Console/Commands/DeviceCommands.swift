@@ -14,7 +14,7 @@ public struct InfoCommand: DeviceStepCommand {
     public static let spec = CommandSpec(
         name: "info", summary: "read everything a beacon tells about itself", example: "info a3b5c7d9",
         actsOnDevices: true, emits: [.device], showsWhatItRead: true
-    ).json(example: "info ${device}")
+    ).shapeChecked(by: "info ${device}")
     public init(_ arguments: inout ParsedArguments) {}
     public func step(profiles: [String: Profile]) -> DeviceStep? { .info }
 }
@@ -246,7 +246,7 @@ public struct WatchCommand: ConsoleCommand {
         name: "watch", summary: "show real-time events and trip status (the bench shake test)",
         example: "watch 30s", operands: [.optional("DURATION", .duration(0.1...86_400))], actsOnDevices: true,
         emits: [.watchEvent, .watchSummary], needsDevices: true
-    ).runningDeviceSteps().json(example: "watch 1s")
+    ).runningDeviceSteps().shapeChecked(by: "watch 1s")
     public init(_ arguments: inout ParsedArguments) { seconds = arguments.operandDuration(0) ?? 30 }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.watch(seconds: seconds, devices: located.devices)
@@ -259,7 +259,7 @@ public struct RebootCommand: DeviceStepCommand {
     public static let spec = CommandSpec(
         name: "reboot", summary: "reboot the beacon", example: "reboot a3b5c7d9", actsOnDevices: true,
         mayWriteToBeacons: true
-    ).json(example: "reboot ${device}")
+    ).shapeChecked(by: "reboot ${device}")
     public init(_ arguments: inout ParsedArguments) {}
     public func step(profiles: [String: Profile]) -> DeviceStep? { .reboot }
 }
@@ -271,7 +271,7 @@ public struct FactoryResetCommand: DeviceStepCommand {
         name: "factory-reset", summary: "restore factory defaults (erases the beacon: needs --yes)",
         example: "factory-reset --yes a3b5c7d9", options: [.flag("--yes", "yes, erase it")], actsOnDevices: true,
         mayWriteToBeacons: true
-    ).json(example: "factory-reset --yes ${spare}")
+    ).shapeChecked(by: "factory-reset --yes ${spare}")
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         guard arguments.flag("--yes") else {
             throw arguments.fail(at: 0, "factory-reset erases a beacon: write 'factory-reset --yes'")

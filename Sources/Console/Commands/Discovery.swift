@@ -24,7 +24,7 @@ public struct ScanCommand: ConsoleCommand {
                 "--until", "N", .integer(0...100_000),
                 "stop as soon as N beacons are heard (the duration is then the longest wait; 0: no target)"),
         ], emits: [.scan]
-    ).json(example: "scan 10s --rssi -127 --until ${count}")
+    ).shapeChecked(by: "scan 10s --rssi -127 --until ${count}")
 
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         self.init(
@@ -66,7 +66,7 @@ public struct DevicesCommand: ConsoleCommand {
     public static let spec = CommandSpec(
         name: "devices", summary: "list the beacons seen (address, MAC ending or profile containing FILTER)",
         example: "devices c7d9", operands: [.optional("FILTER", .text)], emits: [.beacon]
-    ).json(example: "devices")
+    ).shapeChecked(by: "devices")
     public init(_ arguments: inout ParsedArguments) { filter = arguments.operand(0) }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.listDevices(filter)

@@ -22,7 +22,7 @@ public struct InventoryShowCommand: ConsoleCommand {
         name: "inventory show", summary: "one device: what it holds and its latest step outcomes",
         example: "inventory show a3b5c7d9", operands: [.required("DEVICE", .device)], onlyReadsTheInventory: true,
         emits: [.device, .outcome]
-    ).json(example: "inventory show ${device}")
+    ).shapeChecked(by: "inventory show ${device}")
     public init(_ arguments: inout ParsedArguments) { device = arguments.operand(0) ?? "" }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.inventoryCommand(.show(device))
@@ -39,7 +39,7 @@ public struct InventoryExportCommand: ConsoleCommand {
         example: "inventory export --csv > fleet.csv",
         options: [.flag("--csv", "RFC 4180 CSV, formula-safe (without it: JSON lines, docs/json.md)")],
         onlyReadsTheInventory: true, emits: [.deviceRow]
-    ).json(example: "inventory export")
+    ).shapeChecked(by: "inventory export")
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         // JSON lines unless --csv (`--json` may have been given for the whole run).
         if arguments.flag("--csv"), arguments.flag("--json") {
@@ -71,7 +71,7 @@ public struct LogCommand: ConsoleCommand {
             .value("--since", "TIME", .time, "only outcomes since TIME (2026-11-30, an ISO 8601 time, or 7d)"),
             .value("--limit", "N", .integer(1...1_000_000), "at most N outcomes (default 50); it says when it cut"),
         ], onlyReadsTheInventory: true, emits: [.outcome]
-    ).json(example: "log --device ${device} --since 1d")
+    ).shapeChecked(by: "log --device ${device} --since 1d")
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         if arguments.operand(0) != nil, arguments.text("--device") != nil {
             throw arguments.fail(at: 0, "log takes DEVICE or --device, not both")
@@ -121,7 +121,7 @@ public struct SyncCommand: ConsoleCommand {
             .value("--to", "URL", .url, "the server (a password comes from PGPASSWORD or ~/.pgpass)", required: true),
             .flag("--include-simulated", "also push runs made on a simulated bench (--sim)"),
         ], emits: [.sync]
-    ).json(skipped: "needs a PostgreSQL server: SyncTests checks its `sync` lines").documented(in: "office.md")
+    ).shapeNotChecked(because: "needs a PostgreSQL server: SyncTests checks its `sync` lines").documented(in: "office.md")
     public var includeSimulated = false
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         includeSimulated = arguments.flag("--include-simulated")

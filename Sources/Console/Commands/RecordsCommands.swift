@@ -55,7 +55,7 @@ public struct RecordsExportCommand: ConsoleCommand {
         example: "records export --csv --since 2026-11-01 > records.csv",
         options: RecordFilters.options + [.flag("--csv", "CSV instead of JSON lines")], onlyReadsTheInventory: true,
         emits: [.trip, .event, .incident]
-    ).json(example: "records export --kind event")
+    ).shapeChecked(by: "records export --kind event")
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         if arguments.flag("--csv"), arguments.flag("--json") {
             throw arguments.fail(at: 0, "records export takes --csv or --json, not both")

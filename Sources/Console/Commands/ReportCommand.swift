@@ -33,7 +33,7 @@ public struct ReportCommand: ConsoleCommand {
         detail:
             "Selectors are those of select that need no radio: all, unprovisioned, profile=NAME, battery<N, firmware<X, minor=A-B, addresses and MAC endings, combined as select combines them (addresses and MAC endings: any of them; every other selector must hold); none: every device (or the selection). Reads a bench's inventory or, with --inventory postgresql://…, the whole fleet. docs/report.md describes each chart.",
         emits: [.report]
-    ).json(example: "report --out ${dir}/report.html")
+    ).shapeChecked(by: "report --out ${dir}/report.html")
 
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         let parser = arguments.parser

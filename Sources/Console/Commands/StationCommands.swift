@@ -37,7 +37,7 @@ public struct StationCommand: ConsoleCommand {
         detail:
             "Discovers continuously. Each beacon heard at --rssi-min or stronger is brought to its assignment (assign), or provisioned with --profile when it has none, with the steps of provision-new.batch; one line per beacon, a running tally, a recap at the end. A beacon is never worked on twice at once; one done with is taken again only after it was away for 5 s; one taken away half-way is reported, not retried. docs/station.md.",
         emits: [.station, .recovery, .stationSummary]
-    ).json(example: "station --rssi-min -127 --count 1 --for 20s").documented(in: "station.md")
+    ).shapeChecked(by: "station --rssi-min -127 --count 1 --for 20s").documented(in: "station.md")
 
     public init(_ arguments: inout ParsedArguments) {
         profile = arguments.text("--profile")
