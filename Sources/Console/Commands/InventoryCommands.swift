@@ -121,7 +121,8 @@ public struct SyncCommand: ConsoleCommand {
             .value("--to", "URL", .url, "the server (a password comes from PGPASSWORD or ~/.pgpass)", required: true),
             .flag("--include-simulated", "also push runs made on a simulated bench (--sim)"),
         ], emits: [.sync]
-    ).shapeNotChecked(because: "needs a PostgreSQL server: SyncTests checks its `sync` lines").documented(in: "office.md")
+    ).shapeNotChecked(because: "needs a PostgreSQL server: SyncTests checks its `sync` lines").documented(
+        in: "office.md")
     public var includeSimulated = false
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         includeSimulated = arguments.flag("--include-simulated")
