@@ -1,3 +1,5 @@
+import SafeText
+
 /// The one place that decides between JSON and people: a command hands it
 /// result values (`ResultDocument`); with `--json` (for the run, or on the
 /// command's line) each value is one JSON line on standard output, else

@@ -1,3 +1,5 @@
+import SafeText
+
 /// A value a command puts out: for programs, one JSON line of its kind
 /// (docs/json.md). What people see of it is its document's (`ResultDocument`).
 protocol ResultValue: Sendable {

@@ -1,4 +1,5 @@
 import Profiles
+import SafeText
 
 // `audit`: each device judged against its profile.
 

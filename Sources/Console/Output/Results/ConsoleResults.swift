@@ -1,6 +1,7 @@
 import Foundation
 import Inventory
 import InventorySync
+import SafeText
 import Workbench
 
 // The console's own: `help`, `doctor`, `report`, `sync`, stored values.

@@ -1,5 +1,6 @@
 import Foundation
 import Inventory
+import SafeText
 import Workbench
 
 // Desired state: `assign`, `drift`, and the install bench (`station`).

@@ -1,5 +1,6 @@
 import Foundation
 import SBeaconProtocol
+import SafeText
 import Workbench
 
 // Discovery and selection: `scan`, `devices`, `select`.

@@ -1,5 +1,6 @@
 import Foundation
 import Inventory
+import SafeText
 
 // The inventory: its devices, their outcomes, `inventory export`, `forget`.
 

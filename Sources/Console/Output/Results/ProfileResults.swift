@@ -1,5 +1,6 @@
 import Foundation
 import Profiles
+import SafeText
 
 // `profiles list|show|check`.
 

@@ -1,5 +1,6 @@
 import Foundation
 import Inventory
+import SafeText
 
 // Pulled records: `records list|export`, and what a pull brought.
 

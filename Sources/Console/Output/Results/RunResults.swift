@@ -1,5 +1,6 @@
 import Foundation
 import Inventory
+import SafeText
 import Workbench
 
 // A run of device steps: its steps and notes as they come, then its recap.

@@ -1,5 +1,6 @@
 import Foundation
 import SBeaconProtocol
+import SafeText
 import Workbench
 
 // `watch`: events as they come, then the count.
