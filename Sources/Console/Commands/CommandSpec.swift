@@ -228,30 +228,20 @@ extension ConsoleCommand {
 
 extension CommandSpec {
     /// The spec with the line `JSONShapeTests` runs instead of `example`.
-    func shapeChecked(by line: String) -> CommandSpec {
-        var spec = self
-        spec.jsonExample = line
-        return spec
-    }
+    func shapeChecked(by line: String) -> CommandSpec { with(\.jsonExample, line) }
 
     /// The spec with why `JSONShapeTests` runs no example of it.
-    func shapeNotChecked(because reason: String) -> CommandSpec {
-        var spec = self
-        spec.jsonExampleSkipped = reason
-        return spec
-    }
+    func shapeNotChecked(because reason: String) -> CommandSpec { with(\.jsonExampleSkipped, reason) }
 
     /// The spec of a command that runs device steps without being one.
-    func runningDeviceSteps() -> CommandSpec {
-        var spec = self
-        spec.runsDeviceSteps = true
-        return spec
-    }
+    func runningDeviceSteps() -> CommandSpec { with(\.runsDeviceSteps, true) }
 
     /// The spec with a page of docs/ that says more.
-    func documented(in page: String) -> CommandSpec {
+    func documented(in page: String) -> CommandSpec { with(\.seeAlso, page) }
+
+    private func with<Value>(_ field: WritableKeyPath<CommandSpec, Value>, _ value: Value) -> CommandSpec {
         var spec = self
-        spec.seeAlso = page
+        spec[keyPath: field] = value
         return spec
     }
 }
