@@ -150,9 +150,8 @@ struct JSONShapeTests {
                 let file = bench.directory + "/\(spec.name.replacingOccurrences(of: " ", with: "-")).batch"
                 try "\(bench.scanAll)\nselect all\n\(line)\n".write(toFile: file, atomically: true, encoding: .utf8)
                 let run = try await bench.beaconbench(["run", file, "--json"], timeout: 240)
-                // Audits find things on a new fleet (2); doctor may find the
-                // bench short of a real one (3); nothing else may fail.
-                let allowed: Set<Int32> = spec.name == "doctor" ? [0, 2, 3] : [0, 2]
+                // Audits find things on a new fleet (exit 2); nothing else may fail.
+                let allowed: Set<Int32> = [0, 2]
                 #expect(allowed.contains(run.status), "\(line): exit \(run.status): \(run.stderr)")
                 var own = run.stdout.split(separator: "\n").map(String.init)
                 // The preamble's lines: the first `scan` and `selection`.
@@ -162,9 +161,9 @@ struct JSONShapeTests {
                 let isDeviceStep = type is any DeviceStepCommand.Type || spec.runsDeviceSteps
                 let declared = Set(spec.emits.map(\.rawValue)).union(isDeviceStep ? Self.deviceStepKinds : [])
                     .union(["stored_value"])
-                for own in own {
-                    guard let kind = Self.kind(of: own) else { continue }
-                    #expect(declared.contains(kind), "\(line) wrote a `\(kind)` its spec does not declare: \(own)")
+                for written in own {
+                    guard let kind = Self.kind(of: written) else { continue }
+                    #expect(declared.contains(kind), "\(line) wrote a `\(kind)` its spec does not declare: \(written)")
                     produced[kind, default: []].insert(spec.name)
                 }
                 lines += own
