@@ -42,6 +42,10 @@ let package = Package(
             cSettings: [.unsafeFlags(["-I/usr/include/postgresql"])],
             linkerSettings: [.linkedLibrary("dl")]
         ),
+        // SHA-256 from OpenSSL's libcrypto (libssl3), for the ledger's
+        // Merkle tree and digests; loaded on first use (libcrypto.c), as
+        // libpq is, so a start that hashes nothing does not load it.
+        .target(name: "CCrypto", linkerSettings: [.linkedLibrary("dl")]),
         // Deflate, for the fleet report's device table (browsers inflate it
         // with DecompressionStream).
         .systemLibrary(
@@ -62,6 +66,8 @@ let package = Package(
         // Text from outside (devices, files) made safe for a terminal, a
         // spreadsheet (CSV) and JSON.
         .target(name: "SafeText"),
+        // The ledger's pure parts: RFC 9162 Merkle trees and their proofs.
+        .target(name: "Ledger", dependencies: ["CCrypto"]),
         .target(name: "Inventory", dependencies: ["CSQLite", "SBeaconProtocol", "Profiles", "SafeText"]),
         .target(name: "Profiles", dependencies: ["SBeaconProtocol", "SafeText"]),
         // Pushing a bench's inventory to a shared PostgreSQL server.
@@ -110,6 +116,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["DBusBinding", "LocalBus"]),
         .testTarget(name: "DBusBindingTests", dependencies: ["DBusBinding", "TestSupport", "CDBus"]),
         .testTarget(name: "SBeaconProtocolTests", dependencies: ["SBeaconProtocol"]),
+        .testTarget(name: "LedgerTests", dependencies: ["Ledger"]),
         .testTarget(name: "InventoryTests", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "TestSupport"]),
         .testTarget(name: "SafeTextTests", dependencies: ["SafeText", "TestSupport"]),
         .testTarget(name: "ProfilesTests", dependencies: ["Profiles", "SBeaconProtocol"]),
