@@ -68,7 +68,7 @@ let package = Package(
         .target(name: "SafeText"),
         // The ledger's pure parts: RFC 9162 Merkle trees and their proofs.
         .target(name: "Ledger", dependencies: ["CCrypto"]),
-        .target(name: "Inventory", dependencies: ["CSQLite", "SBeaconProtocol", "Profiles", "SafeText"]),
+        .target(name: "Inventory", dependencies: ["CSQLite", "SBeaconProtocol", "Profiles", "SafeText", "Ledger"]),
         .target(name: "Profiles", dependencies: ["SBeaconProtocol", "SafeText"]),
         // Pushing a bench's inventory to a shared PostgreSQL server.
         .target(

@@ -78,6 +78,9 @@ public actor Inventory {
         Self.makeReserve(at: database.path + "-reserve")
         try database.run(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('bench_id', ?)", [.text(UUID().uuidString.lowercased())])
+        let bench = try database.rows("SELECT value FROM meta WHERE key = 'bench_id'").first?.first?.text ?? ""
+        try LedgerRecorder.begin(database, bench: bench, at: Self.timestamp(Date()))
+        database.ledger = LedgerRecorder { Self.timestamp(Date()) }
         try Self.markInterrupted(database)
     }
 
@@ -453,7 +456,11 @@ public actor Inventory {
 
     /// ISO 8601 in UTC with milliseconds: `2026-11-30T09:41:07.123Z`.
     static func timestamp(_ date: Date) -> String {
-        let milliseconds = Int64((date.timeIntervalSince1970 * 1000).rounded(.down))
+        timestamp(milliseconds: Int64((date.timeIntervalSince1970 * 1000).rounded(.down)))
+    }
+
+    /// `timestamp` of a time in epoch milliseconds (exact: no floating point).
+    static func timestamp(milliseconds: Int64) -> String {
         var seconds = time_t(milliseconds / 1000)
         var parts = tm()
         gmtime_r(&seconds, &parts)

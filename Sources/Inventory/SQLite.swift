@@ -114,6 +114,12 @@ public final class Database {
     /// Set by the owner when a read-only file has an older schema than this
     /// program's: a query that fails says how to migrate the file.
     public var olderSchema: String?
+    /// When set, every change to a table the ledger covers is appended to
+    /// it before its transaction commits (Ledger/LedgerRecorder.swift); a
+    /// write outside a transaction is given one.
+    var ledger: LedgerRecorder? {
+        didSet { ledger?.install(on: self) }
+    }
 
     /// Opens `path` for reading and writing with WAL, foreign keys and a
     /// busy timeout. A new file is created here, mode 0600 whatever the
@@ -435,6 +441,10 @@ public final class Database {
     @discardableResult
     public func run(_ sql: String, _ parameters: [SQLiteValue] = []) throws -> Int {
         let statement = try cached(sql)
+        if let ledger, !ledger.suspended, sqlite3_get_autocommit(handle) != 0, sqlite3_stmt_readonly(statement.handle) == 0 {
+            // The change and its ledger entry commit together.
+            return try inTransaction { try run(sql, parameters) }
+        }
         defer { sqlite3_reset(statement.handle) }
         try statement.bind(parameters)
         while try statement.step() {}
@@ -457,6 +467,7 @@ public final class Database {
         try execute("BEGIN IMMEDIATE")
         do {
             let result = try body()
+            try ledger?.flush(self)
             try execute("COMMIT")
             return result
         } catch {

@@ -204,6 +204,86 @@ enum Schema {
             // `applicationID` below, written out (PRAGMA takes no parameters).
             "PRAGMA application_id = 1111649891;"
         ),
+        (
+            "the ledger (docs/ledger.md)",
+            // The entries of sealed rows (outcomes once final, readings,
+            // pulled records) are not stored twice: such a row carries its
+            // entry's sequence number and leaf check, and triggers refuse to
+            // change or delete it. The genesis entries are appended by
+            // `LedgerRecorder.begin` on the first open after this.
+            """
+            CREATE TABLE ledger (
+                seq    INTEGER PRIMARY KEY CHECK (seq >= 0),
+                leaf   INTEGER NOT NULL,
+                entry  BLOB NOT NULL
+            );
+            CREATE TABLE ledger_head (
+                one      INTEGER PRIMARY KEY CHECK (one = 1),
+                size     INTEGER NOT NULL CHECK (size >= 0),
+                frontier BLOB NOT NULL,
+                root     BLOB NOT NULL
+            );
+            CREATE TABLE ledger_nodes (
+                node INTEGER PRIMARY KEY,
+                hash BLOB NOT NULL
+            );
+            CREATE TABLE ledger_checkpoints (
+                size    INTEGER PRIMARY KEY,
+                root    BLOB NOT NULL,
+                note    TEXT NOT NULL,
+                made_at TEXT NOT NULL
+            );
+            CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger
+                BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: an entry cannot be changed'); END;
+            CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger
+                BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: an entry cannot be deleted'); END;
+            CREATE TRIGGER ledger_append_at_head BEFORE INSERT ON ledger
+                WHEN NEW.seq < COALESCE((SELECT size FROM ledger_head), 0)
+                BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: entries are added at its head'); END;
+            CREATE TRIGGER ledger_head_grows BEFORE UPDATE ON ledger_head WHEN NEW.size < OLD.size
+                BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: its head cannot go back'); END;
+            CREATE TRIGGER ledger_head_kept BEFORE DELETE ON ledger_head
+                BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: its head cannot be deleted'); END;
+            CREATE TRIGGER ledger_nodes_no_update BEFORE UPDATE ON ledger_nodes
+                BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: a tree node cannot be changed'); END;
+            CREATE TRIGGER ledger_nodes_no_delete BEFORE DELETE ON ledger_nodes
+                BEGIN SELECT RAISE(ABORT, 'the ledger is append-only: a tree node cannot be deleted'); END;
+            CREATE TRIGGER ledger_checkpoints_no_update BEFORE UPDATE ON ledger_checkpoints
+                BEGIN SELECT RAISE(ABORT, 'a checkpoint cannot be changed'); END;
+            CREATE TRIGGER ledger_checkpoints_no_delete BEFORE DELETE ON ledger_checkpoints
+                BEGIN SELECT RAISE(ABORT, 'a checkpoint cannot be deleted'); END;
+            ALTER TABLE outcomes ADD COLUMN ledger_seq INTEGER;
+            ALTER TABLE outcomes ADD COLUMN ledger_leaf INTEGER;
+            CREATE TRIGGER outcomes_sealed_update BEFORE UPDATE ON outcomes WHEN OLD.ledger_seq IS NOT NULL
+                BEGIN SELECT RAISE(ABORT, 'outcomes: a row in the ledger cannot be changed'); END;
+            CREATE TRIGGER outcomes_sealed_delete BEFORE DELETE ON outcomes WHEN OLD.ledger_seq IS NOT NULL
+                BEGIN SELECT RAISE(ABORT, 'outcomes: a row in the ledger cannot be deleted'); END;
+            ALTER TABLE readings ADD COLUMN ledger_seq INTEGER;
+            ALTER TABLE readings ADD COLUMN ledger_leaf INTEGER;
+            CREATE TRIGGER readings_sealed_update BEFORE UPDATE ON readings WHEN OLD.ledger_seq IS NOT NULL
+                BEGIN SELECT RAISE(ABORT, 'readings: a row in the ledger cannot be changed'); END;
+            CREATE TRIGGER readings_sealed_delete BEFORE DELETE ON readings WHEN OLD.ledger_seq IS NOT NULL
+                BEGIN SELECT RAISE(ABORT, 'readings: a row in the ledger cannot be deleted'); END;
+            ALTER TABLE trips ADD COLUMN ledger_seq INTEGER;
+            ALTER TABLE trips ADD COLUMN ledger_leaf INTEGER;
+            CREATE TRIGGER trips_sealed_update BEFORE UPDATE ON trips WHEN OLD.ledger_seq IS NOT NULL
+                BEGIN SELECT RAISE(ABORT, 'trips: a row in the ledger cannot be changed'); END;
+            CREATE TRIGGER trips_sealed_delete BEFORE DELETE ON trips WHEN OLD.ledger_seq IS NOT NULL
+                BEGIN SELECT RAISE(ABORT, 'trips: a row in the ledger cannot be deleted'); END;
+            ALTER TABLE events ADD COLUMN ledger_seq INTEGER;
+            ALTER TABLE events ADD COLUMN ledger_leaf INTEGER;
+            CREATE TRIGGER events_sealed_update BEFORE UPDATE ON events WHEN OLD.ledger_seq IS NOT NULL
+                BEGIN SELECT RAISE(ABORT, 'events: a row in the ledger cannot be changed'); END;
+            CREATE TRIGGER events_sealed_delete BEFORE DELETE ON events WHEN OLD.ledger_seq IS NOT NULL
+                BEGIN SELECT RAISE(ABORT, 'events: a row in the ledger cannot be deleted'); END;
+            ALTER TABLE incidents ADD COLUMN ledger_seq INTEGER;
+            ALTER TABLE incidents ADD COLUMN ledger_leaf INTEGER;
+            CREATE TRIGGER incidents_sealed_update BEFORE UPDATE ON incidents WHEN OLD.ledger_seq IS NOT NULL
+                BEGIN SELECT RAISE(ABORT, 'incidents: a row in the ledger cannot be changed'); END;
+            CREATE TRIGGER incidents_sealed_delete BEFORE DELETE ON incidents WHEN OLD.ledger_seq IS NOT NULL
+                BEGIN SELECT RAISE(ABORT, 'incidents: a row in the ledger cannot be deleted'); END;
+            """
+        ),
     ]
 
     /// `PRAGMA application_id` of an inventory: "BBnc" in ASCII. SQLite

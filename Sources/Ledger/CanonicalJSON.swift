@@ -8,6 +8,11 @@ public enum CanonicalJSON {
     public enum Value: Sendable, Equatable {
         case null
         case integer(Int64)
+        /// Never in an entry the tool writes: only in one made again from a
+        /// row someone else wrote a real number into (written as Python's
+        /// `repr` writes it, which Swift's `description` matches for every
+        /// finite value).
+        case real(Double)
         case text(String)
         case array([Value])
         /// Members in this order (never sorted, never deduplicated).
@@ -17,6 +22,7 @@ public enum CanonicalJSON {
             switch (a, b) {
             case (.null, .null): true
             case (.integer(let x), .integer(let y)): x == y
+            case (.real(let x), .real(let y)): x == y
             case (.text(let x), .text(let y)): x == y
             case (.array(let x), .array(let y)): x == y
             case (.object(let x), .object(let y)):
@@ -38,6 +44,7 @@ public enum CanonicalJSON {
         switch value {
         case .null: out.append(contentsOf: [0x6E, 0x75, 0x6C, 0x6C])  // null
         case .integer(let number): writeInteger(number, to: &out)
+        case .real(let number): out.append(contentsOf: (number.isFinite ? "\(number)" : "null").utf8)
         case .text(let text): writeString(text, to: &out)
         case .array(let items):
             out.append(UInt8(ascii: "["))

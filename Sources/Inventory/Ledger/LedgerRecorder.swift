@@ -1,0 +1,238 @@
+import CSQLite
+import Foundation
+import Ledger
+
+/// Sees every change the inventory's connection makes to a covered table
+/// (SQLite's preupdate hook) and, before the transaction commits, appends
+/// the entries that describe them (`flush`), so a change and its entry are
+/// committed together or not at all. A commit with changes not yet in the
+/// ledger is refused (the commit hook): no write can forget its entry.
+final class LedgerRecorder {
+    private struct RowRef: Hashable {
+        let table: String
+        let rowid: Int64
+    }
+    private struct Change {
+        let table: LedgerTable
+        let rowid: Int64
+        /// The row before the transaction first changed it; nil when the
+        /// transaction inserted it. (Sealed tables: not needed.)
+        let old: [SQLiteValue]?
+    }
+
+    private var pending: [Change] = []
+    private var seen: Set<RowRef> = []
+    /// While the recorder writes the ledger itself (or the schema migrates).
+    var suspended = false
+    /// Changes were made that `flush` has not appended yet.
+    var hasPending: Bool { !pending.isEmpty }
+
+    /// The bench's id, for notes.
+    let clock: () -> String
+
+    init(clock: @escaping () -> String) { self.clock = clock }
+
+    /// Installs the hooks on `database`'s connection.
+    func install(on database: Database) {
+        let context = Unmanaged.passUnretained(self).toOpaque()
+        sqlite3_preupdate_hook(
+            database.handle,
+            { context, db, op, schema, table, key1, key2 in
+                guard let context, let db, let schema, let table else { return }
+                let recorder = Unmanaged<LedgerRecorder>.fromOpaque(context).takeUnretainedValue()
+                recorder.noteChange(db, op, schema, table, key1, key2)
+            }, context)
+        sqlite3_rollback_hook(
+            database.handle,
+            { context in
+                guard let context else { return }
+                Unmanaged<LedgerRecorder>.fromOpaque(context).takeUnretainedValue().discard()
+            }, context)
+        sqlite3_commit_hook(
+            database.handle,
+            { context in
+                guard let context else { return 0 }
+                // Non-zero turns the commit into a rollback.
+                return Unmanaged<LedgerRecorder>.fromOpaque(context).takeUnretainedValue().hasPending ? 1 : 0
+            }, context)
+    }
+
+    private func noteChange(
+        _ db: OpaquePointer, _ op: Int32, _ schema: UnsafePointer<CChar>, _ tableName: UnsafePointer<CChar>,
+        _ key1: Int64, _ key2: Int64
+    ) {
+        guard !suspended, strcmp(schema, "main") == 0,
+            let table = LedgerTable.byName[String(cString: tableName)]
+        else { return }
+        func old() -> [SQLiteValue]? {
+            guard !table.sealed else { return nil }
+            return (0..<Int32(table.columns.count)).map { index in
+                var value: OpaquePointer?
+                guard sqlite3_preupdate_old(db, index, &value) == SQLITE_OK, let value else { return .null }
+                return Self.value(value)
+            }
+        }
+        switch op {
+        case SQLITE_INSERT: note(table, key2, nil)
+        case SQLITE_DELETE: note(table, key1, old())
+        default:
+            note(table, key1, old())
+            if key2 != key1 { note(table, key2, nil) }
+        }
+    }
+
+    private func note(_ table: LedgerTable, _ rowid: Int64, _ old: @autoclosure () -> [SQLiteValue]?) {
+        let reference = RowRef(table: table.name, rowid: rowid)
+        guard !seen.contains(reference) else { return }
+        seen.insert(reference)
+        pending.append(Change(table: table, rowid: rowid, old: old()))
+    }
+
+    func discard() {
+        pending = []
+        seen = []
+    }
+
+    static func value(_ value: OpaquePointer) -> SQLiteValue {
+        switch sqlite3_value_type(value) {
+        case SQLITE_INTEGER: return .integer(sqlite3_value_int64(value))
+        case SQLITE_FLOAT: return .real(sqlite3_value_double(value))
+        case SQLITE_TEXT:
+            let count = Int(sqlite3_value_bytes(value))
+            guard let text = sqlite3_value_text(value) else { return .text("") }
+            return .text(String(decoding: UnsafeRawBufferPointer(start: text, count: count), as: UTF8.self))
+        case SQLITE_BLOB:
+            let count = Int(sqlite3_value_bytes(value))
+            guard count > 0, let bytes = sqlite3_value_blob(value) else { return .blob([]) }
+            return .blob(Array(UnsafeRawBufferPointer(start: bytes, count: count)))
+        default: return .null
+        }
+    }
+
+    /// Appends the entries of the changes made since the last flush, in the
+    /// order they were first made (in the caller's transaction).
+    func flush(_ database: Database) throws {
+        guard !pending.isEmpty else { return }
+        suspended = true
+        // The caller may ask for the row it inserted after this (beginRun, beginStep).
+        let inserted = sqlite3_last_insert_rowid(database.handle)
+        defer {
+            sqlite3_set_last_insert_rowid(database.handle, inserted)
+            suspended = false
+        }
+        var head = try LedgerHead.read(database)
+        let now = clock()
+        for change in pending {
+            let table = change.table
+            let current = try database.rows(
+                "SELECT \(table.selectList)\(table.sealed ? ", ledger_seq" : "") FROM \(table.name) WHERE rowid = ?",
+                [.integer(change.rowid)]
+            ).first
+            if table.sealed {
+                try seal(table, change.rowid, current, &head, database)
+            } else {
+                for (op, key, row) in Self.entries(table, old: change.old, new: current) {
+                    let event = table.event(op: op, changed: Dictionary(row) { a, _ in a })
+                    try Self.append(
+                        LedgerStorage.Stored(table: table, op: op, event: event, at: .text(now), key: key, row: row),
+                        to: &head, database)
+                }
+            }
+        }
+        try head.write(database)
+        discard()
+    }
+
+    /// Appends an entry kept in `ledger` (not a sealed row's).
+    static func append(_ entry: LedgerStorage.Stored, to head: inout LedgerHead, _ database: Database) throws {
+        let seq = head.size
+        let leaf = try head.append(LedgerEntry.encode(seq: seq, entry))
+        try database.run(
+            "INSERT INTO ledger(seq, leaf, entry) VALUES (?, ?, ?)",
+            [.integer(Int64(seq)), .integer(leaf), .blob(LedgerStorage.encode(entry))])
+    }
+
+    /// A sealed row enters the ledger once, when it is final (an outcome
+    /// still `running` waits for its end).
+    private func seal(
+        _ table: LedgerTable, _ rowid: Int64, _ current: [SQLiteValue]?, _ head: inout LedgerHead,
+        _ database: Database
+    ) throws {
+        guard let current, current[table.columns.count] == .null else { return }
+        if table.name == "outcomes", current[4] == .text("running") { return }
+        let values = Array(current.prefix(table.columns.count))
+        let seq = head.size
+        let leaf = try head.append(LedgerEntry.sealed(table, seq: seq, values: values))
+        try database.run(
+            "UPDATE \(table.name) SET ledger_seq = ?, ledger_leaf = ? WHERE rowid = ?",
+            [.integer(Int64(seq)), .integer(leaf), .integer(rowid)])
+    }
+
+    /// The entries that take a row from `old` to `new` (either nil: absent).
+    static func entries(
+        _ table: LedgerTable, old: [SQLiteValue]?, new: [SQLiteValue]?
+    ) -> [(LedgerOp, [SQLiteValue], [(String, SQLiteValue)])] {
+        let keys = table.keyIndices
+        switch (old, new) {
+        case (nil, nil): return []
+        case (nil, let new?): return [(.insert, keys.map { new[$0] }, Array(zip(table.columns, new)))]
+        case (let old?, nil): return [(.delete, keys.map { old[$0] }, Array(zip(table.columns, old)))]
+        case (let old?, let new?):
+            if keys.map({ old[$0] }) != keys.map({ new[$0] }) {
+                return entries(table, old: old, new: nil) + entries(table, old: nil, new: new)
+            }
+            let changed = table.columns.indices.filter { old[$0] != new[$0] }.map { (table.columns[$0], new[$0]) }
+            return changed.isEmpty ? [] : [(.update, keys.map { new[$0] }, changed)]
+        }
+    }
+}
+
+extension LedgerRecorder {
+    /// Starts the ledger of an inventory that has none (a new file, or one
+    /// made before the ledger): entry 0 is a note saying where the ledger
+    /// began, then one entry per row the inventory already held, so the
+    /// state it had is recorded; history before it is unproven, and the
+    /// note says so. One transaction: it happens whole or not at all.
+    static func begin(_ database: Database, bench: String, at: String) throws {
+        guard try database.rows("SELECT 1 FROM ledger_head").isEmpty else { return }
+        try database.inTransaction {
+            guard try database.rows("SELECT 1 FROM ledger_head").isEmpty else { return }
+            var counts: [(String, Int64)] = []
+            for table in LedgerTable.all {
+                let count = try database.rows("SELECT count(*) FROM \(table.name)").first?.first?.integer ?? 0
+                if count > 0 { counts.append((table.name, count)) }
+            }
+            let total = counts.reduce(0) { $0 + $1.1 }
+            let text =
+                total == 0
+                ? "the ledger began with this inventory: it held nothing before"
+                : "the ledger began on an inventory that already held "
+                    + counts.map { "\($0.1) \($0.0)" }.joined(separator: ", ")
+                    + ": entries 1 to \(total) record that state as it was; its history before is unproven"
+            var head = LedgerHead(frontier: Frontier())
+            try append(LedgerEntry.note(seq: 0, at: at, bench: bench, text: text), to: &head, database)
+            for table in LedgerTable.all {
+                let order = table.key == ["id"] ? "id" : "rowid"
+                let rows = try database.rows(
+                    "SELECT rowid, \(table.selectList) FROM \(table.name) ORDER BY \(order)")
+                for row in rows {
+                    guard let rowid = row[0].integer else { continue }
+                    let values = Array(row.dropFirst())
+                    let seq = head.size
+                    if table.sealed {
+                        let leaf = try head.append(LedgerEntry.sealed(table, seq: seq, values: values))
+                        try database.run(
+                            "UPDATE \(table.name) SET ledger_seq = ?, ledger_leaf = ? WHERE rowid = ?",
+                            [.integer(Int64(seq)), .integer(leaf), .integer(rowid)])
+                    } else {
+                        let entry = LedgerStorage.Stored(
+                            table: table, op: .insert, event: "genesis", at: .text(at),
+                            key: table.keyIndices.map { values[$0] }, row: Array(zip(table.columns, values)))
+                        try append(entry, to: &head, database)
+                    }
+                }
+            }
+            try head.write(database)
+        }
+    }
+}

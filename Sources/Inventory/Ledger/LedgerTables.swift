@@ -1,0 +1,111 @@
+/// The tables the ledger covers: what the inventory says about beacons
+/// (docs/ledger.md, "Entries"). `meta` and `claims` (a run's hold on a
+/// device while it works on it) are not covered: they say nothing about a
+/// beacon.
+struct LedgerTable: Sendable {
+    let name: String
+    /// The primary key's columns, in order.
+    let key: [String]
+    /// Every column, in the table's order (without the ledger's own).
+    let columns: [String]
+    /// Rows that never change once in the ledger: their entry is not
+    /// stored but made again from the row, which carries `ledger_seq` and
+    /// `ledger_leaf`; triggers refuse to change or delete such a row.
+    let sealed: Bool
+    /// For a sealed table: the column whose time is the entry's `at`.
+    let timeColumn: String?
+
+    var keyIndices: [Int] { key.map { name in columns.firstIndex(of: name)! } }
+
+    /// The columns, as a select list.
+    var selectList: String { columns.joined(separator: ", ") }
+
+    static let runs = LedgerTable(
+        name: "runs", key: ["id"],
+        columns: [
+            "id", "started_at", "ended_at", "command", "sha256", "operator", "host", "pid", "adapter", "options",
+            "status", "simulated",
+        ], sealed: false, timeColumn: nil)
+    static let outcomes = LedgerTable(
+        name: "outcomes", key: ["id"],
+        columns: [
+            "id", "run_id", "device", "step", "status", "detail", "error", "before", "after", "started_at",
+            "ended_at", "duration_ms", "retries",
+        ], sealed: true, timeColumn: "ended_at")
+    static let devices = LedgerTable(
+        name: "devices", key: ["address"],
+        columns: [
+            "address", "mac_ending", "major", "minor", "model", "serial", "hardware_revision", "firmware",
+            "first_seen", "last_seen", "battery", "battery_at", "calibrated", "calibrated_at", "calibration_x",
+            "calibration_y", "calibration_z", "time_offset_ms", "profile", "config_cornering", "config_braking",
+            "config_acceleration", "config_duration", "config_enable", "config_read_at", "identity_at",
+            "description_at", "firmware_at", "calibration_read_at", "time_offset_at", "forgotten_at",
+        ], sealed: false, timeColumn: nil)
+    static let readings = LedgerTable(
+        name: "readings", key: ["id"], columns: ["id", "device", "at", "battery", "rssi", "firmware"], sealed: true,
+        timeColumn: "at")
+    static let trips = LedgerTable(
+        name: "trips", key: ["device", "start_ms", "end_ms"],
+        columns: ["device", "start_ms", "end_ms", "beacon_index", "pulled_at"], sealed: true, timeColumn: "pulled_at")
+    static let events = LedgerTable(
+        name: "events", key: ["device", "at_ms", "type", "beacon_index"],
+        columns: [
+            "device", "at_ms", "type", "duration_ms", "average_mg", "maximum_mg", "x_mg", "y_mg", "z_mg",
+            "beacon_index", "pulled_at",
+        ], sealed: true, timeColumn: "pulled_at")
+    static let incidents = LedgerTable(
+        name: "incidents", key: ["device", "incident_id", "at_ms"],
+        columns: [
+            "device", "incident_id", "at_ms", "max_resultant", "avg_resultant", "x_mg", "y_mg", "z_mg", "samples",
+            "pulled_at",
+        ], sealed: true, timeColumn: "pulled_at")
+    static let identities = LedgerTable(
+        name: "identities", key: ["major", "minor"],
+        columns: ["major", "minor", "device", "source", "profile", "run_id", "reserved_at"], sealed: false,
+        timeColumn: nil)
+    static let assignments = LedgerTable(
+        name: "assignments", key: ["address"],
+        columns: [
+            "address", "profile", "major", "minor_policy", "minor", "overrides", "assigned_at", "assigned_by",
+            "source", "converged_at", "converged_run",
+        ], sealed: false, timeColumn: nil)
+
+    /// In the order `ledger verify` and the genesis go through them.
+    static let all: [LedgerTable] = [
+        runs, devices, identities, assignments, outcomes, readings, trips, events, incidents,
+    ]
+    static let byName: [String: LedgerTable] = Dictionary(uniqueKeysWithValues: all.map { ($0.name, $0) })
+    static var sealedTables: [LedgerTable] { all.filter(\.sealed) }
+
+    /// What happened, for people (docs/ledger.md): decided by the change
+    /// alone, so that an entry made again from a sealed row says the same.
+    func event(op: LedgerOp, changed: [String: SQLiteValue]) -> String {
+        if changed["source"]?.text == "server" { return "sync" }
+        switch name {
+        case "runs": return "run"
+        case "outcomes": return "step"
+        case "readings": return "reading"
+        case "trips", "events", "incidents": return "pull"
+        case "identities": return "identity"
+        case "devices":
+            if let forgotten = changed["forgotten_at"], forgotten != .null { return "forget" }
+            return "device"
+        case "assignments":
+            if op == .update, Set(changed.keys).isSubset(of: ["converged_at", "converged_run"]) { return "converged" }
+            return "assignment"
+        default: return name
+        }
+    }
+
+    /// The device an entry about this row is about, if any.
+    func device(of row: [String: SQLiteValue], key: [SQLiteValue]) -> String? {
+        switch name {
+        case "devices", "assignments": key.first?.text
+        default: row["device"]?.text
+        }
+    }
+}
+
+enum LedgerOp: String, Sendable {
+    case insert, update, delete, note
+}
