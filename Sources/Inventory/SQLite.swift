@@ -454,6 +454,9 @@ public final class Database {
     /// Every row of a query, as column values.
     public func rows(_ sql: String, _ parameters: [SQLiteValue] = []) throws -> [[SQLiteValue]] {
         let statement = try cached(sql)
+        if let ledger, !ledger.suspended, sqlite3_get_autocommit(handle) != 0, sqlite3_stmt_readonly(statement.handle) == 0 {
+            return try inTransaction { try self.rows(sql, parameters) }
+        }
         defer { sqlite3_reset(statement.handle) }
         try statement.bind(parameters)
         var rows: [[SQLiteValue]] = []

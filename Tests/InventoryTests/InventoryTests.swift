@@ -28,9 +28,8 @@ struct InventoryTests {
             .compactMap { $0.first?.text }
         #expect(
             tables == [
-                "assignments", "claims", "devices", "events", "identities", "incidents", "meta", "outcomes", "readings",
-                "runs",
-                "trips",
+                "assignments", "claims", "devices", "events", "identities", "incidents", "ledger", "ledger_checkpoints",
+                "ledger_head", "ledger_nodes", "meta", "outcomes", "readings", "runs", "trips",
             ])
         #expect(try await second.query("PRAGMA journal_mode").first?.first?.text == "wal")
         #expect(try await second.query("PRAGMA foreign_keys").first?.first?.integer == 1)

@@ -72,7 +72,7 @@ extension Inventory {
         }
         for table in LedgerTable.sealedTables {
             for row in try database.rows(
-                "SELECT \(table.selectList), ledger_seq FROM \(table.name) WHERE device = ? AND ledger_seq < ?",
+                table.selectSealedAboutDevice,
                 [.text(address), .integer(Int64(size))])
             {
                 let values = Array(row.prefix(table.columns.count))
@@ -162,7 +162,7 @@ struct LedgerSubtrees: PerfectSubtrees {
         }
         for table in LedgerTable.sealedTables {
             for row in try database.rows(
-                "SELECT \(table.selectList), ledger_seq FROM \(table.name) WHERE ledger_seq >= ? AND ledger_seq < ?",
+                table.selectSealedInRange,
                 bounds)
             {
                 guard let seq = row[table.columns.count].integer.flatMap(Int.init(exactly:)), wanted(seq) else {

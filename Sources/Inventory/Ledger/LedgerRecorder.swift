@@ -125,7 +125,7 @@ final class LedgerRecorder {
         for change in pending {
             let table = change.table
             let current = try database.rows(
-                "SELECT \(table.selectList)\(table.sealed ? ", ledger_seq" : "") FROM \(table.name) WHERE rowid = ?",
+                table.selectByRowid,
                 [.integer(change.rowid)]
             ).first
             if table.sealed {
@@ -164,7 +164,7 @@ final class LedgerRecorder {
         let seq = head.size
         let leaf = try head.append(LedgerEntry.sealed(table, seq: seq, values: values))
         try database.run(
-            "UPDATE \(table.name) SET ledger_seq = ?, ledger_leaf = ? WHERE rowid = ?",
+            table.sealRow,
             [.integer(Int64(seq)), .integer(leaf), .integer(rowid)])
     }
 
@@ -199,7 +199,7 @@ extension LedgerRecorder {
             guard try database.rows("SELECT 1 FROM ledger_head").isEmpty else { return }
             var counts: [(String, Int64)] = []
             for table in LedgerTable.all {
-                let count = try database.rows("SELECT count(*) FROM \(table.name)").first?.first?.integer ?? 0
+                let count = try database.rows(table.countRows).first?.first?.integer ?? 0
                 if count > 0 { counts.append((table.name, count)) }
             }
             let total = counts.reduce(0) { $0 + $1.1 }
@@ -212,9 +212,8 @@ extension LedgerRecorder {
             var head = LedgerHead(frontier: Frontier())
             try append(LedgerEntry.note(seq: 0, at: at, bench: bench, text: text), to: &head, database)
             for table in LedgerTable.all {
-                let order = table.key == ["id"] ? "id" : "rowid"
                 let rows = try database.rows(
-                    "SELECT rowid, \(table.selectList) FROM \(table.name) ORDER BY \(order)")
+                    table.selectAllByRowid)
                 for row in rows {
                     guard let rowid = row[0].integer else { continue }
                     let values = Array(row.dropFirst())
@@ -222,7 +221,7 @@ extension LedgerRecorder {
                     if table.sealed {
                         let leaf = try head.append(LedgerEntry.sealed(table, seq: seq, values: values))
                         try database.run(
-                            "UPDATE \(table.name) SET ledger_seq = ?, ledger_leaf = ? WHERE rowid = ?",
+                            table.sealRow,
                             [.integer(Int64(seq)), .integer(leaf), .integer(rowid)])
                     } else {
                         let entry = LedgerStorage.Stored(

@@ -109,3 +109,31 @@ struct LedgerTable: Sendable {
 enum LedgerOp: String, Sendable {
     case insert, update, delete, note
 }
+
+/// The statements the ledger runs on a covered table. They are made from
+/// the table's constant name and columns above, never from a value (every
+/// value is a bound parameter); this is the one file whose SQL holds an
+/// interpolation (SQLSourceTests allows it here alone).
+extension LedgerTable {
+    var selectByRowid: String {
+        "SELECT \(selectList)\(sealed ? ", ledger_seq" : "") FROM \(name) WHERE rowid = ?"
+    }
+    var sealRow: String { "UPDATE \(name) SET ledger_seq = ?, ledger_leaf = ? WHERE rowid = ?" }
+    var countRows: String { "SELECT count(*) FROM \(name)" }
+    /// Every row with its rowid, in the order it was made.
+    var selectAllByRowid: String { "SELECT rowid, \(selectList) FROM \(name) ORDER BY \(key == ["id"] ? "id" : "rowid")" }
+    var selectAll: String { "SELECT \(selectList) FROM \(name)" }
+    var selectSealedAboutDevice: String {
+        "SELECT \(selectList), ledger_seq FROM \(name) WHERE device = ? AND ledger_seq < ?"
+    }
+    var selectSealedInRange: String {
+        "SELECT \(selectList), ledger_seq FROM \(name) WHERE ledger_seq >= ? AND ledger_seq < ?"
+    }
+    var selectSealedInOrder: String {
+        "SELECT \(selectList), ledger_seq, ledger_leaf FROM \(name) WHERE ledger_seq IS NOT NULL ORDER BY ledger_seq"
+    }
+    /// The key (and for outcomes, status and run) of rows not in the ledger.
+    var selectUnsealed: String {
+        "SELECT \(key.joined(separator: ", "))\(name == "outcomes" ? ", status, run_id" : "") FROM \(name) WHERE ledger_seq IS NULL"
+    }
+}

@@ -267,7 +267,7 @@ struct LedgerVerifier {
     private mutating func compareTables() throws {
         for table in LedgerTable.all where !table.sealed {
             var expected = state[table.name] ?? [:]
-            for values in try database.rows("SELECT \(table.selectList) FROM \(table.name)") {
+            for values in try database.rows(table.selectAll) {
                 let keyValues = table.keyIndices.map { values[$0] }
                 let key = Self.keyString(keyValues)
                 let name = "\(table.name) \(Self.keyText(keyValues))"
@@ -298,9 +298,8 @@ struct LedgerVerifier {
                 $0.row["id"]?.integer
             })
         for table in LedgerTable.sealedTables {
-            let statusColumn = table.name == "outcomes" ? ", status, run_id" : ""
             for values in try database.rows(
-                "SELECT \(table.key.joined(separator: ", "))\(statusColumn) FROM \(table.name) WHERE ledger_seq IS NULL")
+                table.selectUnsealed)
             {
                 if table.name == "outcomes", values[1] == .text("running"), let run = values[2].integer,
                     running.contains(run)
@@ -341,7 +340,7 @@ struct SealedCursor {
     init(_ database: Database, _ table: LedgerTable) throws {
         self.table = table
         statement = try database.prepare(
-            "SELECT \(table.selectList), ledger_seq, ledger_leaf FROM \(table.name) WHERE ledger_seq IS NOT NULL ORDER BY ledger_seq")
+            table.selectSealedInOrder)
         try next()
     }
 
