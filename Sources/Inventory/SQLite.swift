@@ -441,7 +441,7 @@ public final class Database {
     @discardableResult
     public func run(_ sql: String, _ parameters: [SQLiteValue] = []) throws -> Int {
         let statement = try cached(sql)
-        if let ledger, !ledger.suspended, sqlite3_get_autocommit(handle) != 0, sqlite3_stmt_readonly(statement.handle) == 0 {
+        if try ledgerNeedsATransaction(statement) {
             // The change and its ledger entry commit together.
             return try inTransaction { try run(sql, parameters) }
         }
@@ -454,7 +454,7 @@ public final class Database {
     /// Every row of a query, as column values.
     public func rows(_ sql: String, _ parameters: [SQLiteValue] = []) throws -> [[SQLiteValue]] {
         let statement = try cached(sql)
-        if let ledger, !ledger.suspended, sqlite3_get_autocommit(handle) != 0, sqlite3_stmt_readonly(statement.handle) == 0 {
+        if try ledgerNeedsATransaction(statement) {
             return try inTransaction { try self.rows(sql, parameters) }
         }
         defer { sqlite3_reset(statement.handle) }
@@ -462,6 +462,24 @@ public final class Database {
         var rows: [[SQLiteValue]] = []
         while try statement.step() { rows.append(statement.row()) }
         return rows
+    }
+
+    /// Whether `statement` writes outside a transaction while the ledger
+    /// records (it is then given one, so its entries commit with it). A
+    /// transaction opened by hand is left alone; its `COMMIT` appends the
+    /// entries first.
+    private func ledgerNeedsATransaction(_ statement: Statement) throws -> Bool {
+        guard let ledger, !ledger.suspended else { return false }
+        let verb = statement.sql.drop { $0.isWhitespace }.prefix(8).uppercased()
+        if verb.hasPrefix("COMMIT") || verb.hasPrefix("END") {
+            try ledger.flush(self)
+            return false
+        }
+        // Transaction control, and pragmas (they change no row).
+        if ["BEGIN", "ROLLBACK", "SAVEPOINT", "RELEASE", "PRAGMA"].contains(where: { verb.hasPrefix($0) }) {
+            return false
+        }
+        return sqlite3_get_autocommit(handle) != 0 && sqlite3_stmt_readonly(statement.handle) == 0
     }
 
     /// Runs `body` in an IMMEDIATE transaction: commits when it returns,

@@ -105,6 +105,12 @@ struct StoredValueHostilityTests {
             let database = try Database(path: path)
             try database.execute("PRAGMA foreign_keys = OFF")
             try database.execute("PRAGMA ignore_check_constraints = 1")
+            // As someone editing the file would: the ledger's triggers keep
+            // sealed rows as they are (`ledger verify` then names every change).
+            for table in ["outcomes", "readings", "trips", "events", "incidents"] {
+                try database.execute(
+                    "DROP TRIGGER IF EXISTS \(table)_sealed_update; DROP TRIGGER IF EXISTS \(table)_sealed_delete;")
+            }
             for mutation in mutations {
                 let all = try database.rows("SELECT name FROM pragma_table_info(?)", [.text(mutation.table)])
                     .compactMap { $0.first?.text }

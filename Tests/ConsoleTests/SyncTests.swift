@@ -23,6 +23,8 @@ enum RowByRow {
                 "SELECT name FROM pragma_table_info(?1) ORDER BY cid", [.text(table)]
             )
             .compactMap { $0.first?.text }
+            // The ledger's own columns stay on the bench (its ledger is synced whole, docs/ledger.md).
+            .filter { !$0.hasPrefix("ledger_") }
             let local = try await inventory.query("SELECT \(columns.joined(separator: ", ")) FROM \(table)").map {
                 $0.map { $0.textForm ?? "\\N" }
             }

@@ -15,7 +15,7 @@ public enum CommandTable {
         AuditCommand.self,
         // The inventory (InventoryCommands.swift)
         InventoryListCommand.self, InventoryShowCommand.self, InventoryExportCommand.self,
-        InventoryForgetCommand.self, LogCommand.self, SyncCommand.self,
+        InventoryForgetCommand.self, LogCommand.self, SyncCommand.self, LedgerVerifyCommand.self,
         // The fleet report (ReportCommand.swift)
         ReportCommand.self,
         // Desired state and the install bench (DesiredStateCommands.swift, StationCommands.swift)
