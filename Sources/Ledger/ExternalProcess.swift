@@ -83,7 +83,8 @@ final class TemporaryDirectory {
     /// Writes `bytes` to `name` in the directory (mode 0600); its path.
     func write(_ name: String, _ bytes: [UInt8]) throws(LedgerError) -> String {
         let file = path + "/" + name
-        guard FileManager.default.createFile(atPath: file, contents: Data(bytes), attributes: [.posixPermissions: 0o600])
+        guard
+            FileManager.default.createFile(atPath: file, contents: Data(bytes), attributes: [.posixPermissions: 0o600])
         else { throw LedgerError("cannot write \(file)") }
         return file
     }

@@ -26,7 +26,9 @@ public enum ProofFile {
         guard !device.isEmpty, device.utf8.count <= maxDevice else {
             throw LedgerError("the device address is empty or longer than \(maxDevice) bytes")
         }
-        if let at, !isTime(at) { throw LedgerError("the time \(LedgerError.quoted(at)) is not YYYY-MM-DDTHH:MM:SS.mmmZ") }
+        if let at, !isTime(at) {
+            throw LedgerError("the time \(LedgerError.quoted(at)) is not YYYY-MM-DDTHH:MM:SS.mmmZ")
+        }
         guard !entries.isEmpty else { throw LedgerError("a proof file needs at least one entry") }
         guard entries.count <= maxEntries else { throw LedgerError("more than \(maxEntries) entries") }
         var out: [UInt8] = []
@@ -166,7 +168,8 @@ public enum ProofFile {
         }
         let names = ["v", "seq", "at", "event", "table", "op", "key", "row"]
         guard case .object(let fields) = value, fields.map(\.0) == names else {
-            throw LedgerError("\(which2) does not have exactly the members \(names.joined(separator: ", ")) in that order")
+            throw LedgerError(
+                "\(which2) does not have exactly the members \(names.joined(separator: ", ")) in that order")
         }
         guard fields[0].1 == .integer(1) else { throw LedgerError("\(which2) has a version v other than 1") }
         guard fields[1].1 == .integer(Int64(index)) else {
@@ -178,7 +181,8 @@ public enum ProofFile {
         case .text(let time) where isTime(time): entryAt = time
         default: throw LedgerError("\(which2) has an at that is neither null nor a time YYYY-MM-DDTHH:MM:SS.mmmZ")
         }
-        guard case .text(let event) = fields[3].1, case .text(let table) = fields[4].1, case .text(let op) = fields[5].1,
+        guard case .text(let event) = fields[3].1, case .text(let table) = fields[4].1,
+            case .text(let op) = fields[5].1,
             ["insert", "update", "delete", "note"].contains(op), case .array(let key) = fields[6].1,
             case .object(let row) = fields[7].1
         else {

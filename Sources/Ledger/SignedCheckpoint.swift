@@ -66,7 +66,8 @@ public enum SignedCheckpoint {
                 continue
             }
             guard blob.namespace == SSHSignature.namespace else {
-                reasons.append("\(who) is in namespace \(LedgerError.quoted(blob.namespace)), not \(SSHSignature.namespace)")
+                reasons.append(
+                    "\(who) is in namespace \(LedgerError.quoted(blob.namespace)), not \(SSHSignature.namespace)")
                 continue
             }
             guard try SSHSignature.keyID(name: signature.name, publicKey: blob.publicKey) == signature.keyID else {
@@ -74,7 +75,8 @@ public enum SignedCheckpoint {
                 continue
             }
             let directory = try TemporaryDirectory()
-            let signatureFile = try directory.write("checkpoint.sig", Array(SSHSignature.armor(signature.signature).utf8))
+            let signatureFile = try directory.write(
+                "checkpoint.sig", Array(SSHSignature.armor(signature.signature).utf8))
             let result = try ExternalProcess.run(
                 sshKeygen,
                 [
@@ -86,7 +88,7 @@ public enum SignedCheckpoint {
             // of output ("Could not verify signature." when the principal
             // has no such key in allowed_signers).
             let lastLine = { (bytes: [UInt8]) in
-                String(decoding: bytes, as: UTF8.self).split(separator: "\n").last.map(String.init)
+                String(decoding: bytes, as: UTF8.self).split(whereSeparator: \.isNewline).last.map(String.init)
             }
             let said = lastLine(result.errors) ?? lastLine(result.output) ?? ""
             reasons.append(

@@ -80,7 +80,8 @@ public struct SignedNote: Sendable, Equatable {
             throw LedgerError("the note has no signature: no blank line separates its text from signature lines")
         }
         let text = String(decoding: bytes[...split], as: UTF8.self)
-        let lines = bytes[(split + 2)...].dropLast().split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+        let lines = bytes[(split + 2)...].dropLast().split(
+            separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
         guard split + 2 < bytes.count, !lines.isEmpty else {
             throw LedgerError("the note has no signature: nothing follows the blank line")
         }

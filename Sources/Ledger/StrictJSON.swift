@@ -183,7 +183,9 @@ public enum StrictJSON {
                             }
                             offset += 2
                             let low = try hex4()
-                            guard (0xdc00..<0xe000).contains(low) else { throw failure("a lone surrogate in a \\u escape") }
+                            guard (0xdc00..<0xe000).contains(low) else {
+                                throw failure("a lone surrogate in a \\u escape")
+                            }
                             code = 0x10000 + (code - 0xd800) << 10 + (low - 0xdc00)
                         } else if (0xdc00..<0xe000).contains(code) {
                             throw failure("a lone surrogate in a \\u escape")

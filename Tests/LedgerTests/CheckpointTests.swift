@@ -42,7 +42,8 @@ struct CheckpointTests {
     func aMalformedBodyIsRefused(body: String, named: String) throws {
         let said = failure { try Checkpoint.parse(body) }
         #expect(said?.contains(named) == true, "\(said ?? "accepted")")
-        #expect(try Checkpoint.parse("o\n9223372036854775807\nTju7H3tHjc/nH7YxYxUZo7yhLJrvyhYSv85ME6hiZNQ=\n").size == .max)
+        #expect(
+            try Checkpoint.parse("o\n9223372036854775807\nTju7H3tHjc/nH7YxYxUZo7yhLJrvyhYSv85ME6hiZNQ=\n").size == .max)
     }
 
     @Test func aSignedNoteIsReadStrictly() throws {
@@ -96,7 +97,9 @@ struct CheckpointTests {
         // operator's verifies.
         let stranger = try SignedCheckpoint.sign(checkpoint, keyPath: fixture.strangerKey, signer: "stranger@x")
         let both = SignedNote(text: note.text, signatures: try SignedNote.parse(stranger).signatures + note.signatures)
-        #expect(try SignedCheckpoint.verify(note: both.serialized, allowedSigners: fixture.allowedSigners).signer == LedgerFixture.signer)
+        #expect(
+            try SignedCheckpoint.verify(note: both.serialized, allowedSigners: fixture.allowedSigners).signer
+                == LedgerFixture.signer)
     }
 
     @Test func aCheckpointChangedAfterSigningOrSignedByAStrangerIsRefused() throws {
@@ -106,7 +109,10 @@ struct CheckpointTests {
         let note = try SignedNote.parse(text)
         let otherRoot = try Digest.sha256([1])
         let cases: [(String, String, String)] = [
-            ("size changed", text.replacingOccurrences(of: "\n5\n", with: "\n6\n"), "no signature of the checkpoint verifies"),
+            (
+                "size changed", text.replacingOccurrences(of: "\n5\n", with: "\n6\n"),
+                "no signature of the checkpoint verifies"
+            ),
             (
                 "root changed",
                 SignedNote(
@@ -123,7 +129,11 @@ struct CheckpointTests {
                 "the key name changed (its key ID no longer matches)",
                 SignedNote(
                     text: note.text,
-                    signatures: [.init(name: "someone@else", keyID: note.signatures[0].keyID, signature: note.signatures[0].signature)]
+                    signatures: [
+                        .init(
+                            name: "someone@else", keyID: note.signatures[0].keyID,
+                            signature: note.signatures[0].signature)
+                    ]
                 ).serialized, "key ID"
             ),
             ("no signature", checkpoint.body, "no signature"),
@@ -146,7 +156,8 @@ struct CheckpointTests {
         let block = try #require(docs.components(separatedBy: "<!-- by-hand: begin -->\n```sh\n").dropFirst().first)
         let script = try #require(block.components(separatedBy: "```\n<!-- by-hand: end -->").first)
         #expect(script.contains("ssh-keygen -Y verify"))
-        _ = try fixture.file("allowed_signers", Array(try String(contentsOfFile: fixture.allowedSigners, encoding: .utf8).utf8))
+        _ = try fixture.file(
+            "allowed_signers", Array(try String(contentsOfFile: fixture.allowedSigners, encoding: .utf8).utf8))
         let checkpoint = try Checkpoint(origin: LedgerFixture.origin, size: 5, root: Self.root)
         let note = try SignedCheckpoint.sign(checkpoint, keyPath: fixture.key, signer: LedgerFixture.signer)
 
@@ -173,7 +184,8 @@ struct CheckpointTests {
         let spaced = failure { try SignedCheckpoint.sign(checkpoint, keyPath: fixture.key, signer: "two words") }
         #expect(spaced?.contains("not a key name") == true, "\(spaced ?? "signed")")
         let absent = failure {
-            try SignedCheckpoint.sign(checkpoint, keyPath: fixture.key, signer: "a@b", sshKeygen: "/nonexistent/ssh-keygen")
+            try SignedCheckpoint.sign(
+                checkpoint, keyPath: fixture.key, signer: "a@b", sshKeygen: "/nonexistent/ssh-keygen")
         }
         #expect(absent?.contains("cannot run") == true, "\(absent ?? "signed")")
     }
@@ -185,7 +197,8 @@ struct CheckpointTests {
         let checkpoint = try Checkpoint(origin: LedgerFixture.origin, size: 5, root: Self.root)
         let started = ContinuousClock.now
         let said = failure {
-            try SignedCheckpoint.sign(checkpoint, keyPath: fixture.key, signer: "a@b", sshKeygen: hang, timeout: .seconds(1))
+            try SignedCheckpoint.sign(
+                checkpoint, keyPath: fixture.key, signer: "a@b", sshKeygen: hang, timeout: .seconds(1))
         }
         #expect(said?.contains("did not end within") == true, "\(said ?? "signed")")
         #expect(ContinuousClock.now - started < .seconds(30))

@@ -63,8 +63,10 @@ final class LedgerFixture {
     /// device's update, an outcome, an assignment and an identity, about
     /// the devices one after another.
     static func entry(_ seq: Int) -> CanonicalJSON.Value {
-        func entry(_ event: String, _ table: String, _ op: String, _ key: [CanonicalJSON.Value],
-            _ row: [(String, CanonicalJSON.Value)]) -> CanonicalJSON.Value {
+        func entry(
+            _ event: String, _ table: String, _ op: String, _ key: [CanonicalJSON.Value],
+            _ row: [(String, CanonicalJSON.Value)]
+        ) -> CanonicalJSON.Value {
             .object([
                 ("v", .integer(1)), ("seq", .integer(Int64(seq))), ("at", seq == 0 ? .null : .text(time(seq))),
                 ("event", .text(event)), ("table", .text(table)), ("op", .text(op)), ("key", .array(key)),
@@ -141,7 +143,9 @@ final class LedgerFixture {
 
     /// A proof file written as docs/ledger.md lays it out, without any of
     /// ProofFile.make's checks (so tampered files can be written too).
-    static func write(format: String = ProofFile.format, device: String, at: String?, note: String, items: [Item])
+    static func write(
+        format: String = ProofFile.format, device: String, at: String?, note: String, items: [Item]
+    )
         -> [UInt8]
     {
         func string(_ text: String) -> String {

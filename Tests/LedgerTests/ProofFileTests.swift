@@ -27,7 +27,9 @@ struct ProofFileTests {
             // Byte for byte what docs/ledger.md, "Proof files", lays out.
             #expect(file == LedgerFixture.write(device: device, at: at, note: note, items: items))
             let text = String(decoding: file, as: UTF8.self)
-            #expect(text.hasPrefix("{\"format\":\"beaconbench-ledger-proof/1\",\n\"device\":\"\(device)\",\n\"at\":\"\(at)\",\n"))
+            #expect(
+                text.hasPrefix(
+                    "{\"format\":\"beaconbench-ledger-proof/1\",\n\"device\":\"\(device)\",\n\"at\":\"\(at)\",\n"))
             #expect(text.hasSuffix("]}\n"))
 
             let report = try ProofFile.check(file, allowedSigners: fixture.allowedSigners)
@@ -96,14 +98,16 @@ struct ProofFileTests {
         case .entryRemovedFromTheLedger:
             // The ledger without entry 1 (renumbered), proofs made against
             // it, and the checkpoint signed before.
-            let removed = Array(leaves[0..<1]) + (2..<Self.count).map { seq in
-                var value = LedgerFixture.entry(seq)
-                if case .object(var members) = value {
-                    members[1].1 = .integer(Int64(seq - 1))
-                    value = .object(members)
+            let removed =
+                Array(leaves[0..<1])
+                + (2..<Self.count).map { seq in
+                    var value = LedgerFixture.entry(seq)
+                    if case .object(var members) = value {
+                        members[1].1 = .integer(Int64(seq - 1))
+                        value = .object(members)
+                    }
+                    return CanonicalJSON.encode(value)
                 }
-                return CanonicalJSON.encode(value)
-            }
             let shorter = try MemoryTree(removed)
             items = try removed.indices.filter { index in
                 String(decoding: removed[index], as: UTF8.self).contains(Self.device)
@@ -165,7 +169,9 @@ struct ProofFileTests {
             // ledger's (shorter) checkpoint.
             let longer = LedgerFixture.ledger(Self.count + 8)
             let late = try #require(
-                try fixture.items(longer, tree: MemoryTree(longer), device: Self.device).first { $0.index >= Self.count })
+                try fixture.items(longer, tree: MemoryTree(longer), device: Self.device).first {
+                    $0.index >= Self.count
+                })
             items.append(late)
         case .entryLaterThanTheFilesTime:
             at = LedgerFixture.time(items[edited].index - 1)
@@ -202,17 +208,30 @@ struct ProofFileTests {
         let leaves = LedgerFixture.ledger(12)
         let (tree, note) = try fixture.signed(leaves)
         let items = try fixture.items(leaves, tree: tree, device: Self.device)
-        let good = String(decoding: LedgerFixture.write(device: Self.device, at: nil, note: note, items: items), as: UTF8.self)
+        let good = String(
+            decoding: LedgerFixture.write(device: Self.device, at: nil, note: note, items: items), as: UTF8.self)
         let cases: [(String, [UInt8])] = [
             ("empty", []),
             ("not UTF-8", [0xff, 0xfe] + Array(good.utf8)),
             ("not JSON", Array("{\"format\":".utf8)),
             ("an array", Array("[1,2]".utf8)),
-            ("a member twice", Array(good.replacingOccurrences(of: "\"at\":null", with: "\"at\":null,\"at\":null").utf8)),
-            ("an unknown member", Array(good.replacingOccurrences(of: "\"at\":null", with: "\"at\":null,\"x\":1").utf8)),
+            (
+                "a member twice",
+                Array(good.replacingOccurrences(of: "\"at\":null", with: "\"at\":null,\"at\":null").utf8)
+            ),
+            (
+                "an unknown member",
+                Array(good.replacingOccurrences(of: "\"at\":null", with: "\"at\":null,\"x\":1").utf8)
+            ),
             ("at is a boolean", Array(good.replacingOccurrences(of: "\"at\":null", with: "\"at\":true").utf8)),
-            ("at is not a time", Array(good.replacingOccurrences(of: "\"at\":null", with: "\"at\":\"yesterday\"").utf8)),
-            ("index is a fraction", Array(good.replacingOccurrences(of: "{\"index\":", with: "{\"index\":1.5,\"i\":").utf8)),
+            (
+                "at is not a time",
+                Array(good.replacingOccurrences(of: "\"at\":null", with: "\"at\":\"yesterday\"").utf8)
+            ),
+            (
+                "index is a fraction",
+                Array(good.replacingOccurrences(of: "{\"index\":", with: "{\"index\":1.5,\"i\":").utf8)
+            ),
             ("no entries", LedgerFixture.write(device: Self.device, at: nil, note: note, items: [])),
             (
                 "a device with an escape sequence",
@@ -221,9 +240,15 @@ struct ProofFileTests {
                         of: "\"device\":\"\(Self.device)\",\n", with: "\"device\":\"\\u001b[2J\",\n"
                     ).utf8)
             ),
-            ("uppercase hex", Array(good.replacingOccurrences(of: items[0].proof[0], with: items[0].proof[0].uppercased()).utf8)),
+            (
+                "uppercase hex",
+                Array(good.replacingOccurrences(of: items[0].proof[0], with: items[0].proof[0].uppercased()).utf8)
+            ),
             ("a lone surrogate", Array(good.replacingOccurrences(of: "\"at\":null", with: "\"at\":\"\\ud800\"").utf8)),
-            ("a lone surrogate escaped in an entry", Array(good.replacingOccurrences(of: "sync-time", with: "\\\\ud800").utf8)),
+            (
+                "a lone surrogate escaped in an entry",
+                Array(good.replacingOccurrences(of: "sync-time", with: "\\\\ud800").utf8)
+            ),
         ]
         for (what, file) in cases {
             let said = failure { try ProofFile.check(file, allowedSigners: fixture.allowedSigners) }

@@ -39,6 +39,7 @@ def sha(data):
     return hashlib.sha256(data).digest()
 
 def verify_note(note, signers):
+    why = "no signature is an SSH signature with its key ID"
     if any(ord(c) < 32 and c != "\n" or c == "\x7f" for c in note):
         raise Fail("the checkpoint note holds a control character")
     body, sep, tail = note.rpartition("\n\n")
@@ -63,7 +64,9 @@ def verify_note(note, signers):
             with open(path, "w") as f:
                 f.write("-----BEGIN SSH SIGNATURE-----\n" + armor + "-----END SSH SIGNATURE-----\n")
             command = ["ssh-keygen", "-Y", "verify", "-f", signers, "-I", name, "-n", "beaconbench-ledger", "-s", path]
-            if subprocess.run(command, input=body.encode(), capture_output=True, timeout=30).returncode == 0:
+            result = subprocess.run(command, input=body.encode(), capture_output=True, timeout=30)
+            why = (result.stderr or result.stdout).decode(errors="replace").strip()
+            if result.returncode == 0:
                 lines = body[:-1].split("\n")
                 if len(lines) < 3 or not all(lines) or not re.fullmatch(r"0|[1-9][0-9]{0,18}", lines[1]):
                     raise Fail("the signed checkpoint is malformed")
@@ -71,7 +74,7 @@ def verify_note(note, signers):
                 if len(root) != 32 or base64.b64encode(root).decode() != lines[2] or re.search(r"[\s+]", lines[0]):
                     raise Fail("the signed checkpoint's root or origin is malformed")
                 return name, lines[0], int(lines[1]), root
-    raise Fail("no signature of the checkpoint verifies with " + show(signers))
+    raise Fail(f"no signature of the checkpoint verifies with {show(signers)}: {show(why)}")
 
 def included(leaf, index, size, proof, root):  # RFC 9162 2.1.3.2
     fn, sn, r = index, size - 1, leaf
