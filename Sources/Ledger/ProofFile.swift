@@ -1,3 +1,5 @@
+import Foundation
+
 /// A per-device proof file (`beaconbench ledger prove DEVICE --out FILE`):
 /// one JSON file holding a signed checkpoint and the device's entries with
 /// their RFC 9162 inclusion proofs against it, checked without the
@@ -65,6 +67,23 @@ public enum ProofFile {
         }
         out.append(contentsOf: Array("]}\n".utf8))
         return out
+    }
+
+    /// The bytes of the file at `path`, at most `maxFile` of them: a larger
+    /// file is refused without reading it whole.
+    public static func read(path: String) throws(LedgerError) -> [UInt8] {
+        guard let handle = FileHandle(forReadingAtPath: path) else {
+            throw LedgerError("cannot open \(LedgerError.quoted(path)) for reading")
+        }
+        defer { try? handle.close() }
+        let data: Data
+        do { data = try handle.read(upToCount: maxFile + 1) ?? Data() } catch {
+            throw LedgerError("cannot read \(LedgerError.quoted(path)): \(LedgerError.quoted("\(error)"))")
+        }
+        guard data.count <= maxFile else {
+            throw LedgerError("\(LedgerError.quoted(path)) is larger than \(maxFile) bytes")
+        }
+        return Array(data)
     }
 
     /// Checks a proof file as docs/ledger.md's "Checking a proof file"

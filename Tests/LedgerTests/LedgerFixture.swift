@@ -90,7 +90,12 @@ final class LedgerFixture {
                 [
                     ("id", .integer(Int64(seq))), ("run_id", .integer(1)), ("device", .text(device)),
                     ("step", .text("sync-time")), ("status", .text("changed")),
-                    ("detail", .text("time offset 0 → \(1_795_531_158_597 + seq)\n\"quoted\" \\ tab\t")),
+                    (
+                        "detail",
+                        .text(
+                            "time offset 0 → \(1_795_531_158_597 + seq)\n\"quoted\" \\ tab\t \u{1}\u{1f}\u{7f}\u{2028}\u{feff}/é😀"
+                        )
+                    ),
                     ("error", .null), ("duration_ms", .integer(-4)),
                 ])
         case 2:
