@@ -100,6 +100,29 @@ struct CheckpointTests {
         #expect(
             try SignedCheckpoint.verify(note: both.serialized, allowedSigners: fixture.allowedSigners).signer
                 == LedgerFixture.signer)
+        // So are a witness's Ed25519 cosignature (not an SSHSIG blob) and the
+        // operator's own signature with its last byte changed (it fails)
+        // when another of the operator's verifies; and the note is refused
+        // when only those are left.
+        let witness = SignedNote.Signature(
+            name: "witness.example/w1", keyID: [1, 2, 3, 4], signature: Array(repeating: 7, count: 64))
+        var broken = note.signatures[0].signature
+        broken[broken.count - 1] ^= 0x01
+        let failing = SignedNote.Signature(
+            name: LedgerFixture.signer, keyID: note.signatures[0].keyID, signature: broken)
+        let mixed = SignedNote(text: note.text, signatures: [witness, failing] + note.signatures)
+        #expect(
+            try SignedCheckpoint.verify(note: mixed.serialized, allowedSigners: fixture.allowedSigners).signer
+                == LedgerFixture.signer)
+        let without = SignedNote(text: note.text, signatures: [witness, failing]).serialized
+        let said = failure { try SignedCheckpoint.verify(note: without, allowedSigners: fixture.allowedSigners) }
+        #expect(said?.contains("signature 1 (\"witness.example/w1\") is not an SSH signature") == true, "\(said ?? "")")
+        #expect(said?.contains("signature 2 (\"\(LedgerFixture.signer)\") does not verify") == true, "\(said ?? "")")
+        let python = try fixture.python(
+            LedgerFixture.write(
+                device: "d", at: nil, note: mixed.serialized, items: [.init(index: 0, entry: "{\"v\": 1}", proof: [])]))
+        #expect(
+            python.said.contains("entry 0 is not canonical"), "the Python verifier got past the note: \(python.said)")
     }
 
     @Test func aCheckpointChangedAfterSigningOrSignedByAStrangerIsRefused() throws {
