@@ -68,7 +68,7 @@ def verify_note(note, signers):
             why = (result.stderr or result.stdout).decode(errors="replace").strip()
             if result.returncode == 0:
                 lines = body[:-1].split("\n")
-                if len(lines) < 3 or not all(lines) or not re.fullmatch(r"0|[1-9][0-9]{0,18}", lines[1]):
+                if len(lines) < 3 or not all(lines) or not re.fullmatch(r"0|[1-9][0-9]{0,18}", lines[1]) or int(lines[1]) >= 2**63:
                     raise Fail("the signed checkpoint is malformed")
                 root = base64.b64decode(lines[2], validate=True)
                 if len(root) != 32 or base64.b64encode(root).decode() != lines[2] or re.search(r"[\s+]", lines[0]):
