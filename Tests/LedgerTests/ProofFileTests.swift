@@ -260,3 +260,64 @@ struct ProofFileTests {
         }
     }
 }
+
+/// A proof file with random one-byte changes: Swift's checker and the
+/// Python verifier, written from docs/ledger.md alone, must reach the same
+/// verdict on every one (so the docs say enough), and neither may crash.
+@Suite("Swift's checker and the Python verifier agree on mutated files", .timeLimit(.minutes(5)))
+struct ProofFileAgreementTests {
+    static let rounds = 60
+
+    /// SplitMix64: the same mutations on every run.
+    struct Random {
+        var state: UInt64
+        mutating func next(_ bound: Int) -> Int {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return Int((z ^ (z >> 31)) % UInt64(bound))
+        }
+    }
+
+    @Test func everyMutationGetsTheSameVerdictFromBoth() throws {
+        let fixture = try LedgerFixture()
+        let leaves = LedgerFixture.ledger(7)
+        let (tree, note) = try fixture.signed(leaves)
+        let items = try fixture.items(leaves, tree: tree, device: LedgerFixture.devices[0])
+        let good = LedgerFixture.write(
+            device: LedgerFixture.devices[0], at: LedgerFixture.time(30), note: note, items: items)
+        var random = Random(state: 29)
+        let text = String(decoding: good, as: UTF8.self)
+        var outside = Array(good.indices)
+        for proof in text.ranges(of: #/"proof":\[[^\]]*\]/#) {
+            let range =
+                text.utf8.distance(
+                    from: text.startIndex, to: proof.lowerBound)..<text.utf8.distance(
+                    from: text.startIndex, to: proof.upperBound)
+            outside.removeAll { range.contains($0) }
+        }
+        let alphabet = Array(" \t\n\"\\,:{}[]0123456789-aefnlrtuxAF/+=.—é".utf8)
+        var accepted = 0
+        for round in 0..<Self.rounds {
+            var file = good
+            // Mostly outside the proofs' hex, where a change is surely caught.
+            let position = random.next(5) == 0 ? random.next(file.count) : outside[random.next(outside.count)]
+            switch random.next(3) {
+            case 0: file[position] = alphabet[random.next(alphabet.count)]
+            case 1: file.remove(at: position)
+            default: file.insert(file[position], at: position)
+            }
+            let swift = failure { try ProofFile.check(file, allowedSigners: fixture.allowedSigners) }
+            let python = try fixture.python(file)
+            #expect(
+                (swift == nil) == (python.status == 0),
+                "round \(round), byte \(position): Swift: \(swift ?? "accepted"); Python: \(python.said)")
+            #expect(python.status == 0 || python.status == 2, "round \(round): \(python.said)")
+            if swift == nil { accepted += 1 }
+        }
+        // Some changes are harmless (white space between members): the
+        // verdicts compared are not all refusals.
+        print("ProofFileAgreementTests: \(accepted) of \(Self.rounds) mutated files accepted by both")
+    }
+}
