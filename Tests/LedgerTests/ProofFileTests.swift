@@ -234,6 +234,17 @@ struct ProofFileTests {
             ),
             ("no entries", LedgerFixture.write(device: Self.device, at: nil, note: note, items: [])),
             (
+                "17 signature lines",
+                LedgerFixture.write(
+                    device: Self.device, at: nil,
+                    note: try {
+                        let parsed = try SignedNote.parse(note)
+                        return SignedNote(
+                            text: parsed.text, signatures: Array(repeating: parsed.signatures[0], count: 17)
+                        ).serialized
+                    }(), items: items)
+            ),
+            (
                 "a device with an escape sequence",
                 Array(
                     good.replacingOccurrences(

@@ -45,6 +45,8 @@ def verify_note(note, signers):
     body, sep, tail = note.rpartition("\n\n")
     if not sep or not tail.endswith("\n"):
         raise Fail("the checkpoint note has no signature")
+    if len(note.encode()) > 65536 or tail.count("\n") > 16:
+        raise Fail("the checkpoint note is larger than 64 KiB or has more than 16 signature lines")
     body += "\n"
     for line in tail[:-1].split("\n"):
         fields = line.split(" ")
@@ -67,14 +69,21 @@ def verify_note(note, signers):
             result = subprocess.run(command, input=body.encode(), capture_output=True, timeout=30)
             why = (result.stderr or result.stdout).decode(errors="replace").strip()
             if result.returncode == 0:
-                lines = body[:-1].split("\n")
-                if len(lines) < 3 or not all(lines) or not re.fullmatch(r"0|[1-9][0-9]{0,18}", lines[1]) or int(lines[1]) >= 2**63:
-                    raise Fail("the signed checkpoint is malformed")
-                root = base64.b64decode(lines[2], validate=True)
-                if len(root) != 32 or base64.b64encode(root).decode() != lines[2] or re.search(r"[\s+]", lines[0]):
-                    raise Fail("the signed checkpoint's root or origin is malformed")
-                return name, lines[0], int(lines[1]), root
+                return (name,) + checkpoint(body)
     raise Fail(f"no signature of the checkpoint verifies with {show(signers)}: {show(why)}")
+
+def checkpoint(body):  # origin, size, root; extension lines are kept, unread
+    lines = body[:-1].split("\n")
+    if len(body.encode()) > 8192 or not 3 <= len(lines) <= 19 or not all(lines):
+        raise Fail("the signed checkpoint is not 3 to 19 non-empty lines, at most 8 KiB")
+    if re.search(r"[\s+]", lines[0]) or len(lines[0].encode()) > 256 or any(len(x.encode()) > 1024 for x in lines[3:]):
+        raise Fail("the signed checkpoint's origin or an extension line is malformed")
+    if not re.fullmatch(r"0|[1-9][0-9]{0,18}", lines[1]) or int(lines[1]) >= 2**63:
+        raise Fail("the signed checkpoint's tree size is malformed")
+    root = base64.b64decode(lines[2], validate=True)
+    if len(root) != 32 or base64.b64encode(root).decode() != lines[2]:
+        raise Fail("the signed checkpoint's root hash is not the base64 of 32 bytes")
+    return lines[0], int(lines[1]), root
 
 def included(leaf, index, size, proof, root):  # RFC 9162 2.1.3.2
     fn, sn, r = index, size - 1, leaf
