@@ -167,13 +167,13 @@ final class LedgerFixture {
 
     // MARK: The Python verifier
 
-    /// `python3 Tests/Peers/ledger_check.py FILE --signers ALLOWED`: its
+    /// `/usr/bin/python3 Tests/Peers/ledger_check.py FILE --signers ALLOWED` (Debian's python3, as the other peers): its
     /// exit status and what it wrote (output and errors).
     func python(_ file: [UInt8], signers: String? = nil) throws -> (status: Int32, said: String) {
         let path = try directory.write("proof.json", file)
         let script = Self.root.appendingPathComponent("Tests/Peers/ledger_check.py").path
         let result = try ExternalProcess.run(
-            "/usr/bin/env", ["python3", script, path, "--signers", signers ?? allowedSigners], input: [],
+            "/usr/bin/python3", [script, path, "--signers", signers ?? allowedSigners], input: [],
             in: directory, timeout: .seconds(120))
         return (
             result.status,
