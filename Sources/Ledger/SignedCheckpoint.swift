@@ -1,3 +1,5 @@
+import Foundation
+
 /// Checkpoints signed with the operator's SSH key by stock OpenSSH
 /// (`ssh-keygen -Y sign`, namespace `beaconbench-ledger`), as signed notes
 /// (docs/ledger.md, "Checkpoints").
@@ -26,7 +28,7 @@ public enum SignedCheckpoint {
         let body = checkpoint.body
         let directory = try TemporaryDirectory()
         let result = try ExternalProcess.run(
-            sshKeygen, ["-Y", "sign", "-f", keyPath, "-n", SSHSignature.namespace], input: Array(body.utf8),
+            sshKeygen, ["-Y", "sign", "-f", absolute(keyPath), "-n", SSHSignature.namespace], input: Array(body.utf8),
             in: directory, timeout: timeout)
         guard result.status == 0 else {
             throw LedgerError(
@@ -43,6 +45,12 @@ public enum SignedCheckpoint {
         }
         let keyID = try SSHSignature.keyID(name: signer, publicKey: parsed.publicKey)
         return SignedNote(text: body, signatures: [.init(name: signer, keyID: keyID, signature: blob)]).serialized
+    }
+
+    /// `path` from this process's current directory: ssh-keygen runs in a
+    /// temporary one.
+    static func absolute(_ path: String) -> String {
+        path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
     }
 
     /// The checkpoint of a signed note and the signer whose signature
@@ -80,7 +88,8 @@ public enum SignedCheckpoint {
             let result = try ExternalProcess.run(
                 sshKeygen,
                 [
-                    "-Y", "verify", "-f", allowedSigners, "-I", signature.name, "-n", SSHSignature.namespace, "-s",
+                    "-Y", "verify", "-f", absolute(allowedSigners), "-I", signature.name, "-n", SSHSignature.namespace,
+                    "-s",
                     signatureFile,
                 ], input: Array(parsed.text.utf8), in: directory, timeout: timeout)
             if result.status == 0 { return (checkpoint, signature.name) }

@@ -213,6 +213,22 @@ struct CheckpointTests {
         #expect(absent?.contains("cannot run") == true, "\(absent ?? "signed")")
     }
 
+    /// ssh-keygen runs in a temporary directory: a relative key or
+    /// allowed_signers path is taken from this process's directory first.
+    @Test func relativePathsAreThisProcesssDirectorys() throws {
+        let here = FileManager.default.currentDirectoryPath
+        #expect(SignedCheckpoint.absolute("keys/operator") == here + "/keys/operator")
+        #expect(SignedCheckpoint.absolute("/etc/allowed_signers") == "/etc/allowed_signers")
+        // The fixture's files by relative paths: up to / and down again.
+        let fixture = try LedgerFixture()
+        let up = String(repeating: "../", count: here.split(separator: "/").count)
+        let checkpoint = try Checkpoint(origin: LedgerFixture.origin, size: 5, root: Self.root)
+        let note = try SignedCheckpoint.sign(
+            checkpoint, keyPath: up + fixture.key.dropFirst(), signer: LedgerFixture.signer)
+        let verified = try SignedCheckpoint.verify(note: note, allowedSigners: up + fixture.allowedSigners.dropFirst())
+        #expect(verified.checkpoint == checkpoint)
+    }
+
     @Test func anSSHKeygenThatHangsIsKilledAtTheTimeout() throws {
         let fixture = try LedgerFixture()
         let hang = try fixture.file("hang", Array("#!/bin/sh\nexec sleep 600\n".utf8))
