@@ -219,9 +219,11 @@ struct CheckpointTests {
         let here = FileManager.default.currentDirectoryPath
         #expect(SignedCheckpoint.absolute("keys/operator") == here + "/keys/operator")
         #expect(SignedCheckpoint.absolute("/etc/allowed_signers") == "/etc/allowed_signers")
-        // The fixture's files by relative paths: up to / and down again.
+        // The fixture's files by relative paths that resolve from here
+        // only: through this directory's own name, up to / and down again.
         let fixture = try LedgerFixture()
-        let up = String(repeating: "../", count: here.split(separator: "/").count)
+        let components = here.split(separator: "/")
+        let up = "../\(components.last ?? "")/" + String(repeating: "../", count: components.count)
         let checkpoint = try Checkpoint(origin: LedgerFixture.origin, size: 5, root: Self.root)
         let note = try SignedCheckpoint.sign(
             checkpoint, keyPath: up + fixture.key.dropFirst(), signer: LedgerFixture.signer)
