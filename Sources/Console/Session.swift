@@ -260,7 +260,7 @@ public actor Session {
         await simulator?.stop()
         simulator = nil
         // `--checkpoint`: the ledger signed as the run left it.
-        if invocation.checkpoint, !interrupted, runID != nil, inventoryHandle != nil {
+        if invocation.checkpoint, !interrupted, !invocation.inventoryIsServer {
             do {
                 try await checkpointLedger(key: nil, signer: nil, out: nil)
             } catch {

@@ -73,7 +73,7 @@ struct CheckpointResult: SingleResult {
     func people(_ terminal: Terminal) -> [PeopleLine] {
         [
             .result(
-                "checkpoint of \(size) entries, root \(root), signed by \(signer.joined(separator: ", "))"
+                "checkpoint of \(size) entr\(size == 1 ? "y" : "ies"), root \(root), signed by \(signer.joined(separator: ", "))"
                     + (new ? "" : " (kept already)") + (out.map { "; written to \($0)" } ?? "; kept in the inventory"))
         ]
     }
