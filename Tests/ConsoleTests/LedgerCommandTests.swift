@@ -62,8 +62,15 @@ struct LedgerCommandTests {
         try await inventory.endRun(run, .finished)
     }
 
+    /// The lines of `kind`, each checked against docs/json.md (JSONShapeTests' rules).
     static func lines(_ output: ToolOutput, _ kind: String) -> [[String: Any]] {
-        ConsoleFixture.jsonLines(output.stdout).filter { $0["kind"] as? String == kind }
+        let documented = try? JSONShapeTests.documentedKinds()
+        for line in output.stdout.split(separator: "\n") where line.hasPrefix("{") {
+            for problem in JSONShapeTests.problems(String(line), documented ?? [:]) {
+                Issue.record(Comment(rawValue: problem))
+            }
+        }
+        return ConsoleFixture.jsonLines(output.stdout).filter { $0["kind"] as? String == kind }
     }
 
     @Test func aProofMadeHereIsCheckedHereAndByAnIndependentVerifier() async throws {
