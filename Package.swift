@@ -67,7 +67,7 @@ let package = Package(
         // spreadsheet (CSV) and JSON.
         .target(name: "SafeText"),
         // The ledger's pure parts: RFC 9162 Merkle trees and their proofs.
-        .target(name: "Ledger", dependencies: ["CCrypto"]),
+        .target(name: "Ledger", dependencies: ["CCrypto", "SafeText"]),
         .target(name: "Inventory", dependencies: ["CSQLite", "SBeaconProtocol", "Profiles", "SafeText", "Ledger"]),
         .target(name: "Profiles", dependencies: ["SBeaconProtocol", "SafeText"]),
         // Pushing a bench's inventory to a shared PostgreSQL server.

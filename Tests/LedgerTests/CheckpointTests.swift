@@ -246,7 +246,7 @@ struct CheckpointTests {
     }
 
     @Test func hostileTextIsQuotedBoundedAndEscaped() {
-        #expect(LedgerError.quoted("a\u{1b}[2J\u{202e}b\"\\") == "\"a\\u{1b}[2J\\u{202e}b\\\"\\\\\"")
+        #expect(LedgerError.quoted("a\u{1b}[2J\u{202e}b\"\\") == "\"a\\u001b[2J\\u202eb\\\"\\\\\"")
         #expect(LedgerError.quoted(String(repeating: "x", count: 500), limit: 10) == "\"xxxxxxxxxx…\"")
     }
 }
