@@ -141,6 +141,9 @@ struct CrashTests {
                     "SELECT count(*) FROM outcomes WHERE status = 'running'"
                 ).first?.first?.integer
                 #expect(running == 0, "kill \(kill): steps left running")
+                // Every change committed is in the ledger, and nothing else.
+                let ledger = try await inventory.verifyLedger()
+                #expect(ledger.ok, "kill \(kill): \(ledger.findings.prefix(3))")
                 // (Killed during its scan, a run has no row yet.)
                 let itsRun = try await inventory.query(
                     "SELECT status FROM runs WHERE pid = ?", [.integer(Int64(child.pid))])

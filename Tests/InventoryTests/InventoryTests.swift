@@ -221,6 +221,10 @@ struct InventoryTests {
                     .integer == 0)
             let runs = try await inventory.query("SELECT status FROM runs").compactMap { $0.first?.text }
             #expect(runs.allSatisfy { $0 == "interrupted" }, "round \(round): \(runs)")
+            // The ledger holds every change committed, and only those: a kill
+            // never leaves a change without its entry or an entry without it.
+            let ledger = try await inventory.verifyLedger()
+            #expect(ledger.ok, "round \(round): \(ledger.findings.prefix(3))")
         }
     }
 }
