@@ -188,6 +188,34 @@ struct LedgerInventoryTests {
         #expect(try await Inventory(path: path, readOnly: true).verifyLedger().ok)
     }
 
+    /// The compact form gives every entry's JSON back byte for byte,
+    /// whatever its values look like (times and addresses that are not the
+    /// inventory's own spelling stay text).
+    @Test func theCompactFormGivesTheJSONBack() throws {
+        let texts: [SQLiteValue] = [
+            .text("2026-12-03T11:44:24.598Z"), .text("2026-02-30T00:00:00.000Z"), .text("2026-12-03T11:44:24.598"),
+            .text("1969-12-31T23:59:59.999Z"), .text("C0:1E:6D:EA:89:86"), .text("c0:1e:6d:ea:89:86"),
+            .text("C0:1E:6D:EA:89:8G"), .text("C0-1E-6D-EA-89-86"), .text(""), .text("é 🚗 \u{0}\n\"\\"),
+            .integer(0), .integer(-1), .integer(.max), .integer(.min), .null, .real(1.5), .blob([0, 255]),
+        ]
+        var entries: [LedgerStorage.Stored] = []
+        let at: SQLiteValue = .text("2026-12-03T11:44:24.598Z")
+        for (index, value) in texts.enumerated() {
+            let table = LedgerTable.all[index % LedgerTable.all.count]
+            let row = table.columns.enumerated().map { ($0.element, $0.offset % 3 == index % 3 ? value : .null) }
+            let key = table.keyIndices.map { row[$0].1 }
+            entries.append(.init(table: table, op: .insert, event: "device", at: at, key: key, row: row))
+            entries.append(.init(table: table, op: .delete, event: "forget", at: value, key: key, row: row))
+            entries.append(
+                .init(table: table, op: .update, event: "sync", at: at, key: key, row: [(table.columns.last!, value)]))
+        }
+        entries.append(LedgerEntry.note(seq: 0, at: "2026-12-03T11:44:24.598Z", bench: "b", text: "t\u{1b}"))
+        for (seq, entry) in entries.enumerated() {
+            let stored = LedgerStorage.encode(entry)
+            #expect(try LedgerStorage.json(seq: seq, stored) == LedgerEntry.encode(seq: seq, entry), "\(entry)")
+        }
+    }
+
     // MARK: Tampering, every way sqlite3 allows
 
     @Test func anEditedDeviceIsFound() async throws {

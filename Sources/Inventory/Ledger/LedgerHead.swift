@@ -4,9 +4,9 @@ import Ledger
 /// O(log n) hashes, and the perfect subtrees it completes at level
 /// `LedgerHead.storedLevel` and above are kept in `ledger_nodes` for proofs.
 struct LedgerHead {
-    /// Subtrees of 2^5 = 32 leaves and more are stored; below, a proof
-    /// hashes the (at most 32) entries again.
-    static let storedLevel = 5
+    /// Subtrees of 2^6 = 64 leaves and more are stored; below, a proof
+    /// hashes the (at most 64) entries of their block again.
+    static let storedLevel = 6
 
     var frontier: Frontier
     var nodes: [(level: Int, index: Int, hash: Digest)] = []

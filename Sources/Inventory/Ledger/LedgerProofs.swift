@@ -118,9 +118,9 @@ extension Inventory {
     }
 }
 
-/// The perfect subtrees of the inventory's tree: those of 32 leaves and
+/// The perfect subtrees of the inventory's tree: those of 64 leaves and
 /// more from `ledger_nodes`, smaller ones hashed again from the entries of
-/// their block of 32 (loaded once per block).
+/// their block of 64 (loaded once per block).
 struct LedgerSubtrees: PerfectSubtrees {
     let database: Database
     var nodes: [Int64: Digest] = [:]

@@ -7,9 +7,11 @@ import Foundation
 /// hash is always of its JSON.
 ///
 /// Layout: version (1); table (0 a note, else 1 + its index in
-/// `LedgerTable.all`); op; event (index in `events`); `at`; the key's
-/// count and values; the row's count and, per column, its index in the
-/// table's columns and its value. A value is a tag and its bytes: 0 NULL,
+/// `LedgerTable.all`); op (0 insert, 1 update, 2 delete, 3 note; 4 and 5:
+/// an insert or delete of a whole row, kept without its key, which its
+/// columns hold, and without its NULL columns); event (index in `events`);
+/// `at`; the key's count and values (not for 4 and 5); the row's count
+/// and, per column, its index in the table's columns and its value. A value is a tag and its bytes: 0 NULL,
 /// 1 integer (zigzag varint), 2 text (varint length, UTF-8), 3 a time in
 /// the inventory's own format (zigzag varint of epoch milliseconds: kept
 /// so only when it gives the same text back), 4 real (8 bytes, big-endian
@@ -34,14 +36,21 @@ enum LedgerStorage {
     static func encode(_ entry: Stored) -> [UInt8] {
         var out: [UInt8] = [1]
         out.append(entry.table.flatMap { table in LedgerTable.all.firstIndex { $0.name == table.name } }.map { UInt8($0 + 1) } ?? 0)
-        out.append([LedgerOp.insert, .update, .delete, .note].firstIndex(of: entry.op).map(UInt8.init) ?? 3)
+        // A whole row (an insert, a delete) is kept without its key (its
+        // columns hold it) and without its NULLs: op 4 and 5.
+        let whole = entry.table.map { table in entry.row.map(\.0) == table.columns } ?? false
+        let op = [LedgerOp.insert, .update, .delete, .note].firstIndex(of: entry.op) ?? 3
+        out.append(UInt8(whole && (op == 0 || op == 2) ? op / 2 + 4 : op))
         out.append(UInt8(events.firstIndex(of: entry.event) ?? 0))
         value(entry.at, &out)
         let at = entry.at.text
-        varint(UInt64(entry.key.count), &out)
-        for item in entry.key { value(item, at: at, &out) }
-        varint(UInt64(entry.row.count), &out)
-        for (name, item) in entry.row {
+        let row = whole && (op == 0 || op == 2) ? entry.row.filter { $0.1 != .null } : entry.row
+        if !(whole && (op == 0 || op == 2)) {
+            varint(UInt64(entry.key.count), &out)
+            for item in entry.key { value(item, at: at, &out) }
+        }
+        varint(UInt64(row.count), &out)
+        for (name, item) in row {
             if let table = entry.table {
                 varint(UInt64(table.columns.firstIndex(of: name) ?? 0), &out)
             } else {
@@ -61,16 +70,20 @@ enum LedgerStorage {
         let tableIndex = Int(try reader.byte())
         guard tableIndex <= LedgerTable.all.count else { throw LedgerDamage("a stored entry names no table") }
         let table = tableIndex == 0 ? nil : LedgerTable.all[tableIndex - 1]
-        let ops: [LedgerOp] = [.insert, .update, .delete, .note]
+        let ops: [LedgerOp] = [.insert, .update, .delete, .note, .insert, .delete]
         let opIndex = Int(try reader.byte())
         let eventIndex = Int(try reader.byte())
         guard opIndex < ops.count, eventIndex < events.count else {
             throw LedgerDamage("a stored entry has no valid operation or event")
         }
+        let whole = opIndex >= 4
+        if whole && table == nil { throw LedgerDamage("a stored entry of a whole row names no table") }
         let at = try reader.value()
         reader.at = at.text
         var key: [SQLiteValue] = []
-        for _ in 0..<(try reader.count()) { key.append(try reader.value()) }
+        if !whole {
+            for _ in 0..<(try reader.count()) { key.append(try reader.value()) }
+        }
         var row: [(String, SQLiteValue)] = []
         for _ in 0..<(try reader.count()) {
             let name: String
@@ -85,6 +98,15 @@ enum LedgerStorage {
             row.append((name, try reader.value()))
         }
         guard reader.position == bytes.count else { throw LedgerDamage("a stored entry has bytes after its end") }
+        if whole, let table {
+            // Every column in order, NULL where none was kept; the key from them.
+            let kept = Dictionary(row) { first, _ in first }
+            guard kept.count == row.count, zip(row, row.dropFirst()).allSatisfy({ a, b in
+                table.columns.firstIndex(of: a.0)! < table.columns.firstIndex(of: b.0)!
+            }) else { throw LedgerDamage("a stored entry's columns are out of order") }
+            row = table.columns.map { ($0, kept[$0] ?? .null) }
+            key = table.keyIndices.map { row[$0].1 }
+        }
         return Stored(table: table, op: ops[opIndex], event: events[eventIndex], at: at, key: key, row: row)
     }
 
