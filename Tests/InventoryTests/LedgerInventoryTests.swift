@@ -54,6 +54,19 @@ struct LedgerInventoryTests {
         return (inventory, path)
     }
 
+    /// A checkpoint of `head`, signed with a key made for the test.
+    static func signed(_ inventory: Inventory, _ head: LedgerTreeHead) async throws -> String {
+        let key = FileManager.default.temporaryDirectory.appendingPathComponent("key-\(UUID().uuidString)").path
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/ssh-keygen")
+        process.arguments = ["-q", "-t", "ed25519", "-N", "", "-f", key]
+        try process.run()
+        process.waitUntilExit()
+        let checkpoint = try Checkpoint(
+            origin: Checkpoint.origin(bench: try await inventory.benchID()), size: head.size, root: head.root)
+        return try SignedCheckpoint.sign(checkpoint, keyPath: key, signer: "test@bench")
+    }
+
     static func sqlite(_ path: String, _ sql: String) throws -> (status: Int32, output: String) {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
@@ -313,6 +326,39 @@ struct LedgerInventoryTests {
             find: "head")
     }
 
+    @Test func aWeakenedTriggerIsFound() async throws {
+        try await Self.tampered(
+            "DROP TRIGGER outcomes_sealed_update; CREATE TRIGGER outcomes_sealed_update BEFORE UPDATE ON outcomes WHEN 0 BEGIN SELECT 1; END;",
+            find: "trigger outcomes_sealed_update is not the one beaconbench made")
+    }
+
+    @Test func aChangedBenchIDIsFound() async throws {
+        try await Self.tampered(
+            "UPDATE meta SET value = 'another-bench' WHERE key = 'bench_id'", find: "is not the one the ledger began with")
+    }
+
+    @Test func aVacuumedInventoryStillVerifies() async throws {
+        let (_, path) = try await Self.filled()
+        let result = try Self.sqlite(path, "VACUUM")
+        #expect(result.status == 0, "\(result.output)")
+        let verification = try await Inventory(path: path, readOnly: true).verifyLedger()
+        #expect(verification.ok, "\(verification.findings)")
+    }
+
+    @Test func aCheckpointEditedIsFound() async throws {
+        let (inventory, path) = try await Self.filled()
+        let head = try await inventory.ledgerTreeHead()
+        try await inventory.recordCheckpoint(size: head.size, root: head.root, note: try Self.signed(inventory, head))
+        let result = try Self.sqlite(
+            path,
+            "DROP TRIGGER ledger_checkpoints_no_update; UPDATE ledger_checkpoints SET root = zeroblob(32), size = size")
+        #expect(result.status == 0, "\(result.output)")
+        let verification = try await Inventory(path: path, readOnly: true).verifyLedger()
+        let messages = verification.findings.map(\.message)
+        #expect(messages.contains { $0.contains("does not match its own signed note") }, "\(messages)")
+        #expect(messages.contains { $0.contains("the checkpoint at size \(head.size) does not match the ledger") }, "\(messages)")
+    }
+
     @Test func aDroppedTriggerIsFound() async throws {
         try await Self.tampered("DROP TRIGGER ledger_no_delete", find: "trigger ledger_no_delete is gone")
     }
@@ -320,7 +366,7 @@ struct LedgerInventoryTests {
     @Test func aCheckpointBeyondTheLedgerIsFound() async throws {
         let (inventory, path) = try await Self.filled()
         let head = try await inventory.ledgerTreeHead()
-        try await inventory.recordCheckpoint(size: head.size, root: head.root, note: "test")
+        try await inventory.recordCheckpoint(size: head.size, root: head.root, note: try Self.signed(inventory, head))
         #expect(try await inventory.verifyLedger().ok)
         // The last entries removed (and the head rewound to match): the checkpoint says they were there.
         let last = try await inventory.query("SELECT max(seq) FROM ledger").first?.first?.integer ?? 0

@@ -78,13 +78,39 @@ struct LedgerVerifier {
             "ledger_checkpoints_no_delete",
         ] + LedgerTable.sealedTables.flatMap { ["\($0.name)_sealed_update", "\($0.name)_sealed_delete"] }
 
+    /// Each trigger's text as the migration that made it wrote it (SQLite
+    /// keeps a trigger's `CREATE TRIGGER … END` as it was given).
+    static let triggerText: [String: String] = {
+        var found: [String: String] = [:]
+        for migration in Schema.migrations {
+            var rest = Substring(migration.sql)
+            while let start = rest.range(of: "CREATE TRIGGER ") {
+                guard let end = rest[start.upperBound...].range(of: " END;") else { break }
+                let text = rest[start.lowerBound..<rest.index(end.upperBound, offsetBy: -1)]
+                let name = text.dropFirst("CREATE TRIGGER ".count).prefix { !$0.isWhitespace }
+                found[String(name)] = String(text)
+                rest = rest[end.upperBound...]
+            }
+        }
+        return found
+    }()
+
     mutating func run() throws -> LedgerVerification {
-        let present = Set(
-            try database.rows("SELECT name FROM sqlite_schema WHERE type = 'trigger'").compactMap { $0.first?.text })
-        for trigger in Self.triggers where !present.contains(trigger) {
-            find(nil, "trigger \(trigger) is gone: the ledger's tables were opened to changes outside beaconbench")
+        var present: [String: String] = [:]
+        for row in try database.rows("SELECT name, sql FROM sqlite_schema WHERE type = 'trigger'") {
+            if let name = row[0].text { present[name] = row[1].text ?? "" }
+        }
+        for trigger in Self.triggers {
+            guard let text = present[trigger] else {
+                find(nil, "trigger \(trigger) is gone: the ledger's tables were opened to changes outside beaconbench")
+                continue
+            }
+            if text != Self.triggerText[trigger] {
+                find(nil, "trigger \(trigger) is not the one beaconbench made: it was replaced outside beaconbench")
+            }
         }
         try checkColumns()
+        try checkBench()
         let head = try? LedgerHead.read(database)
         if head == nil { find(nil, "ledger_head holds no valid tree edge: the ledger's head was edited") }
         var checkpoints: [(size: Int, root: [UInt8])] = []
@@ -323,6 +349,31 @@ struct LedgerVerifier {
                 find(
                     nil,
                     "\(table.name) \(Self.keyText(Array(values.prefix(table.key.count)))) is not in the ledger: it was added or changed outside beaconbench"
+                )
+            }
+        }
+    }
+
+    /// The bench's id is the one the ledger began with (entry 0's note), and
+    /// each checkpoint's signed note says the size and root kept beside it.
+    private mutating func checkBench() throws {
+        let bench = try database.rows("SELECT value FROM meta WHERE key = 'bench_id'").first?.first?.text
+        if let first = try database.rows("SELECT entry FROM ledger WHERE seq = 0").first?.first,
+            case .blob(let bytes) = first, let note = try? LedgerStorage.decode(bytes), note.op == .note,
+            let began = note.row.first(where: { $0.0 == "bench" })?.1.text, began != bench
+        {
+            find(
+                0,
+                "the bench id in meta (\(bench.map { Self.text(.text($0)) } ?? "none")) is not the one the ledger began with (\(Self.text(.text(began)))): it was changed outside beaconbench"
+            )
+        }
+        for row in try database.rows("SELECT size, root, note FROM ledger_checkpoints ORDER BY size") {
+            guard case .blob(let root) = row[1], let text = row[2].text else { continue }
+            let said = try? Checkpoint.parse(try SignedNote.parse(text).text)
+            if said?.size != row[0].integer.flatMap(Int.init(exactly:)) || said?.root.bytes != root {
+                find(
+                    nil,
+                    "the checkpoint kept at size \(row[0].integer ?? -1) does not match its own signed note: it was changed outside beaconbench"
                 )
             }
         }
