@@ -67,7 +67,8 @@ public enum BeaconbenchMain {
             guard let text = utf8Text(data, file: file, terminal: terminal) else { return ExitStatus.badInput.rawValue }
             return await runText(
                 text, file: file, overrides: overrides, dryRun: dryRun, invocation: invocation, terminal: terminal,
-                profiles: profiles, label: "run \(file)", digest: (try? Digest.sha256(data))?.hex, interrupts: interrupts)
+                profiles: profiles, label: "run \(file)", digest: (try? Digest.sha256(data))?.hex,
+                interrupts: interrupts)
         case .oneShot(let words):
             let line = words.map(Self.quoted).joined(separator: " ")
             return await runText(

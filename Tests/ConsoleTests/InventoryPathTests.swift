@@ -199,7 +199,8 @@ struct InventoryPathTests {
         let ledgerGone =
             ["outcomes", "readings", "trips", "events", "incidents"].map {
                 "DROP TRIGGER \($0)_sealed_update; DROP TRIGGER \($0)_sealed_delete; ALTER TABLE \($0) DROP COLUMN ledger_seq; ALTER TABLE \($0) DROP COLUMN ledger_leaf;"
-            }.joined() + "DROP TABLE ledger; DROP TABLE ledger_head; DROP TABLE ledger_nodes; DROP TABLE ledger_checkpoints;"
+            }.joined()
+            + "DROP TABLE ledger; DROP TABLE ledger_head; DROP TABLE ledger_nodes; DROP TABLE ledger_checkpoints;"
         try await Self.sqlite(path, ledgerGone + "PRAGMA application_id = 0; PRAGMA user_version = 5;")
         let before = FileManager.default.contents(atPath: path)
         let list = try await Self.tool(bench, in: bench.directory, inventory: path, ["inventory", "list"])

@@ -148,7 +148,9 @@ struct LedgerCommandTests {
         try note.write(toFile: otherFile, atomically: true, encoding: .utf8)
         let rewritten = try await bench.tool(["ledger", "verify", "--since", otherFile, "--signers", bench.signers])
         #expect(rewritten.status == 2, "\(rewritten.stdout)")
-        #expect(rewritten.stdout.contains("does not extend the checkpoint of \(head.size - 3) entries"), "\(rewritten.stdout)")
+        #expect(
+            rewritten.stdout.contains("does not extend the checkpoint of \(head.size - 3) entries"),
+            "\(rewritten.stdout)")
     }
 
     @Test func aTamperedInventoryFailsVerifyAndIsNotSigned() async throws {
@@ -160,7 +162,9 @@ struct LedgerCommandTests {
         #expect(verify.status == 2)
         let line = try #require(Self.lines(verify, "ledger").first)
         let findings = try #require(line["findings"] as? [[String: Any]])
-        #expect((findings.first?["message"] as? String ?? "").contains("battery is 99 but the ledger says 80"), "\(findings)")
+        #expect(
+            (findings.first?["message"] as? String ?? "").contains("battery is 99 but the ledger says 80"),
+            "\(findings)")
         let checkpoint = try await bench.tool(["ledger", "checkpoint"])
         #expect(checkpoint.status == 2 && checkpoint.stderr.contains("does not verify"), "\(checkpoint.stderr)")
         let kept = try await Inventory(path: bench.inventory, readOnly: true).checkpoints()

@@ -170,7 +170,8 @@ struct RendererTests {
                 report: ProofReport(
                     device: first, at: nil,
                     checkpoint: try! Checkpoint(
-                        origin: "beaconbench.local/bench/x", size: 1778, root: Digest(bytes: Array(repeating: 1, count: 32))!),
+                        origin: "beaconbench.local/bench/x", size: 1778,
+                        root: Digest(bytes: Array(repeating: 1, count: 32))!),
                     signer: "ana@depot",
                     entries: [
                         .init(

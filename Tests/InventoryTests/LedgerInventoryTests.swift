@@ -37,7 +37,8 @@ struct LedgerInventoryTests {
             device = DeviceRecord(address: address)
             device.config = DrivingBehaviourConfig(
                 cornering: 300, braking: 300, acceleration: 300, duration: 500, enable: .init(rawValue: 7))
-            device.calibration = CalibrationState(calibrated: true, calibratedAt: 5, vector: .init(x: 1, y: -2, z: 1000))
+            device.calibration = CalibrationState(
+                calibrated: true, calibratedAt: 5, vector: .init(x: 1, y: -2, z: 1000))
             try await inventory.recordDevice(device)
             _ = try await inventory.reserveIdentity(
                 device: address, plan: IdentityPlan(major: 100, minor: .next, source: .profile("car")),
@@ -83,7 +84,8 @@ struct LedgerInventoryTests {
     /// Tampers with the file by `sql` (as someone with write access), then
     /// verifies it afresh: the first finding must mention `expected`.
     static func tampered(
-        _ sql: String, dropping triggers: [String] = [], find expected: String, sourceLocation: SourceLocation = #_sourceLocation
+        _ sql: String, dropping triggers: [String] = [], find expected: String,
+        sourceLocation: SourceLocation = #_sourceLocation
     ) async throws {
         let (inventory, path) = try await Self.filled()
         #expect(try await inventory.verifyLedger().ok, sourceLocation: sourceLocation)
@@ -165,7 +167,8 @@ struct LedgerInventoryTests {
         await #expect(throws: SQLiteError.self) {
             try await inventory.onDatabase {
                 try $0.execute(
-                    "INSERT INTO runs(started_at, command, status) VALUES ('2026-01-01T00:00:00.000Z', 'x', 'finished')")
+                    "INSERT INTO runs(started_at, command, status) VALUES ('2026-01-01T00:00:00.000Z', 'x', 'finished')"
+                )
             }
         }
         #expect(try await inventory.verifyLedger().ok)
@@ -310,7 +313,8 @@ struct LedgerInventoryTests {
 
     @Test func aDeletedEntryIsFound() async throws {
         try await Self.tampered(
-            "DELETE FROM ledger WHERE seq = (SELECT min(seq) FROM ledger WHERE seq > 2)", dropping: ["ledger_no_delete"],
+            "DELETE FROM ledger WHERE seq = (SELECT min(seq) FROM ledger WHERE seq > 2)",
+            dropping: ["ledger_no_delete"],
             find: "is missing")
     }
 
@@ -334,7 +338,8 @@ struct LedgerInventoryTests {
 
     @Test func aChangedBenchIDIsFound() async throws {
         try await Self.tampered(
-            "UPDATE meta SET value = 'another-bench' WHERE key = 'bench_id'", find: "is not the one the ledger began with")
+            "UPDATE meta SET value = 'another-bench' WHERE key = 'bench_id'",
+            find: "is not the one the ledger began with")
     }
 
     @Test func aVacuumedInventoryStillVerifies() async throws {
@@ -356,7 +361,9 @@ struct LedgerInventoryTests {
         let verification = try await Inventory(path: path, readOnly: true).verifyLedger()
         let messages = verification.findings.map(\.message)
         #expect(messages.contains { $0.contains("does not match its own signed note") }, "\(messages)")
-        #expect(messages.contains { $0.contains("the checkpoint at size \(head.size) does not match the ledger") }, "\(messages)")
+        #expect(
+            messages.contains { $0.contains("the checkpoint at size \(head.size) does not match the ledger") },
+            "\(messages)")
     }
 
     @Test func aDroppedTriggerIsFound() async throws {
@@ -373,7 +380,8 @@ struct LedgerInventoryTests {
         #expect(Int(last) == head.size - 1 || true)
         let result = try Self.sqlite(
             path,
-            "DROP TRIGGER ledger_no_delete; DROP TRIGGER outcomes_sealed_update; DELETE FROM ledger WHERE seq = \(last);")
+            "DROP TRIGGER ledger_no_delete; DROP TRIGGER outcomes_sealed_update; DELETE FROM ledger WHERE seq = \(last);"
+        )
         #expect(result.status == 0, "\(result.output)")
         let verification = try await Inventory(path: path, readOnly: true).verifyLedger()
         #expect(!verification.ok)
@@ -393,7 +401,8 @@ struct LedgerInventoryTests {
                 try database.execute("PRAGMA user_version = \(index + 1)")
             }
             try database.run(
-                "INSERT INTO runs(id, started_at, command, status) VALUES (1, '2026-01-01T00:00:00.000Z', 'old', 'finished')")
+                "INSERT INTO runs(id, started_at, command, status) VALUES (1, '2026-01-01T00:00:00.000Z', 'old', 'finished')"
+            )
             try database.run(
                 "INSERT INTO devices (address, mac_ending, first_seen, last_seen, config_braking) VALUES (?, '6dea8986', '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.000Z', 250)",
                 [.text(Self.a)])

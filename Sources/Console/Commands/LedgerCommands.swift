@@ -55,8 +55,11 @@ public struct LedgerCheckpointCommand: ConsoleCommand {
         summary: "sign the ledger's size and root with your SSH key (a checkpoint), after verifying it",
         example: "ledger checkpoint --key ~/.ssh/id_ed25519 --signer ana@depot --out checkpoint.txt",
         options: [
-            .value("--key", "PATH", .text, "the SSH private key (default $BEACONBENCH_LEDGER_KEY, else ~/.ssh/id_ed25519)"),
-            .value("--signer", "NAME", .text, "your name in allowed_signers files (default $BEACONBENCH_LEDGER_SIGNER, else user@host)"),
+            .value(
+                "--key", "PATH", .text, "the SSH private key (default $BEACONBENCH_LEDGER_KEY, else ~/.ssh/id_ed25519)"),
+            .value(
+                "--signer", "NAME", .text,
+                "your name in allowed_signers files (default $BEACONBENCH_LEDGER_SIGNER, else user@host)"),
             .value("--out", "FILE", .text, "also write the signed checkpoint to FILE"),
         ],
         detail:
@@ -120,7 +123,8 @@ public struct LedgerCheckCommand: ConsoleCommand {
         summary: "check a proof file (ledger prove) against an allowed_signers file, without any inventory",
         example: "ledger check a3b5c7d9.proof --signers allowed_signers", operands: [.required("FILE", .text)],
         options: [.value("--signers", "FILE", .text, "the allowed_signers file (ssh-keygen's format)", required: true)],
-        detail: "Exit 0 when the file holds; 2 naming the first thing that fails (docs/ledger.md, \"Checking a proof file\").",
+        detail:
+            "Exit 0 when the file holds; 2 naming the first thing that fails (docs/ledger.md, \"Checking a proof file\").",
         emits: [.proofCheck]
     ).shapeNotChecked(because: "needs a proof file: LedgerCommandTests checks its `proof_check` line").documented(
         in: "ledger.md")
@@ -249,7 +253,9 @@ extension Session {
     /// Verifies the ledger, then signs a checkpoint of it and keeps it.
     /// - Returns: the checkpoint kept (nil when the ledger failed to verify: said, exit 2).
     @discardableResult
-    func checkpointLedger(key: String?, signer: String?, out: String?, quietly: Bool = false) async throws(ConsoleFailure)
+    func checkpointLedger(
+        key: String?, signer: String?, out: String?, quietly: Bool = false
+    ) async throws(ConsoleFailure)
         -> String?
     {
         let inventory = try await ledgerInventory("ledger checkpoint")
@@ -342,14 +348,17 @@ extension Session {
             guard let note else {
                 throw ConsoleFailure(
                     .badInput,
-                    "ledger prove: no checkpoint to prove against and no SSH key at \(keyPath): give --key (docs/ledger.md)")
+                    "ledger prove: no checkpoint to prove against and no SSH key at \(keyPath): give --key (docs/ledger.md)"
+                )
             }
             let checkpoint = try Checkpoint.parse(try SignedNote.parse(note).text)
             size = checkpoint.size
             let at = command.at.map(Inventory.ledgerTime)
             let entries = try await inventory.ledgerEntries(about: address, size: size, at: at)
             guard !entries.isEmpty else {
-                throw ConsoleFailure(.badInput, "ledger prove: the ledger holds no entry about \(address)\(at.map { " made by \($0)" } ?? "")")
+                throw ConsoleFailure(
+                    .badInput,
+                    "ledger prove: the ledger holds no entry about \(address)\(at.map { " made by \($0)" } ?? "")")
             }
             count = entries.count
             bytes = try ProofFile.make(

@@ -65,7 +65,9 @@ extension Inventory {
     ) throws -> [(index: Int, entry: [UInt8], proof: [Digest])] {
         let address = device.uppercased()
         var found: [(Int, [UInt8])] = []
-        for row in try database.rows("SELECT seq, entry FROM ledger WHERE seq < ? ORDER BY seq", [.integer(Int64(size))]) {
+        for row in try database.rows(
+            "SELECT seq, entry FROM ledger WHERE seq < ? ORDER BY seq", [.integer(Int64(size))])
+        {
             guard let seq = row[0].integer.flatMap(Int.init(exactly:)), case .blob(let bytes) = row[1],
                 let stored = try? LedgerStorage.decode(bytes), let table = stored.table,
                 table.device(of: Dictionary(stored.row) { a, _ in a }, key: stored.key) == address
@@ -90,7 +92,8 @@ extension Inventory {
         }
         found.sort { $0.0 < $1.0 }
         var subtrees = try LedgerSubtrees(database)
-        try subtrees.load(blocks: Set(found.map { $0.0 >> LedgerHead.storedLevel } + [max(0, size - 1) >> LedgerHead.storedLevel]))
+        try subtrees.load(
+            blocks: Set(found.map { $0.0 >> LedgerHead.storedLevel } + [max(0, size - 1) >> LedgerHead.storedLevel]))
         return try found.map { (index, entry) in
             (index, entry, try MerkleTree.inclusionProof(index: index, size: size, in: subtrees))
         }
@@ -100,7 +103,9 @@ extension Inventory {
     /// of `newSize` (RFC 9162 §2.1.4).
     public func ledgerConsistencyProof(from oldSize: Int, to newSize: Int) throws -> [Digest] {
         var subtrees = try LedgerSubtrees(database)
-        try subtrees.load(blocks: [max(0, oldSize - 1) >> LedgerHead.storedLevel, max(0, newSize - 1) >> LedgerHead.storedLevel])
+        try subtrees.load(blocks: [
+            max(0, oldSize - 1) >> LedgerHead.storedLevel, max(0, newSize - 1) >> LedgerHead.storedLevel,
+        ])
         return try MerkleTree.consistencyProof(oldSize: oldSize, newSize: newSize, in: subtrees)
     }
 

@@ -35,7 +35,9 @@ enum LedgerStorage {
 
     static func encode(_ entry: Stored) -> [UInt8] {
         var out: [UInt8] = [1]
-        out.append(entry.table.flatMap { table in LedgerTable.all.firstIndex { $0.name == table.name } }.map { UInt8($0 + 1) } ?? 0)
+        out.append(
+            entry.table.flatMap { table in LedgerTable.all.firstIndex { $0.name == table.name } }.map { UInt8($0 + 1) }
+                ?? 0)
         // A whole row (an insert, a delete) is kept without its key (its
         // columns hold it) and without its NULLs: op 4 and 5.
         let whole = entry.table.map { table in entry.row.map(\.0) == table.columns } ?? false
@@ -101,9 +103,11 @@ enum LedgerStorage {
         if whole, let table {
             // Every column in order, NULL where none was kept; the key from them.
             let kept = Dictionary(row) { first, _ in first }
-            guard kept.count == row.count, zip(row, row.dropFirst()).allSatisfy({ a, b in
-                table.columns.firstIndex(of: a.0)! < table.columns.firstIndex(of: b.0)!
-            }) else { throw LedgerDamage("a stored entry's columns are out of order") }
+            guard kept.count == row.count,
+                zip(row, row.dropFirst()).allSatisfy({ a, b in
+                    table.columns.firstIndex(of: a.0)! < table.columns.firstIndex(of: b.0)!
+                })
+            else { throw LedgerDamage("a stored entry's columns are out of order") }
             row = table.columns.map { ($0, kept[$0] ?? .null) }
             key = table.keyIndices.map { row[$0].1 }
         }
@@ -172,7 +176,8 @@ enum LedgerStorage {
             }
             return result
         }
-        guard utf8[7] == 0x2D, utf8[13] == 0x3A, utf8[16] == 0x3A, let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
+        guard utf8[7] == 0x2D, utf8[13] == 0x3A, utf8[16] == 0x3A, let year = number(0..<4), let month = number(5..<7),
+            let day = number(8..<10),
             let hour = number(11..<13), let minute = number(14..<16), let second = number(17..<19),
             let millisecond = number(20..<23)
         else { return nil }

@@ -121,7 +121,9 @@ extension LedgerTable {
     var sealRow: String { "UPDATE \(name) SET ledger_seq = ?, ledger_leaf = ? WHERE rowid = ?" }
     var countRows: String { "SELECT count(*) FROM \(name)" }
     /// Every row with its rowid, in the order it was made.
-    var selectAllByRowid: String { "SELECT rowid, \(selectList) FROM \(name) ORDER BY \(key == ["id"] ? "id" : "rowid")" }
+    var selectAllByRowid: String {
+        "SELECT rowid, \(selectList) FROM \(name) ORDER BY \(key == ["id"] ? "id" : "rowid")"
+    }
     var selectAll: String { "SELECT \(selectList) FROM \(name)" }
     var selectSealedAboutDevice: String {
         "SELECT \(selectList), ledger_seq FROM \(name) WHERE device = ? AND ledger_seq < ?"

@@ -140,14 +140,20 @@ struct LedgerVerifier {
             let holders = candidates.filter { $0.seq == lowest.seq }
             guard lowest.seq >= 0, lowest.seq < Int64(Int32.max) * 1024 else {
                 for holder in holders {
-                    find(nil, "\(describe(holder.source, cursors, explicit)) holds ledger place \(lowest.seq), which no entry can have")
+                    find(
+                        nil,
+                        "\(describe(holder.source, cursors, explicit)) holds ledger place \(lowest.seq), which no entry can have"
+                    )
                 }
                 try advance(holders, &cursors, &explicit)
                 continue
             }
             let seq = Int(lowest.seq)
             if holders.count > 1 {
-                find(seq, "entry \(seq) is held twice (\(holders.map { describe($0.source, cursors, explicit) }.joined(separator: " and "))): a row was given a place in the ledger outside beaconbench")
+                find(
+                    seq,
+                    "entry \(seq) is held twice (\(holders.map { describe($0.source, cursors, explicit) }.joined(separator: " and "))): a row was given a place in the ledger outside beaconbench"
+                )
             }
             if seq < frontier.size {
                 // A duplicate already counted.
@@ -184,11 +190,16 @@ struct LedgerVerifier {
             }
         }
         for checkpoint in checkpoints[nextCheckpoint...] {
-            find(nil, "a checkpoint at size \(checkpoint.size) is beyond the ledger's \(frontier.size) entries: entries were removed")
+            find(
+                nil,
+                "a checkpoint at size \(checkpoint.size) is beyond the ledger's \(frontier.size) entries: entries were removed"
+            )
         }
         let leftover = nodes.keys.filter { $0 & 63 >= LedgerHead.storedLevel }.count
         if leftover > 0 {
-            find(nil, "ledger_nodes holds \(leftover) node\(leftover == 1 ? "" : "s") of no entries: entries were removed")
+            find(
+                nil,
+                "ledger_nodes holds \(leftover) node\(leftover == 1 ? "" : "s") of no entries: entries were removed")
         }
         comparingTables = true
         try compareTables()
@@ -281,12 +292,16 @@ struct LedgerVerifier {
         switch entry.op {
         case .insert:
             if state[table.name]?[key] != nil {
-                find(seq, "entry \(seq) inserts \(table.name) \(Self.keyText(entry.key)), which the ledger already holds")
+                find(
+                    seq, "entry \(seq) inserts \(table.name) \(Self.keyText(entry.key)), which the ledger already holds"
+                )
             }
             state[table.name, default: [:]][key] = (Dictionary(entry.row) { a, _ in a }, seq)
         case .update:
             guard var current = state[table.name]?[key] else {
-                find(seq, "entry \(seq) updates \(table.name) \(Self.keyText(entry.key)), which the ledger does not hold")
+                find(
+                    seq, "entry \(seq) updates \(table.name) \(Self.keyText(entry.key)), which the ledger does not hold"
+                )
                 return
             }
             for (column, value) in entry.row { current.row[column] = value }
@@ -294,7 +309,9 @@ struct LedgerVerifier {
             state[table.name]?[key] = current
         case .delete:
             if state[table.name]?.removeValue(forKey: key) == nil {
-                find(seq, "entry \(seq) deletes \(table.name) \(Self.keyText(entry.key)), which the ledger does not hold")
+                find(
+                    seq, "entry \(seq) deletes \(table.name) \(Self.keyText(entry.key)), which the ledger does not hold"
+                )
             }
         case .note: break
         }
@@ -387,7 +404,10 @@ struct LedgerVerifier {
             }
             let expected = table.columns + (table.sealed ? ["ledger_seq", "ledger_leaf"] : [])
             if columns != expected {
-                find(nil, "table \(table.name) has columns \(columns.joined(separator: ", ")), not the ones its entries are made of")
+                find(
+                    nil,
+                    "table \(table.name) has columns \(columns.joined(separator: ", ")), not the ones its entries are made of"
+                )
             }
         }
     }

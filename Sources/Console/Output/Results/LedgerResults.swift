@@ -29,12 +29,17 @@ struct LedgerVerifyResult: SingleResult {
 
     func people(_ terminal: Terminal) -> [PeopleLine] {
         let entries = verification.size == 1 ? "1 entry" : "\(verification.size) entries"
-        let grown = since.map { "; it only grew since the checkpoint of \($0.size) entries" + ($0.signer.map { " signed by \($0)" } ?? "") } ?? ""
+        let grown =
+            since.map {
+                "; it only grew since the checkpoint of \($0.size) entries"
+                    + ($0.signer.map { " signed by \($0)" } ?? "")
+            } ?? ""
         guard !verification.ok else {
             let checkpoints =
                 verification.checkpoints == 0
                 ? "no checkpoint yet (beaconbench ledger checkpoint)"
-                : verification.checkpoints == 1 ? "its checkpoint holds" : "its \(verification.checkpoints) checkpoints hold"
+                : verification.checkpoints == 1
+                    ? "its checkpoint holds" : "its \(verification.checkpoints) checkpoints hold"
             return [
                 .result(
                     "ledger ok: \(entries), root \(verification.root); the tables are what the entries say; \(checkpoints)\(grown)"
