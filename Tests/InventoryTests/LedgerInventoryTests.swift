@@ -225,6 +225,17 @@ struct LedgerInventoryTests {
             entries.append(
                 .init(table: table, op: .update, event: "sync", at: at, key: key, row: [(table.columns.last!, value)]))
         }
+        // A sealed row's entry, written straight, is the generic encoding's.
+        for (index, value) in texts.enumerated() {
+            for table in LedgerTable.sealedTables {
+                let values = table.columns.indices.map { $0 % 2 == index % 2 ? value : .integer(Int64($0)) }
+                let generic = LedgerEntry.encode(
+                    seq: index, at: table.timeIndex.map { values[$0] } ?? .null,
+                    event: table.event(op: .insert, changed: [:]), table: table.name, op: .insert,
+                    key: table.keyIndices.map { values[$0] }, row: Array(zip(table.columns, values)))
+                #expect(LedgerEntry.sealed(table, seq: index, values: values) == generic, "\(table.name) \(value)")
+            }
+        }
         entries.append(LedgerEntry.note(seq: 0, at: "2026-12-03T11:44:24.598Z", bench: "b", text: "t\u{1b}"))
         for (seq, entry) in entries.enumerated() {
             let stored = LedgerStorage.encode(entry)

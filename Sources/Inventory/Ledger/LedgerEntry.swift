@@ -15,13 +15,44 @@ enum LedgerEntry {
             ]))
     }
 
-    /// The entry of a sealed row (`values` in the table's column order).
+    /// The entry of a sealed row (`values` in the table's column order):
+    /// the same bytes as `encode` would make of it, written straight (every
+    /// verify and proof makes again each sealed row's entry).
     static func sealed(_ table: LedgerTable, seq: Int, values: [SQLiteValue]) -> [UInt8] {
-        let row = Array(zip(table.columns, values))
-        let at = table.timeColumn.flatMap { column in table.columns.firstIndex(of: column).map { values[$0] } }
-        return encode(
-            seq: seq, at: at ?? .null, event: table.event(op: .insert, changed: Dictionary(row) { a, _ in a }),
-            table: table.name, op: .insert, key: table.keyIndices.map { values[$0] }, row: row)
+        var out: [UInt8] = []
+        out.reserveCapacity(160 + values.count * 24)
+        out.append(contentsOf: #"{"v":1,"seq":"#.utf8)
+        CanonicalJSON.writeInteger(Int64(seq), to: &out)
+        out.append(contentsOf: #","at":"#.utf8)
+        write(table.timeIndex.map { values[$0] } ?? .null, &out)
+        out.append(contentsOf: #","event":"#.utf8)
+        // A sealed table has no `source`: its event is the table's.
+        CanonicalJSON.writeString(table.event(op: .insert, changed: [:]), to: &out)
+        out.append(contentsOf: #","table":"#.utf8)
+        CanonicalJSON.writeString(table.name, to: &out)
+        out.append(contentsOf: #","op":"insert","key":["#.utf8)
+        for (position, index) in table.keyIndices.enumerated() {
+            if position > 0 { out.append(UInt8(ascii: ",")) }
+            write(values[index], &out)
+        }
+        out.append(contentsOf: #"],"row":{"#.utf8)
+        for (index, value) in values.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: table.jsonNames[index])
+            write(value, &out)
+        }
+        out.append(contentsOf: "}}".utf8)
+        return out
+    }
+
+    /// One value, as `json(value)` would be written.
+    static func write(_ value: SQLiteValue, _ out: inout [UInt8]) {
+        switch value {
+        case .null: out.append(contentsOf: "null".utf8)
+        case .integer(let number): CanonicalJSON.writeInteger(number, to: &out)
+        case .text(let text): CanonicalJSON.writeString(text, to: &out)
+        case .real, .blob: CanonicalJSON.write(json(value), to: &out)
+        }
     }
 
     /// A note: where the ledger began, and what came before it.

@@ -1,3 +1,5 @@
+import Ledger
+
 /// The tables the ledger covers: what the inventory says about beacons
 /// (docs/ledger.md, "Entries"). `meta` and `claims` (a run's hold on a
 /// device while it works on it) are not covered: they say nothing about a
@@ -14,8 +16,28 @@ struct LedgerTable: Sendable {
     let sealed: Bool
     /// For a sealed table: the column whose time is the entry's `at`.
     let timeColumn: String?
+    /// Where the key's columns and the time column are among `columns`.
+    let keyIndices: [Int]
+    let timeIndex: Int?
+    /// Each column's name as a JSON string and `:` (`"battery":`), written
+    /// once: every entry of a sealed row spells all of them.
+    let jsonNames: [[UInt8]]
 
-    var keyIndices: [Int] { key.map { name in columns.firstIndex(of: name)! } }
+    init(name: String, key: [String], columns: [String], sealed: Bool, timeColumn: String?) {
+        self.name = name
+        self.key = key
+        self.columns = columns
+        self.sealed = sealed
+        self.timeColumn = timeColumn
+        keyIndices = key.map { name in columns.firstIndex(of: name)! }
+        timeIndex = timeColumn.flatMap { columns.firstIndex(of: $0) }
+        jsonNames = columns.map { column in
+            var bytes: [UInt8] = []
+            CanonicalJSON.writeString(column, to: &bytes)
+            bytes.append(UInt8(ascii: ":"))
+            return bytes
+        }
+    }
 
     /// The columns, as a select list.
     var selectList: String { columns.joined(separator: ", ") }
