@@ -133,11 +133,28 @@ struct LedgerVerifier {
         var explicit = try ExplicitCursor(database)
         while true {
             // The next entry by seq, from the ledger table or a sealed row.
-            var candidates: [(seq: Int64, source: Int)] = []
-            if let seq = explicit.seq { candidates.append((seq, -1)) }
-            for (index, cursor) in cursors.enumerated() { if let seq = cursor.seq { candidates.append((seq, index)) } }
-            guard let lowest = candidates.min(by: { $0.seq < $1.seq }) else { break }
-            let holders = candidates.filter { $0.seq == lowest.seq }
+            // (Without allocating: this runs once per entry.)
+            var lowestSeq = explicit.seq ?? Int64.max
+            var lowestSource = explicit.seq == nil ? Int.min : -1
+            var shared = false
+            for index in cursors.indices {
+                guard let seq = cursors[index].seq else { continue }
+                if seq < lowestSeq || lowestSource == Int.min {
+                    (lowestSeq, lowestSource, shared) = (seq, index, false)
+                } else if seq == lowestSeq {
+                    shared = true
+                }
+            }
+            guard lowestSource != Int.min else { break }
+            let lowest = (seq: lowestSeq, source: lowestSource)
+            var holders = [lowest]
+            if shared {
+                holders =
+                    ([explicit.seq.map { ($0, -1) }]
+                    + cursors.indices.map { index in
+                        cursors[index].seq.map { ($0, index) }
+                    }).compactMap { $0 }.filter { $0.0 == lowestSeq }.map { (seq: $0.0, source: $0.1) }
+            }
             guard lowest.seq >= 0, lowest.seq < Int64(Int32.max) * 1024 else {
                 for holder in holders {
                     find(
@@ -169,7 +186,7 @@ struct LedgerVerifier {
             let (bytes, check, what) = try entry(seq, source, cursors, explicit)
             let leaf = try MerkleTree.leafHash(bytes)
             if let check, check != LedgerHead.check(leaf) {
-                find(seq, "entry \(seq) (\(what)) is not what was recorded: it was changed outside beaconbench")
+                find(seq, "entry \(seq) (\(what())) is not what was recorded: it was changed outside beaconbench")
             }
             try append(leaf, &frontier, &nodes, &nextCheckpoint, checkpoints)
             try advance(holders, &cursors, &explicit)
@@ -239,23 +256,24 @@ struct LedgerVerifier {
     /// An entry's bytes, its stored leaf check and what it is, for messages.
     private mutating func entry(
         _ seq: Int, _ source: Int, _ cursors: [SealedCursor], _ explicit: ExplicitCursor
-    ) throws -> ([UInt8], Int64?, String) {
+    ) throws -> ([UInt8], Int64?, () -> String) {
+        // What the entry is, for a message: made only when one is said.
         if source >= 0 {
             let cursor = cursors[source]
             let table = cursor.table
             result.entries[table.name, default: 0] += 1
-            let what = "\(table.name) \(Self.keyText(table.keyIndices.map { cursor.values[$0] }))"
+            let what = { "\(table.name) \(Self.keyText(table.keyIndices.map { cursor.values[$0] }))" }
             return (LedgerEntry.sealed(table, seq: seq, values: cursor.values), cursor.check, what)
         }
         do {
             let stored = try LedgerStorage.decode(explicit.bytes)
             result.entries[stored.table?.name ?? "", default: 0] += 1
             if let table = stored.table { replay(seq, table, stored) }
-            let what = stored.table.map { "\($0.name) \(Self.keyText(stored.key))" } ?? "a note"
+            let what = { stored.table.map { "\($0.name) \(Self.keyText(stored.key))" } ?? "a note" }
             return (LedgerEntry.encode(seq: seq, stored), explicit.check, what)
         } catch let damage as LedgerDamage {
             find(seq, "entry \(seq) cannot be read (\(damage.description)): it was changed outside beaconbench")
-            return (explicit.bytes, nil, "unreadable")
+            return (explicit.bytes, nil, { "unreadable" })
         }
     }
 
