@@ -231,7 +231,7 @@ struct LedgerInventoryTests {
                 let values = table.columns.indices.map { $0 % 2 == index % 2 ? value : .integer(Int64($0)) }
                 let generic = LedgerEntry.encode(
                     seq: index, at: table.timeIndex.map { values[$0] } ?? .null,
-                    event: table.event(op: .insert, changed: [:]), table: table.name, op: .insert,
+                    event: table.event(op: .insert, changed: []), table: table.name, op: .insert,
                     key: table.keyIndices.map { values[$0] }, row: Array(zip(table.columns, values)))
                 #expect(LedgerEntry.sealed(table, seq: index, values: values) == generic, "\(table.name) \(value)")
             }

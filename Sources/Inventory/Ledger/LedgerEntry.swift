@@ -7,12 +7,33 @@ enum LedgerEntry {
         seq: Int, at: SQLiteValue, event: String, table: String, op: LedgerOp, key: [SQLiteValue],
         row: [(String, SQLiteValue)]
     ) -> [UInt8] {
-        CanonicalJSON.encode(
-            .object([
-                ("v", .integer(1)), ("seq", .integer(Int64(seq))), ("at", json(at)), ("event", .text(event)),
-                ("table", .text(table)), ("op", .text(op.rawValue)), ("key", .array(key.map(json))),
-                ("row", .object(row.map { ($0.0, json($0.1)) })),
-            ]))
+        // Written straight, member by member (CanonicalJSON's rules).
+        var out: [UInt8] = []
+        out.reserveCapacity(160 + row.count * 24)
+        out.append(contentsOf: #"{"v":1,"seq":"#.utf8)
+        CanonicalJSON.writeInteger(Int64(seq), to: &out)
+        out.append(contentsOf: #","at":"#.utf8)
+        write(at, &out)
+        out.append(contentsOf: #","event":"#.utf8)
+        CanonicalJSON.writeString(event, to: &out)
+        out.append(contentsOf: #","table":"#.utf8)
+        CanonicalJSON.writeString(table, to: &out)
+        out.append(contentsOf: #","op":"#.utf8)
+        CanonicalJSON.writeString(op.rawValue, to: &out)
+        out.append(contentsOf: #","key":["#.utf8)
+        for (index, value) in key.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            write(value, &out)
+        }
+        out.append(contentsOf: #"],"row":{"#.utf8)
+        for (index, (name, value)) in row.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            CanonicalJSON.writeString(name, to: &out)
+            out.append(UInt8(ascii: ":"))
+            write(value, &out)
+        }
+        out.append(contentsOf: "}}".utf8)
+        return out
     }
 
     /// The entry of a sealed row (`values` in the table's column order):
@@ -27,7 +48,7 @@ enum LedgerEntry {
         write(table.timeIndex.map { values[$0] } ?? .null, &out)
         out.append(contentsOf: #","event":"#.utf8)
         // A sealed table has no `source`: its event is the table's.
-        CanonicalJSON.writeString(table.event(op: .insert, changed: [:]), to: &out)
+        CanonicalJSON.writeString(table.event(op: .insert, changed: []), to: &out)
         out.append(contentsOf: #","table":"#.utf8)
         CanonicalJSON.writeString(table.name, to: &out)
         out.append(contentsOf: #","op":"insert","key":["#.utf8)

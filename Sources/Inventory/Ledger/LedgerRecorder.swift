@@ -9,7 +9,8 @@ import Ledger
 /// ledger is refused (the commit hook): no write can forget its entry.
 final class LedgerRecorder {
     private struct RowRef: Hashable {
-        let table: String
+        /// The table's index in `LedgerTable.all`.
+        let table: Int
         let rowid: Int64
     }
     private struct Change {
@@ -61,9 +62,12 @@ final class LedgerRecorder {
         _ db: OpaquePointer, _ op: Int32, _ schema: UnsafePointer<CChar>, _ tableName: UnsafePointer<CChar>,
         _ key1: Int64, _ key2: Int64
     ) {
+        // (Every row change of the connection comes here: no allocation
+        // for the tables the ledger does not cover.)
         guard !suspended, strcmp(schema, "main") == 0,
-            let table = LedgerTable.byName[String(cString: tableName)]
+            let index = LedgerTable.cNames.firstIndex(where: { strcmp($0, tableName) == 0 })
         else { return }
+        let table = LedgerTable.all[index]
         func old() -> [SQLiteValue]? {
             guard !table.sealed else { return nil }
             return (0..<Int32(table.columns.count)).map { index in
@@ -73,16 +77,16 @@ final class LedgerRecorder {
             }
         }
         switch op {
-        case SQLITE_INSERT: note(table, key2, nil)
-        case SQLITE_DELETE: note(table, key1, old())
+        case SQLITE_INSERT: note(index, table, key2, nil)
+        case SQLITE_DELETE: note(index, table, key1, old())
         default:
-            note(table, key1, old())
-            if key2 != key1 { note(table, key2, nil) }
+            note(index, table, key1, old())
+            if key2 != key1 { note(index, table, key2, nil) }
         }
     }
 
-    private func note(_ table: LedgerTable, _ rowid: Int64, _ old: @autoclosure () -> [SQLiteValue]?) {
-        let reference = RowRef(table: table.name, rowid: rowid)
+    private func note(_ index: Int, _ table: LedgerTable, _ rowid: Int64, _ old: @autoclosure () -> [SQLiteValue]?) {
+        let reference = RowRef(table: index, rowid: rowid)
         guard !seen.contains(reference) else { return }
         seen.insert(reference)
         pending.append(Change(table: table, rowid: rowid, old: old()))
@@ -132,7 +136,7 @@ final class LedgerRecorder {
                 try seal(table, change.rowid, current, &head, database)
             } else {
                 for (op, key, row) in Self.entries(table, old: change.old, new: current) {
-                    let event = table.event(op: op, changed: Dictionary(row) { a, _ in a })
+                    let event = table.event(op: op, changed: row)
                     try Self.append(
                         LedgerStorage.Stored(table: table, op: op, event: event, at: .text(now), key: key, row: row),
                         to: &head, database)

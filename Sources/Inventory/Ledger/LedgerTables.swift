@@ -1,3 +1,4 @@
+import Foundation
 import Ledger
 
 /// The tables the ledger covers: what the inventory says about beacons
@@ -97,12 +98,16 @@ struct LedgerTable: Sendable {
         runs, devices, identities, assignments, outcomes, readings, trips, events, incidents,
     ]
     static let byName: [String: LedgerTable] = Dictionary(uniqueKeysWithValues: all.map { ($0.name, $0) })
+    /// The names as C strings, in `all`'s order, for the preupdate hook
+    /// (made once, never freed).
+    nonisolated(unsafe) static let cNames: [UnsafeMutablePointer<CChar>] = all.map { strdup($0.name)! }
     static var sealedTables: [LedgerTable] { all.filter(\.sealed) }
 
     /// What happened, for people (docs/ledger.md): decided by the change
     /// alone, so that an entry made again from a sealed row says the same.
-    func event(op: LedgerOp, changed: [String: SQLiteValue]) -> String {
-        if changed["source"]?.text == "server" { return "sync" }
+    func event(op: LedgerOp, changed: [(String, SQLiteValue)]) -> String {
+        func value(_ column: String) -> SQLiteValue? { changed.first { $0.0 == column }?.1 }
+        if value("source")?.text == "server" { return "sync" }
         switch name {
         case "runs": return "run"
         case "outcomes": return "step"
@@ -110,10 +115,12 @@ struct LedgerTable: Sendable {
         case "trips", "events", "incidents": return "pull"
         case "identities": return "identity"
         case "devices":
-            if let forgotten = changed["forgotten_at"], forgotten != .null { return "forget" }
+            if let forgotten = value("forgotten_at"), forgotten != .null { return "forget" }
             return "device"
         case "assignments":
-            if op == .update, Set(changed.keys).isSubset(of: ["converged_at", "converged_run"]) { return "converged" }
+            if op == .update, changed.allSatisfy({ ["converged_at", "converged_run"].contains($0.0) }) {
+                return "converged"
+            }
             return "assignment"
         default: return name
         }

@@ -201,7 +201,7 @@ struct LedgerVerifier {
             } else if head.frontier != frontier {
                 find(nil, "the ledger's head does not match its entries: the head was rewritten")
             } else if let stored = try database.rows("SELECT root FROM ledger_head").first?.first,
-                stored != .blob(try frontier.root().bytes)
+                stored != .blob([]), stored != .blob(try frontier.root().bytes)
             {
                 find(nil, "the ledger's stored root does not match its entries")
             }
