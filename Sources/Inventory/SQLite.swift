@@ -470,16 +470,13 @@ public final class Database {
     /// entries first.
     private func ledgerNeedsATransaction(_ statement: Statement) throws -> Bool {
         guard let ledger, !ledger.suspended else { return false }
-        let verb = statement.sql.drop { $0.isWhitespace }.prefix(8).uppercased()
-        if verb.hasPrefix("COMMIT") || verb.hasPrefix("END") {
+        switch statement.verb {
+        case .commit:
             try ledger.flush(self)
             return false
+        case .control: return false
+        case .other: return sqlite3_get_autocommit(handle) != 0 && statement.writes
         }
-        // Transaction control, and pragmas (they change no row).
-        if ["BEGIN", "ROLLBACK", "SAVEPOINT", "RELEASE", "PRAGMA"].contains(where: { verb.hasPrefix($0) }) {
-            return false
-        }
-        return sqlite3_get_autocommit(handle) != 0 && sqlite3_stmt_readonly(statement.handle) == 0
     }
 
     /// Runs `body` in an IMMEDIATE transaction: commits when it returns,
@@ -513,6 +510,19 @@ public final class Statement {
     let connection: OpaquePointer
     let handle: OpaquePointer
     public let sql: String
+    /// What the statement is to the ledger (`Database.ledgerNeedsATransaction`), found once.
+    enum Verb { case commit, control, other }
+    lazy var verb: Verb = {
+        let word = sql.drop { $0.isWhitespace }.prefix(8).uppercased()
+        if word.hasPrefix("COMMIT") || word.hasPrefix("END") { return .commit }
+        // Transaction control, and pragmas (they change no row).
+        if ["BEGIN", "ROLLBACK", "SAVEPOINT", "RELEASE", "PRAGMA"].contains(where: { word.hasPrefix($0) }) {
+            return .control
+        }
+        return .other
+    }()
+    /// Whether it may write (`sqlite3_stmt_readonly`), found once.
+    lazy var writes: Bool = sqlite3_stmt_readonly(handle) == 0
 
     init(connection: OpaquePointer, handle: OpaquePointer, sql: String) {
         self.connection = connection
