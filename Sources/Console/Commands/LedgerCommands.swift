@@ -11,7 +11,7 @@ public struct LedgerVerifyCommand: ConsoleCommand {
         example: "ledger verify", onlyReadsTheInventory: true, isFamilyDefault: true,
         detail:
             "Exit 0 when all holds; 2 naming the first entry or row that disagrees (an edit, deletion, reordering or insertion made outside beaconbench).",
-        emits: [.ledger]
+        emits: [.ledger, .ledgerBench]
     ).documented(in: "ledger.md")
     public init(_ arguments: inout ParsedArguments) {}
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
@@ -21,8 +21,8 @@ public struct LedgerVerifyCommand: ConsoleCommand {
 
 extension Session {
     func verifyLedger() async throws(ConsoleFailure) {
-        if invocation.inventoryIsServer {
-            throw ConsoleFailure(.badInput, "ledger verify reads a bench's own inventory (a server's: not yet)")
+        if invocation.inventoryIsServer, let url = invocation.inventoryPath {
+            return try await verifyServerLedgers(url: url)
         }
         let inventory = try inventory()
         let verification: LedgerVerification
