@@ -164,7 +164,7 @@ public enum ServerLedger {
             FOR EACH STATEMENT EXECUTE FUNCTION beaconbench_ledger_append();
         DROP TRIGGER IF EXISTS no_change ON bench_ledgers;
         CREATE TRIGGER no_change BEFORE UPDATE OR DELETE ON bench_ledgers
-            FOR EACH ROW EXECUTE FUNCTION beaconbench_ledger_refuse();
+            FOR EACH STATEMENT EXECUTE FUNCTION beaconbench_ledger_refuse();
         DROP TRIGGER IF EXISTS no_truncate ON bench_ledgers;
         CREATE TRIGGER no_truncate BEFORE TRUNCATE ON bench_ledgers
             FOR EACH STATEMENT EXECUTE FUNCTION beaconbench_ledger_refuse();
@@ -173,7 +173,7 @@ public enum ServerLedger {
             FOR EACH ROW EXECUTE FUNCTION beaconbench_ledger_head_guard();
         DROP TRIGGER IF EXISTS no_change ON bench_ledger_heads;
         CREATE TRIGGER no_change BEFORE DELETE ON bench_ledger_heads
-            FOR EACH ROW EXECUTE FUNCTION beaconbench_ledger_refuse();
+            FOR EACH STATEMENT EXECUTE FUNCTION beaconbench_ledger_refuse();
         DROP TRIGGER IF EXISTS no_truncate ON bench_ledger_heads;
         CREATE TRIGGER no_truncate BEFORE TRUNCATE ON bench_ledger_heads
             FOR EACH STATEMENT EXECUTE FUNCTION beaconbench_ledger_refuse();
@@ -182,13 +182,13 @@ public enum ServerLedger {
             FOR EACH ROW EXECUTE FUNCTION beaconbench_checkpoint_check();
         DROP TRIGGER IF EXISTS no_change ON bench_checkpoints;
         CREATE TRIGGER no_change BEFORE UPDATE OR DELETE ON bench_checkpoints
-            FOR EACH ROW EXECUTE FUNCTION beaconbench_ledger_refuse();
+            FOR EACH STATEMENT EXECUTE FUNCTION beaconbench_ledger_refuse();
         DROP TRIGGER IF EXISTS no_truncate ON bench_checkpoints;
         CREATE TRIGGER no_truncate BEFORE TRUNCATE ON bench_checkpoints
             FOR EACH STATEMENT EXECUTE FUNCTION beaconbench_ledger_refuse();
         DROP TRIGGER IF EXISTS no_change ON ledger_rewrites;
         CREATE TRIGGER no_change BEFORE UPDATE OR DELETE ON ledger_rewrites
-            FOR EACH ROW EXECUTE FUNCTION beaconbench_ledger_refuse();
+            FOR EACH STATEMENT EXECUTE FUNCTION beaconbench_ledger_refuse();
         DROP TRIGGER IF EXISTS no_truncate ON ledger_rewrites;
         CREATE TRIGGER no_truncate BEFORE TRUNCATE ON ledger_rewrites
             FOR EACH STATEMENT EXECUTE FUNCTION beaconbench_ledger_refuse();

@@ -42,8 +42,8 @@ extension ServerLedger {
     static func rewrites(_ server: PostgresConnection, bench: String? = nil) throws(SyncError) -> [LedgerRewrite] {
         try server.exec(
             """
-            SELECT bench_id, at_entry::text, found_at, server_size::text, bench_size::text, detail FROM ledger_rewrites
-            WHERE $1::text IS NULL OR bench_id = $1 ORDER BY found_at, bench_id, at_entry
+            SELECT r.bench_id, r.at_entry::text, r.found_at, r.server_size::text, r.bench_size::text, r.detail
+            FROM ledger_rewrites r WHERE $1::text IS NULL OR r.bench_id = $1 ORDER BY r.found_at, r.bench_id, r.at_entry
             """, [bench]
         ).map { row in
             let cell = { (index: Int) in index < row.count ? row[index] ?? "" : "" }
@@ -84,7 +84,7 @@ extension ServerLedger {
             [bench]
         ).first
         let checkpoints = try server.exec(
-            "SELECT size::text, encode(root, 'hex'), note FROM bench_checkpoints WHERE bench_id = $1 ORDER BY size",
+            "SELECT c.size::text, encode(c.root, 'hex'), c.note FROM bench_checkpoints c WHERE c.bench_id = $1 ORDER BY c.size",
             [bench])
         result.checkpoints = checkpoints.count
         var pending: [(size: Int, root: Digest?, note: String)] = checkpoints.map { row in
@@ -126,8 +126,8 @@ extension ServerLedger {
         reading: while true {
             let rows = try server.exec(
                 """
-                SELECT seq::text, encode(entry, 'hex'), encode(leaf, 'hex') FROM bench_ledgers
-                WHERE bench_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3
+                SELECT l.seq::text, encode(l.entry, 'hex'), encode(l.leaf, 'hex') FROM bench_ledgers l
+                WHERE l.bench_id = $1 AND l.seq >= $2 ORDER BY l.seq LIMIT $3
                 """, [bench, String(next), String(chunkSize)])
             for row in rows {
                 guard let seq = (row.first ?? nil).flatMap({ Int($0) }), seq == next else {

@@ -185,6 +185,9 @@ struct SyncLedgerTests {
                         (benches[id]?["rewrites"] as? [[String: Any]])?.first?["at_entry"] as? Int == k, "\(ledger.stdout)")
                     #expect(benches[secondID]?["ok"] as? Bool == true, "\(ledger.stdout)")
                     #expect(benches[secondID]?["size"] as? Int == sizes[1])
+                    print(
+                        "SyncLedgerTests: ledgers of \(sizes) entries pushed; the copy diverged at entry \(k); the server held \(m); refused: \(rewrites.first?["detail"] ?? "")"
+                    )
                     let peopleLedger = try await office(["ledger", "verify"])
                     #expect(peopleLedger.status == 2)
                     #expect(
@@ -248,6 +251,7 @@ struct SyncLedgerTests {
                     == [["10000", prefixRoot.hex]])
             await #expect(try server.count("SELECT count(*) FROM devices WHERE bench_id = '\(id)'") == 0)
 
+            print("SyncLedgerTests: stopped at 10000 of \(head.size) entries; \(scene.stderr.suffix(400))")
             await onThreadOfItsOwn { lock.release() }
             await #expect(try scene.sync(bench).waitForExit().status >> 8 == 0, "\(scene.stderr)")
             #expect(try await Self.ledgerDifferences(bench.inventory, server).isEmpty)
