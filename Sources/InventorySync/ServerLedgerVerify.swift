@@ -49,7 +49,8 @@ extension ServerLedger {
             let cell = { (index: Int) in index < row.count ? row[index] ?? "" : "" }
             return LedgerRewrite(
                 bench: StoredText.shown(cell(0)), atEntry: Int(cell(1)) ?? -1, foundAt: StoredText.shown(cell(2)),
-                serverSize: Int(cell(3)) ?? -1, benchSize: Int(cell(4)) ?? -1, detail: StoredText.shown(cell(5)))
+                serverSize: Int(cell(3)) ?? -1, benchSize: Int(cell(4)) ?? -1,
+                detail: StoredText.shown(cell(5), limit: 400))
         }
     }
 
@@ -176,11 +177,11 @@ extension ServerLedger {
 }
 
 /// Text read from the server, made safe to show: control and invisible
-/// characters escaped, at most 200 characters.
+/// characters escaped, at most `limit` characters.
 enum StoredText {
-    static func shown(_ text: String) -> String {
+    static func shown(_ text: String, limit: Int = 200) -> String {
         var out = ""
-        for scalar in text.unicodeScalars.prefix(200) {
+        for scalar in text.unicodeScalars.prefix(limit) {
             if scalar.value < 0x20 || (0x7f...0x9f).contains(scalar.value) || scalar.properties.isDefaultIgnorableCodePoint
             {
                 out += "\\u{\(String(scalar.value, radix: 16))}"
@@ -188,6 +189,6 @@ enum StoredText {
                 out.unicodeScalars.append(scalar)
             }
         }
-        return text.unicodeScalars.count > 200 ? out + "…" : out
+        return text.unicodeScalars.count > limit ? out + "…" : out
     }
 }

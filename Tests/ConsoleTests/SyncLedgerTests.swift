@@ -301,6 +301,50 @@ struct SyncLedgerTests {
     }
 }
 
+extension SyncLedgerTests {
+    /// The ledger's part of a sync of a large bench, measured: a ledger of
+    /// about 100,000 entries checked against the server and pushed
+    /// (`ServerLedger.check` and `push`, in process), then the server's
+    /// `ledger verify` of it; the server holds it exactly.
+    @Test func aLargeLedgerIsPushedAndVerifiedMeasured() async throws {
+        try await withSyncScene("sync-ledger-large") { scene in
+            let bench = try await LargeInventory(
+                path: scene.directory + "/inventory.sqlite", devices: 1_000, outcomes: 100_000)
+            let id = try await bench.inventory.benchID()
+            let size = try await bench.inventory.ledgerTreeHead().size
+            try await scene.makeSchema()
+            let url = scene.server.url
+            let inventory = bench.inventory
+            let clock = ContinuousClock()
+            let server = try PostgresConnection(url)
+            var pushed = ServerLedger.Pushed()
+            let pushing = try await clock.measure {
+                let plan = try await ServerLedger.check(inventory, server, bench: id, chunkSize: 5_000)
+                pushed = try await ServerLedger.push(
+                    inventory, server, bench: id, plan: plan, chunkSize: 5_000, total: InventorySync.SentRows(),
+                    progress: { _, _ in })
+            }
+            #expect(pushed.entries == size && pushed.size == size)
+            var again = ServerLedger.Pushed()
+            let resync = try await clock.measure {
+                let plan = try await ServerLedger.check(inventory, server, bench: id, chunkSize: 5_000)
+                again = try await ServerLedger.push(
+                    inventory, server, bench: id, plan: plan, chunkSize: 5_000, total: InventorySync.SentRows(),
+                    progress: { _, _ in })
+            }
+            #expect(again.entries == 0 && again.size == size)
+            var verified: [BenchLedgerVerification] = []
+            let verifying = try await clock.measure { verified = try ServerLedger.verify(url: url) }
+            let mine = verified.first { $0.bench == id }
+            #expect(mine?.ok == true && mine?.size == size, "\(String(describing: mine))")
+            #expect(try await Self.ledgerDifferences(inventory, scene.server).isEmpty)
+            print(
+                "SyncLedgerTests: \(size) entries: checked and pushed in \(pushing), checked again (nothing to send) in \(resync); the server's ledger verify took \(verifying)"
+            )
+        }
+    }
+}
+
 /// A connection holding `table` locked in `mode` (in an open transaction)
 /// until `release()`.
 final class TableLock: @unchecked Sendable {

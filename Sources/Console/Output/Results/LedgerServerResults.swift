@@ -59,7 +59,7 @@ struct BenchLedgerLine: ResultValue {
                 ))
         }
         for rewrite in v.rewrites {
-            lines.append(.result("bench \(v.bench): \(rewrite.finding) (refused \(rewrite.foundAt): \(rewrite.detail))"))
+            lines.append(.result("\(rewrite.finding) (refused \(rewrite.foundAt): \(rewrite.detail))"))
         }
         return lines
     }
