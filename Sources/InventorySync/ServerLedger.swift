@@ -442,8 +442,7 @@ public enum ServerLedger {
         return pushed
     }
 
-    static func insert(_ checkpoint: StoredCheckpoint, bench: String, _ server: PostgresConnection) throws(SyncError)
-    {
+    static func insert(_ checkpoint: StoredCheckpoint, bench: String, _ server: PostgresConnection) throws(SyncError) {
         try server.exec(
             "INSERT INTO bench_checkpoints (bench_id, size, root, note, made_at) VALUES ($1, $2, decode($3, 'hex'), $4, $5)",
             [bench, String(checkpoint.size), checkpoint.root.hex, checkpoint.note, checkpoint.madeAt])

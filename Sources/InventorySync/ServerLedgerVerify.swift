@@ -90,7 +90,8 @@ extension ServerLedger {
         result.checkpoints = checkpoints.count
         var pending: [(size: Int, root: Digest?, note: String)] = checkpoints.map { row in
             (
-                (row.first ?? nil).flatMap { Int($0) } ?? -1, (row.count > 1 ? row[1] : nil).flatMap { Digest(hex: $0) },
+                (row.first ?? nil).flatMap { Int($0) } ?? -1,
+                (row.count > 1 ? row[1] : nil).flatMap { Digest(hex: $0) },
                 (row.count > 2 ? row[2] : nil) ?? ""
             )
         }
@@ -182,7 +183,8 @@ enum StoredText {
     static func shown(_ text: String, limit: Int = 200) -> String {
         var out = ""
         for scalar in text.unicodeScalars.prefix(limit) {
-            if scalar.value < 0x20 || (0x7f...0x9f).contains(scalar.value) || scalar.properties.isDefaultIgnorableCodePoint
+            if scalar.value < 0x20 || (0x7f...0x9f).contains(scalar.value)
+                || scalar.properties.isDefaultIgnorableCodePoint
             {
                 out += "\\u{\(String(scalar.value, radix: 16))}"
             } else {

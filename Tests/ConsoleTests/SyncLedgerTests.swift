@@ -27,7 +27,9 @@ struct SyncLedgerTests {
             differences.append("\(local.count) entries here, \(remote.count) on the server")
         }
         for (index, row) in remote.enumerated() {
-            if row.first != String(index) { differences.append("the server's entry \(index) has seq \(row.first ?? "")") }
+            if row.first != String(index) {
+                differences.append("the server's entry \(index) has seq \(row.first ?? "")")
+            }
             if index < local.count, row.count > 1, row[1] != Hex.encode(local[index]) {
                 differences.append("entry \(index) differs")
             }
@@ -136,7 +138,9 @@ struct SyncLedgerTests {
 
                     // Put in place of the bench's inventory, its sync is refused whole.
                     let before = try await Self.snapshot(server)
-                    for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: first.inventoryPath + suffix) }
+                    for suffix in ["", "-wal", "-shm"] {
+                        try? FileManager.default.removeItem(atPath: first.inventoryPath + suffix)
+                    }
                     try FileManager.default.moveItem(atPath: copy, toPath: first.inventoryPath)
                     for attempt in 1...2 {
                         let refused = try await first.beaconbench(["sync", "--to", server.url])
@@ -179,10 +183,12 @@ struct SyncLedgerTests {
                         ConsoleFixture.jsonLines(ledger.stdout, kind: "ledger_bench").map {
                             ($0["bench"] as? String ?? "", $0)
                         }, uniquingKeysWith: { a, _ in a })
-                    #expect(benches[id]?["ok"] as? Bool == false && benches[id]?["problem"] is NSNull, "\(ledger.stdout)")
+                    #expect(
+                        benches[id]?["ok"] as? Bool == false && benches[id]?["problem"] is NSNull, "\(ledger.stdout)")
                     #expect(benches[id]?["size"] as? Int == m)
                     #expect(
-                        (benches[id]?["rewrites"] as? [[String: Any]])?.first?["at_entry"] as? Int == k, "\(ledger.stdout)")
+                        (benches[id]?["rewrites"] as? [[String: Any]])?.first?["at_entry"] as? Int == k,
+                        "\(ledger.stdout)")
                     #expect(benches[secondID]?["ok"] as? Bool == true, "\(ledger.stdout)")
                     #expect(benches[secondID]?["size"] as? Int == sizes[1])
                     print(
@@ -193,7 +199,9 @@ struct SyncLedgerTests {
                     #expect(
                         peopleLedger.stdout.contains("bench \(id)'s ledger was rewritten at entry \(k)"),
                         "\(peopleLedger.stdout)")
-                    #expect(peopleLedger.stdout.contains("bench \(secondID): ledger on the server ok"), "\(peopleLedger.stdout)")
+                    #expect(
+                        peopleLedger.stdout.contains("bench \(secondID): ledger on the server ok"),
+                        "\(peopleLedger.stdout)")
                 }
             }
         }
@@ -237,7 +245,9 @@ struct SyncLedgerTests {
             sync.send(SIGTERM)
             let exit = await sync.waitForExit().status
             #expect(exit >> 8 == 143, "exit \(exit >> 8): \(scene.stderr)")
-            #expect(scene.stderr.contains("devices 0,") && scene.stderr.contains("ledger 10000, checkpoints 0"), "\(scene.stderr)")
+            #expect(
+                scene.stderr.contains("devices 0,") && scene.stderr.contains("ledger 10000, checkpoints 0"),
+                "\(scene.stderr)")
             let line = try #require(ConsoleFixture.jsonLines(scene.stdout, kind: "sync").first, "\(scene.stdout)")
             #expect((line["sent"] as? [String: Int])?["ledger"] == 10_000, "\(line)")
             #expect(try Self.shapeProblems(scene.stdout).isEmpty, "\(scene.stdout)")
@@ -262,7 +272,9 @@ struct SyncLedgerTests {
             #expect(rows.isEmpty, "\(rows.prefix(5))")
             let verified = try scene.beaconbench(["--inventory", server.url, "--json", "ledger", "verify"])
             await #expect(verified.waitForExit().status >> 8 == 0, "\(scene.stdout) \(scene.stderr)")
-            let mine = ConsoleFixture.jsonLines(scene.stdout, kind: "ledger_bench").first { $0["bench"] as? String == id }
+            let mine = ConsoleFixture.jsonLines(scene.stdout, kind: "ledger_bench").first {
+                $0["bench"] as? String == id
+            }
             #expect(mine?["size"] as? Int == head.size && mine?["checkpoints"] as? Int == 1, "\(scene.stdout)")
             #expect(mine?["root"] as? String == head.root.hex)
 

@@ -233,7 +233,8 @@ extension Session {
         if report.checkpointsNotSent > 0 {
             terminal.warning(
                 "sync: \(report.checkpointsNotSent) checkpoint\(report.checkpointsNotSent == 1 ? "" : "s") of this bench not sent:"
-                    + " older than the ledger the server already held, which takes a checkpoint only with the entries it signs")
+                    + " older than the ledger the server already held, which takes a checkpoint only with the entries it signs"
+            )
         }
         for conflict in exchange.conflicts { terminal.warning("sync: assignment conflict: \(conflict)") }
         for row in refused {
