@@ -88,7 +88,7 @@ let package = Package(
             name: "Console",
             dependencies: [
                 "Workbench", "Inventory", "InventorySync", "Profiles", "SBeaconProtocol", "SafeText", "LocalBus",
-                "FleetReport", "CReadline",
+                "FleetReport", "CReadline", "Ledger",
             ]),
         .target(name: "BeaconSimulator", dependencies: ["DBusBinding", "SBeaconProtocol", "SafeText"]),
         // A private dbus-daemon and the simulator as child processes, for

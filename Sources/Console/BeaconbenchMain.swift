@@ -1,4 +1,5 @@
 import Foundation
+import Ledger
 import Profiles
 import SafeText
 
@@ -66,7 +67,7 @@ public enum BeaconbenchMain {
             guard let text = utf8Text(data, file: file, terminal: terminal) else { return ExitStatus.badInput.rawValue }
             return await runText(
                 text, file: file, overrides: overrides, dryRun: dryRun, invocation: invocation, terminal: terminal,
-                profiles: profiles, label: "run \(file)", digest: SHA256.hex(data), interrupts: interrupts)
+                profiles: profiles, label: "run \(file)", digest: (try? Digest.sha256(data))?.hex, interrupts: interrupts)
         case .oneShot(let words):
             let line = words.map(Self.quoted).joined(separator: " ")
             return await runText(
@@ -94,7 +95,7 @@ public enum BeaconbenchMain {
             }
             return await runText(
                 text, file: "<stdin>", overrides: [:], dryRun: false, invocation: invocation, terminal: terminal,
-                profiles: profiles, label: "stdin", digest: SHA256.hex(data), interrupts: interrupts)
+                profiles: profiles, label: "stdin", digest: (try? Digest.sha256(data))?.hex, interrupts: interrupts)
         }
     }
 

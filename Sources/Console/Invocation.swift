@@ -43,6 +43,8 @@ public struct Invocation: Sendable, Equatable {
     public var json = false
     /// `--dry-run`: nothing is written to a beacon; what would change is shown.
     public var dryRun = false
+    /// `--checkpoint`: a signed checkpoint of the ledger when the run ends.
+    public var checkpoint = false
     public var color = true
     public var verbose = false
     public var simulation: Simulation?
@@ -80,6 +82,8 @@ public struct Invocation: Sendable, Equatable {
           --json                        machine-readable output: one JSON object per line (docs/json.md)
                                         [BEACONBENCH_JSON=1]
           --dry-run                     write nothing to a beacon: show what would change
+          --checkpoint                  sign a checkpoint of the ledger when the run ends (ledger checkpoint;
+                                        the key and name from BEACONBENCH_LEDGER_KEY, BEACONBENCH_LEDGER_SIGNER)
           --no-color                    no colour (also when NO_COLOR is set or output is not a terminal)
           -v, --verbose                 every step of every device, not just each device's end
                                         [BEACONBENCH_VERBOSE=1]
@@ -152,6 +156,7 @@ public struct Invocation: Sendable, Equatable {
             case "--no-adapter-reset": invocation.adapterResets = false
             case "--json": invocation.json = true
             case "--dry-run": invocation.dryRun = true
+            case "--checkpoint": invocation.checkpoint = true
             case "--no-color", "--no-colour": invocation.color = false
             case "-v", "--verbose": invocation.verbose = true
             case "--sim":

@@ -259,6 +259,15 @@ public actor Session {
         bench = nil
         await simulator?.stop()
         simulator = nil
+        // `--checkpoint`: the ledger signed as the run left it.
+        if invocation.checkpoint, !interrupted, !invocation.inventoryIsServer {
+            do {
+                try await checkpointLedger(key: nil, signer: nil, out: nil)
+            } catch {
+                terminal.error("--checkpoint: \(error.message)")
+                note(error.status)
+            }
+        }
     }
 
     // MARK: Running commands

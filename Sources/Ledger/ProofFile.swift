@@ -259,6 +259,16 @@ public struct ProofReport: Sendable, Equatable {
         public let key: String
         /// The entry's bytes.
         public let bytes: [UInt8]
+
+        public init(index: Int, at: String?, event: String, table: String, op: String, key: String, bytes: [UInt8]) {
+            self.index = index
+            self.at = at
+            self.event = event
+            self.table = table
+            self.op = op
+            self.key = key
+            self.bytes = bytes
+        }
     }
 
     public let device: String
@@ -267,4 +277,12 @@ public struct ProofReport: Sendable, Equatable {
     /// The key name whose signature verified.
     public let signer: String
     public let entries: [Entry]
+
+    public init(device: String, at: String?, checkpoint: Checkpoint, signer: String, entries: [Entry]) {
+        self.device = device
+        self.at = at
+        self.checkpoint = checkpoint
+        self.signer = signer
+        self.entries = entries
+    }
 }

@@ -125,6 +125,9 @@ struct JSONShapeTests {
         "ledger_rewrite": "SyncLedgerTests, against PostgreSQL",
         "note": "a warning (a retry, a device gone): RecoveryTests",
         "recovery": "RecoveryTests and StationTests, under fault plans",
+        "checkpoint": "LedgerCommandTests, with an SSH key made for it",
+        "proof": "LedgerCommandTests, with an SSH key made for it",
+        "proof_check": "LedgerCommandTests, on a proof file it made",
     ]
 
     /// Every command's spec example (`jsonExample` where `example` cannot

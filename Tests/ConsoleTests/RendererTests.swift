@@ -1,6 +1,7 @@
 import Foundation
 import Inventory
 import InventorySync
+import Ledger
 import Profiles
 import SBeaconProtocol
 import Synchronization
@@ -103,6 +104,14 @@ struct RendererTests {
             error: nil, startedAt: "2025-12-02T06:06:18.123Z", durationMilliseconds: 412)
     }
 
+    static func ledgerVerification(findings: [LedgerFinding]) -> LedgerVerification {
+        var verification = LedgerVerification()
+        verification.size = 1778
+        verification.root = String(repeating: "ab", count: 32)
+        verification.findings = findings
+        return verification
+    }
+
     /// A sample of every result type, each as the documents commands hand
     /// the renderer.
     static var samples: [any ResultDocument] {
@@ -145,6 +154,29 @@ struct RendererTests {
             DeviceDetail(record, outcomes: [outcome]),
             ValuesOnly([DeviceExportRow(columns: ["address", "battery"], row: [.text(first), .integer(88)])]),
             ForgottenDevice(device: second),
+            LedgerVerifyResult(verification: ledgerVerification(findings: [])),
+            LedgerVerifyResult(
+                verification: ledgerVerification(findings: [
+                    LedgerFinding(seq: 57, message: "entry 57 (outcomes 12) is not what was recorded")
+                ]), since: nil),
+            CheckpointResult(
+                size: 1778, root: String(repeating: "ab", count: 32), origin: "beaconbench.local/bench/x",
+                signer: ["ana@depot"], new: true, out: "checkpoint.txt", note: "beaconbench.local/bench/x\n1778\n…"),
+            ProofWritten(
+                device: first, entries: 20, size: 1778, signers: ["ana@depot"], out: "a.proof", bytes: 23610),
+            ProofCheckResult(file: "a.proof", report: nil, failure: "entry 29: its inclusion proof does not verify"),
+            ProofCheckResult(
+                file: "a.proof",
+                report: ProofReport(
+                    device: first, at: nil,
+                    checkpoint: try! Checkpoint(
+                        origin: "beaconbench.local/bench/x", size: 1778, root: Digest(bytes: Array(repeating: 1, count: 32))!),
+                    signer: "ana@depot",
+                    entries: [
+                        .init(
+                            index: 29, at: "2026-12-03T11:57:31.374Z", event: "device", table: "devices", op: "insert",
+                            key: "[\"\(first)\"]", bytes: [])
+                    ]), failure: nil),
             PulledRecordRow.table([.trip(trip), .event(event), .incident(incident)]),
             Table(rows: [ProfileRow(profile: car)]),
             ProfileDetail(profile: car),

@@ -16,6 +16,7 @@ public enum CommandTable {
         // The inventory (InventoryCommands.swift)
         InventoryListCommand.self, InventoryShowCommand.self, InventoryExportCommand.self,
         InventoryForgetCommand.self, LogCommand.self, SyncCommand.self, LedgerVerifyCommand.self,
+        LedgerCheckpointCommand.self, LedgerProveCommand.self, LedgerCheckCommand.self,
         // The fleet report (ReportCommand.swift)
         ReportCommand.self,
         // Desired state and the install bench (DesiredStateCommands.swift, StationCommands.swift)

@@ -1,31 +1,148 @@
 import Foundation
 import Inventory
 import Ledger
+import SafeText
 
-/// `ledger verify`: the ledger recomputed and the tables checked against it.
+// The ledger (docs/ledger.md): verify it, sign a checkpoint of it, prove a
+// device's entries, check a proof file.
+
+/// `ledger verify [--since CHECKPOINT [--signers FILE]]`.
 public struct LedgerVerifyCommand: ConsoleCommand {
-    public init() {}
+    public var since: String?
+    public var signers: String?
+    public init(since: String? = nil, signers: String? = nil) {
+        self.since = since
+        self.signers = signers
+    }
     public static let spec = CommandSpec(
         name: "ledger verify",
         summary: "recompute the ledger's tree and check the inventory's tables are exactly what its entries say",
-        example: "ledger verify", onlyReadsTheInventory: true, isFamilyDefault: true,
+        example: "ledger verify --since checkpoint.txt --signers allowed_signers",
+        options: [
+            .value(
+                "--since", "CHECKPOINT", .text,
+                "also prove the ledger only grew since this checkpoint file (a consistency proof)"),
+            .value("--signers", "FILE", .text, "an allowed_signers file: the checkpoint's signature must verify"),
+        ], onlyReadsTheInventory: true, isFamilyDefault: true,
         detail:
             "Exit 0 when all holds; 2 naming the first entry or row that disagrees (an edit, deletion, reordering or insertion made outside beaconbench).",
         emits: [.ledger, .ledgerBench]
-    ).documented(in: "ledger.md")
-    public init(_ arguments: inout ParsedArguments) {}
+    ).shapeChecked(by: "ledger verify").documented(in: "ledger.md")
+    public init(_ arguments: inout ParsedArguments) throws(BatchError) {
+        since = arguments.text("--since")
+        signers = arguments.text("--signers")
+        if signers != nil, since == nil {
+            throw arguments.fail(at: 0, "ledger verify: --signers checks the --since checkpoint: give both")
+        }
+    }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
-        try await session.verifyLedger()
+        try await session.verifyLedger(since: since, signers: signers)
+    }
+}
+
+/// `ledger checkpoint [--key PATH] [--signer NAME] [--out FILE]`.
+public struct LedgerCheckpointCommand: ConsoleCommand {
+    public var key: String?
+    public var signer: String?
+    public var out: String?
+    public init(key: String? = nil, signer: String? = nil, out: String? = nil) {
+        self.key = key
+        self.signer = signer
+        self.out = out
+    }
+    public static let spec = CommandSpec(
+        name: "ledger checkpoint",
+        summary: "sign the ledger's size and root with your SSH key (a checkpoint), after verifying it",
+        example: "ledger checkpoint --key ~/.ssh/id_ed25519 --signer ana@depot --out checkpoint.txt",
+        options: [
+            .value("--key", "PATH", .text, "the SSH private key (default $BEACONBENCH_LEDGER_KEY, else ~/.ssh/id_ed25519)"),
+            .value("--signer", "NAME", .text, "your name in allowed_signers files (default $BEACONBENCH_LEDGER_SIGNER, else user@host)"),
+            .value("--out", "FILE", .text, "also write the signed checkpoint to FILE"),
+        ],
+        detail:
+            "The checkpoint (C2SP signed note, signed with ssh-keygen -Y sign, namespace beaconbench-ledger) is kept in the inventory; anyone checks it with stock OpenSSH (docs/ledger.md).",
+        emits: [.checkpoint]
+    ).shapeNotChecked(because: "needs an SSH key: LedgerCommandTests checks its `checkpoint` line").documented(
+        in: "ledger.md")
+    public init(_ arguments: inout ParsedArguments) {
+        key = arguments.text("--key")
+        signer = arguments.text("--signer")
+        out = arguments.text("--out")
+    }
+    public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
+        try await session.checkpointLedger(key: key, signer: signer, out: out)
+    }
+}
+
+/// `ledger prove DEVICE [--at TIME] --out FILE`.
+public struct LedgerProveCommand: ConsoleCommand {
+    public var device: String
+    public var at: Date?
+    public var out: String
+    public var key: String?
+    public var signer: String?
+    public static let spec = CommandSpec(
+        name: "ledger prove",
+        summary: "write a self-contained proof of a device's ledger entries, checkable without the inventory",
+        example: "ledger prove a3b5c7d9 --out a3b5c7d9.proof", operands: [.required("DEVICE", .device)],
+        options: [
+            .value("--out", "FILE", .text, "the proof file", required: true),
+            .value("--at", "TIME", .time, "only the entries made at or before TIME"),
+            .value("--key", "PATH", .text, "the SSH key to sign a new checkpoint with (as ledger checkpoint)"),
+            .value("--signer", "NAME", .text, "your name in allowed_signers files (as ledger checkpoint)"),
+        ],
+        detail:
+            "The file holds the device's entries, each with its inclusion proof, and a signed checkpoint: a new one when a key is at hand, else the newest kept. `ledger check FILE --signers allowed_signers` checks it anywhere.",
+        emits: [.proof]
+    ).shapeNotChecked(because: "needs an SSH key: LedgerCommandTests checks its `proof` line").documented(
+        in: "ledger.md")
+    public init(_ arguments: inout ParsedArguments) throws(BatchError) {
+        device = arguments.operand(0) ?? ""
+        at = arguments.time("--at")
+        key = arguments.text("--key")
+        signer = arguments.text("--signer")
+        guard let out = arguments.text("--out"), !out.isEmpty else {
+            throw arguments.fail(at: 0, "ledger prove needs --out FILE (usage: \(Self.spec.synopsis))")
+        }
+        self.out = out
+    }
+    public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
+        try await session.proveLedger(self)
+    }
+}
+
+/// `ledger check FILE --signers FILE`: a proof file checked, no inventory needed.
+public struct LedgerCheckCommand: ConsoleCommand {
+    public var file: String
+    public var signers: String
+    public static let spec = CommandSpec(
+        name: "ledger check",
+        summary: "check a proof file (ledger prove) against an allowed_signers file, without any inventory",
+        example: "ledger check a3b5c7d9.proof --signers allowed_signers", operands: [.required("FILE", .text)],
+        options: [.value("--signers", "FILE", .text, "the allowed_signers file (ssh-keygen's format)", required: true)],
+        detail: "Exit 0 when the file holds; 2 naming the first thing that fails (docs/ledger.md, \"Checking a proof file\").",
+        emits: [.proofCheck]
+    ).shapeNotChecked(because: "needs a proof file: LedgerCommandTests checks its `proof_check` line").documented(
+        in: "ledger.md")
+    public init(_ arguments: inout ParsedArguments) throws(BatchError) {
+        file = arguments.operand(0) ?? ""
+        guard let signers = arguments.text("--signers"), !signers.isEmpty else {
+            throw arguments.fail(at: 0, "ledger check needs --signers FILE (usage: \(Self.spec.synopsis))")
+        }
+        self.signers = signers
+    }
+    public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
+        await session.checkProof(file: file, signers: signers)
     }
 }
 
 extension Session {
-    func verifyLedger() async throws(ConsoleFailure) {
-        if invocation.inventoryIsServer, let url = invocation.inventoryPath {
-            return try await verifyServerLedgers(url: url)
+    /// The bench's own inventory, with a ledger (an older one's has none yet).
+    private func ledgerInventory(_ command: String) async throws(ConsoleFailure) -> Inventory {
+        if invocation.inventoryIsServer {
+            throw ConsoleFailure(.badInput, "\(command) works on a bench's own inventory, not a server's")
         }
         let inventory = try inventory()
-        let verification: LedgerVerification
         do {
             guard try await inventory.hasLedger() else {
                 throw ConsoleFailure(
@@ -33,13 +150,249 @@ extension Session {
                     "\(inventory.path) has no ledger yet (an older beaconbench's inventory): any command that writes to it starts one"
                 )
             }
+        } catch let failure as ConsoleFailure {
+            throw failure
+        } catch {
+            throw ConsoleFailure(.infrastructure, "\(command): \(error)")
+        }
+        return inventory
+    }
+
+    func verifyLedger(since: String?, signers: String?) async throws(ConsoleFailure) {
+        if invocation.inventoryIsServer, let url = invocation.inventoryPath, since == nil {
+            return try await verifyServerLedgers(url: url)
+        }
+        let inventory = try await ledgerInventory("ledger verify")
+        var verification: LedgerVerification
+        var grown: (size: Int, signer: String?)?
+        do {
             verification = try await inventory.verifyLedger()
+            if let since {
+                grown = try await Self.extends(
+                    inventory, verification: &verification, checkpointFile: since, signers: signers)
+            }
         } catch let failure as ConsoleFailure {
             throw failure
         } catch {
             throw ConsoleFailure(.infrastructure, "ledger verify: \(error)")
         }
-        output.render(LedgerVerifyResult(verification: verification))
+        output.render(LedgerVerifyResult(verification: verification, since: grown))
         if !verification.ok { note(.devicesFailed) }
+    }
+
+    /// `--since`: the checkpoint read (its signature checked when `signers`
+    /// is given) and the ledger proved to extend it; a failure is a finding.
+    private static func extends(
+        _ inventory: Inventory, verification: inout LedgerVerification, checkpointFile: String, signers: String?
+    ) async throws -> (size: Int, signer: String?)? {
+        let note: String
+        do {
+            note = String(decoding: try ProofFile.read(path: checkpointFile), as: UTF8.self)
+        } catch {
+            throw ConsoleFailure(.badInput, "ledger verify --since: \(error)")
+        }
+        let checkpoint: Checkpoint
+        var signer: String?
+        do {
+            if let signers {
+                let verified = try await offThePool { try SignedCheckpoint.verify(note: note, allowedSigners: signers) }
+                (checkpoint, signer) = (verified.checkpoint, verified.signer)
+            } else {
+                checkpoint = try Checkpoint.parse(try SignedNote.parse(note).text)
+            }
+        } catch {
+            throw ConsoleFailure(.badInput, "ledger verify --since \(checkpointFile): \(error)")
+        }
+        let origin = Checkpoint.origin(bench: try await inventory.benchID())
+        guard checkpoint.origin == origin else {
+            throw ConsoleFailure(
+                .badInput,
+                "ledger verify --since \(checkpointFile): the checkpoint is of \(Visible.text(checkpoint.origin, limit: 120)), not of this inventory (\(origin))"
+            )
+        }
+        guard let root = Digest(hex: verification.root) else { return nil }
+        if checkpoint.size > verification.size {
+            verification.findings.insert(
+                LedgerFinding(
+                    seq: verification.size,
+                    message:
+                        "the checkpoint holds \(checkpoint.size) entries, the ledger \(verification.size): entries were removed since it was signed"
+                ), at: 0)
+            return nil
+        }
+        let proof = try await inventory.ledgerConsistencyProof(from: checkpoint.size, to: verification.size)
+        guard
+            try MerkleTree.verifyConsistency(
+                oldSize: checkpoint.size, newSize: verification.size, oldRoot: checkpoint.root, newRoot: root,
+                proof: proof)
+        else {
+            verification.findings.insert(
+                LedgerFinding(
+                    seq: nil,
+                    message:
+                        "the ledger does not extend the checkpoint of \(checkpoint.size) entries: its first \(checkpoint.size) entries were rewritten since it was signed"
+                ), at: 0)
+            return nil
+        }
+        return (checkpoint.size, signer)
+    }
+
+    /// Where the operator's key and name come from: the options, else
+    /// `BEACONBENCH_LEDGER_KEY` / `BEACONBENCH_LEDGER_SIGNER`, else
+    /// `~/.ssh/id_ed25519` and `user@host`.
+    static func signingKey(_ key: String?, _ signer: String?) -> (key: String, signer: String) {
+        let environment = ProcessInfo.processInfo.environment
+        let home = environment["HOME"] ?? NSHomeDirectory()
+        let key = key ?? environment["BEACONBENCH_LEDGER_KEY"] ?? home + "/.ssh/id_ed25519"
+        let user = environment["USER"] ?? "operator"
+        let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "bench"
+        return (key, signer ?? environment["BEACONBENCH_LEDGER_SIGNER"] ?? "\(user)@\(host)")
+    }
+
+    /// Verifies the ledger, then signs a checkpoint of it and keeps it.
+    /// - Returns: the checkpoint kept (nil when the ledger failed to verify: said, exit 2).
+    @discardableResult
+    func checkpointLedger(key: String?, signer: String?, out: String?, quietly: Bool = false) async throws(ConsoleFailure)
+        -> String?
+    {
+        let inventory = try await ledgerInventory("ledger checkpoint")
+        if let out {
+            do {
+                _ = try OutputFile.check(out, protecting: protectedFiles())
+            } catch {
+                throw ConsoleFailure(.badInput, "ledger checkpoint: \(error)")
+            }
+        }
+        let (keyPath, signerName) = Self.signingKey(key, signer)
+        let made: (note: String, size: Int, root: Digest, origin: String, new: Bool)
+        do {
+            let verification = try await inventory.verifyLedger()
+            guard verification.ok else {
+                output.render(LedgerVerifyResult(verification: verification))
+                terminal.error("ledger checkpoint: the ledger does not verify: no checkpoint signed")
+                note(.devicesFailed)
+                return nil
+            }
+            let head = try await inventory.ledgerTreeHead()
+            let origin = Checkpoint.origin(bench: try await inventory.benchID())
+            if let kept = try await inventory.checkpoints().last(where: { $0.size == head.size }) {
+                made = (kept.note, kept.size, kept.root, origin, false)
+            } else {
+                let checkpoint = try Checkpoint(origin: origin, size: head.size, root: head.root)
+                let note = try await offThePool {
+                    try SignedCheckpoint.sign(checkpoint, keyPath: keyPath, signer: signerName)
+                }
+                try await inventory.recordCheckpoint(size: head.size, root: head.root, note: note)
+                made = (note, head.size, head.root, origin, true)
+            }
+        } catch let failure as ConsoleFailure {
+            throw failure
+        } catch let error as LedgerError {
+            throw ConsoleFailure(.badInput, "ledger checkpoint: \(error.message)")
+        } catch {
+            throw ConsoleFailure(.infrastructure, "ledger checkpoint: \(error)")
+        }
+        if let out {
+            do {
+                try OutputFile.write(Array(made.note.utf8), to: out, protecting: protectedFiles())
+            } catch {
+                throw ConsoleFailure(.badInput, "ledger checkpoint: \(error)")
+            }
+        }
+        if quietly { return made.note }
+        output.render(
+            CheckpointResult(
+                size: made.size, root: made.root.hex, origin: made.origin, signer: Self.signers(of: made.note),
+                new: made.new, out: out, note: made.note))
+        return made.note
+    }
+
+    /// The key names on a note's signature lines.
+    static func signers(of note: String) -> [String] {
+        ((try? SignedNote.parse(note))?.signatures ?? []).map(\.name)
+    }
+
+    func proveLedger(_ command: LedgerProveCommand) async throws(ConsoleFailure) {
+        let inventory = try await ledgerInventory("ledger prove")
+        do {
+            _ = try OutputFile.check(command.out, protecting: protectedFiles())
+        } catch {
+            throw ConsoleFailure(.badInput, "ledger prove: \(error)")
+        }
+        let address: String
+        do {
+            guard let record = try await inventory.device(command.device) else {
+                throw ConsoleFailure(.badInput, "the inventory has no device \(command.device)")
+            }
+            address = record.address
+        } catch let failure as ConsoleFailure {
+            throw failure
+        } catch {
+            throw ConsoleFailure(.infrastructure, "ledger prove: \(error)")
+        }
+        // A new checkpoint when a key is at hand; else the newest kept.
+        let (keyPath, _) = Self.signingKey(command.key, command.signer)
+        var note: String?
+        if command.key != nil || FileManager.default.isReadableFile(atPath: keyPath) {
+            note = try await checkpointLedger(key: command.key, signer: command.signer, out: nil, quietly: true)
+            if note == nil { return }
+        }
+        let bytes: [UInt8]
+        let count: Int
+        let size: Int
+        do {
+            if note == nil { note = try await inventory.checkpoints().last?.note }
+            guard let note else {
+                throw ConsoleFailure(
+                    .badInput,
+                    "ledger prove: no checkpoint to prove against and no SSH key at \(keyPath): give --key (docs/ledger.md)")
+            }
+            let checkpoint = try Checkpoint.parse(try SignedNote.parse(note).text)
+            size = checkpoint.size
+            let at = command.at.map(Inventory.ledgerTime)
+            let entries = try await inventory.ledgerEntries(about: address, size: size, at: at)
+            guard !entries.isEmpty else {
+                throw ConsoleFailure(.badInput, "ledger prove: the ledger holds no entry about \(address)\(at.map { " made by \($0)" } ?? "")")
+            }
+            count = entries.count
+            bytes = try ProofFile.make(
+                device: address, at: at, checkpointNote: note,
+                entries: entries.map { (index: $0.index, bytes: $0.entry, proof: $0.proof) })
+        } catch let failure as ConsoleFailure {
+            throw failure
+        } catch {
+            throw ConsoleFailure(.infrastructure, "ledger prove: \(error)")
+        }
+        do {
+            try OutputFile.write(bytes, to: command.out, protecting: protectedFiles())
+        } catch {
+            throw ConsoleFailure(.badInput, "ledger prove: \(error)")
+        }
+        output.render(
+            ProofWritten(
+                device: address, entries: count, size: size, signers: Self.signers(of: note ?? ""), out: command.out,
+                bytes: bytes.count))
+    }
+
+    func checkProof(file: String, signers: String) async {
+        let result: ProofCheckResult
+        do {
+            let bytes = try ProofFile.read(path: file)
+            let report = try await offThePool { try ProofFile.check(bytes, allowedSigners: signers) }
+            result = ProofCheckResult(file: file, report: report, failure: nil)
+        } catch let error as LedgerError {
+            result = ProofCheckResult(file: file, report: nil, failure: error.message)
+        } catch {
+            result = ProofCheckResult(file: file, report: nil, failure: "\(error)")
+        }
+        output.render(result)
+        if result.failure != nil { note(.devicesFailed) }
+    }
+}
+
+/// Runs blocking work (ssh-keygen) off Swift's cooperative thread pool.
+func offThePool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
     }
 }

@@ -9,7 +9,7 @@ public enum ResultKind: String, Sendable, CaseIterable {
     case assignment, drift, station, stationSummary = "station_summary"
     case storedValue = "stored_value"
     case recovery
-    case ledger
+    case ledger, checkpoint, proof, proofCheck = "proof_check"
     case ledgerBench = "ledger_bench", ledgerRewrite = "ledger_rewrite"
 }
 

@@ -17,6 +17,9 @@ public struct StoredCheckpoint: Sendable {
 }
 
 extension Inventory {
+    /// A time as entries write it: `2026-12-03T11:44:24.598Z`.
+    public static func ledgerTime(_ date: Date) -> String { timestamp(date) }
+
     /// The tree's size and root as stored (`ledger verify` checks them).
     /// - Throws: `LedgerDamage` when the inventory has no ledger.
     public func ledgerTreeHead() throws -> LedgerTreeHead {

@@ -8,6 +8,17 @@ public struct LedgerFinding: Sendable, Equatable {
     /// A finding about the tables (what the entries imply) rather than the
     /// ledger itself: listed after those, which it may only follow from.
     var aboutTables = false
+
+    public init(seq: Int?, message: String) {
+        self.seq = seq
+        self.message = message
+    }
+
+    init(seq: Int?, message: String, aboutTables: Bool) {
+        self.seq = seq
+        self.message = message
+        self.aboutTables = aboutTables
+    }
 }
 
 /// What `ledger verify` found (docs/ledger.md, "What verify checks").
@@ -25,6 +36,8 @@ public struct LedgerVerification: Sendable {
     public var findings: [LedgerFinding] = []
     public var truncated = 0
     public var ok: Bool { findings.isEmpty }
+
+    public init() {}
 }
 
 extension Inventory {
