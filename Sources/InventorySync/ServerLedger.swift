@@ -325,14 +325,10 @@ public enum ServerLedger {
         _ inventory: Inventory, _ server: PostgresConnection, bench: String, upTo limit: Int, chunkSize: Int
     ) async throws(SyncError) -> Int? {
         var start = 0
+        var reader = LocalEntries(inventory: inventory, limit: limit)
         while start < limit {
             let end = min(limit, start + chunkSize)
-            let local: [[UInt8]]
-            do {
-                local = try await inventory.ledgerEntries(start..<end)
-            } catch {
-                throw SyncError("the local inventory's ledger: \(error)")
-            }
+            let local = try await reader.entries(start..<end)
             var held: [Int: [UInt8]] = [:]
             for row in try server.exec(
                 "SELECT seq::text, encode(entry, 'hex') FROM bench_ledgers WHERE bench_id = $1 AND seq >= $2 AND seq < $3",
@@ -380,13 +376,14 @@ public enum ServerLedger {
         var pending = Dictionary(
             missing.filter { $0.size >= plan.serverSize }.map { ($0.size, $0) }, uniquingKeysWith: { a, _ in a })
         var current = plan.serverSize
+        var reader = LocalEntries(inventory: inventory, limit: plan.benchSize)
         while current < plan.benchSize || pending[current] != nil {
             let next = pending.keys.filter { $0 > current }.min() ?? plan.benchSize
             let end = min(plan.benchSize, current + chunkSize, next)
             let entries: [[UInt8]]
             let expected: Digest
+            entries = end > current ? try await reader.entries(current..<end) : []
             do {
-                entries = end > current ? try await inventory.ledgerEntries(current..<end) : []
                 expected = try await inventory.ledgerRoot(size: end)
             } catch {
                 throw SyncError("the local inventory's ledger: \(error)")
@@ -449,38 +446,91 @@ public enum ServerLedger {
     }
 }
 
+/// The bench's entries, read ahead in windows of `window` (up to
+/// `limit`): each read of a range scans the sealed tables (they have no
+/// index by `ledger_seq`), so a sync of a million entries reads them 20
+/// times, not 200.
+struct LocalEntries {
+    let inventory: Inventory
+    let limit: Int
+    var window = 50_000
+    private var first = 0
+    private var held: [[UInt8]] = []
+
+    init(inventory: Inventory, limit: Int) {
+        self.inventory = inventory
+        self.limit = limit
+    }
+
+    /// Entries `range`, in order (fewer when the inventory lacks some).
+    mutating func entries(_ range: Range<Int>) async throws(SyncError) -> [[UInt8]] {
+        if range.lowerBound < first || range.upperBound > first + held.count {
+            let end = max(range.upperBound, min(limit, range.lowerBound + window))
+            do {
+                held = try await inventory.ledgerEntries(range.lowerBound..<end)
+                // An entry missing: the positions no longer say the places;
+                // this range alone (its caller counts what came back).
+                if held.count != end - range.lowerBound, end > range.upperBound {
+                    held = try await inventory.ledgerEntries(range)
+                    first = range.lowerBound
+                    return held
+                }
+            } catch {
+                throw SyncError("the local inventory's ledger: \(error)")
+            }
+            first = range.lowerBound
+        }
+        let from = range.lowerBound - first
+        let to = min(held.count, range.upperBound - first)
+        return from < to ? Array(held[from..<to]) : []
+    }
+}
+
 /// Bytes as lowercase hex and back (bytea travels as hex text: exact,
 /// whatever the connection's encoding).
 enum Hex {
     static func encode(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var text = [UInt8](repeating: 0, count: bytes.count * 2)
-        for (index, byte) in bytes.enumerated() {
-            text[2 * index] = digits[Int(byte >> 4)]
-            text[2 * index + 1] = digits[Int(byte & 0x0f)]
+        String(unsafeUninitializedCapacity: bytes.count * 2) { text in
+            bytes.withUnsafeBufferPointer { input in
+                let digits: StaticString = "0123456789abcdef"
+                let table = digits.utf8Start
+                var out = 0
+                for byte in input {
+                    text[out] = table[Int(byte >> 4)]
+                    text[out + 1] = table[Int(byte & 0x0f)]
+                    out += 2
+                }
+                return out
+            }
         }
-        return String(decoding: text, as: UTF8.self)
     }
 
     static func decode(_ text: String) -> [UInt8]? {
-        let units = Array(text.utf8)
-        guard units.count % 2 == 0 else { return nil }
-        func nibble(_ unit: UInt8) -> UInt8? {
-            switch unit {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): unit - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): unit - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): unit - UInt8(ascii: "A") + 10
-            default: nil
+        var text = text
+        return text.withUTF8 { units -> [UInt8]? in
+            guard units.count % 2 == 0 else { return nil }
+            func nibble(_ unit: UInt8) -> UInt8? {
+                switch unit {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): unit &- UInt8(ascii: "0")
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): unit &- UInt8(ascii: "a") &+ 10
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): unit &- UInt8(ascii: "A") &+ 10
+                default: nil
+                }
             }
+            var valid = true
+            let bytes = [UInt8](unsafeUninitializedCapacity: units.count / 2) { out, count in
+                var index = 0
+                while index < units.count {
+                    guard let high = nibble(units[index]), let low = nibble(units[index + 1]) else {
+                        valid = false
+                        break
+                    }
+                    out[index / 2] = high << 4 | low
+                    index += 2
+                }
+                count = index / 2
+            }
+            return valid ? bytes : nil
         }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(units.count / 2)
-        var index = 0
-        while index < units.count {
-            guard let high = nibble(units[index]), let low = nibble(units[index + 1]) else { return nil }
-            bytes.append(high << 4 | low)
-            index += 2
-        }
-        return bytes
     }
 }
