@@ -357,6 +357,46 @@ extension SyncLedgerTests {
     }
 }
 
+extension SyncLedgerTests {
+    /// A step outcome edited with `sqlite3` after its entry was made (its
+    /// trigger dropped, nothing recomputed), before the bench's next sync:
+    /// the server computes the entries' tree, which is not the bench's own,
+    /// and the sync is refused (exit 2) with nothing of it applied — not
+    /// recorded as a rewrite, since the server's history is intact.
+    @Test func entriesEditedWithoutTheirTreeAreRefusedAndNothingApplied() async throws {
+        try await withSyncScene("sync-ledger-edited") { scene in
+            var bench = try await LargeInventory(
+                path: scene.directory + "/inventory.sqlite", devices: 10, outcomes: 300)
+            await #expect(try scene.sync(bench).waitForExit().status >> 8 == 0, "\(scene.stderr)")
+            let held = try await bench.inventory.ledgerTreeHead().size
+            try await bench.moreWork(1)
+            let grown = try await bench.inventory.ledgerTreeHead().size
+            // An outcome whose entry is inside a block of 32 the tree already stores.
+            let target = (held / 32 + 2) * 32 + 5
+            try #require(target < grown - 64, "\(held) → \(grown)")
+            let edit = try await runTool(
+                "/usr/bin/sqlite3",
+                [
+                    bench.path,
+                    "DROP TRIGGER outcomes_sealed_update; UPDATE outcomes SET detail = 'edited behind the tool' WHERE ledger_seq = \(target); SELECT changes();",
+                ])
+            try #require(
+                edit.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == "1", "\(edit.stdout) \(edit.stderr)")
+            let before = try await Self.snapshot(scene.server)
+            let sync = try scene.sync(bench)
+            await #expect(sync.waitForExit().status >> 8 == 2, "\(scene.stderr)")
+            #expect(
+                scene.stderr.contains(
+                    "the server refused this bench's ledger: entries \(held) to \(grown - 1) do not make the bench's own tree"
+                ), "\(scene.stderr)")
+            #expect(try await Self.snapshot(scene.server) == before, "the server changed")
+            let verify = try await runTool(
+                builtProduct("beaconbench"), ["--inventory", bench.path, "ledger", "verify"])
+            #expect(verify.status == 2 && verify.stdout.contains("entry \(target)"), "\(verify.stdout)")
+        }
+    }
+}
+
 /// A connection holding `table` locked in `mode` (in an open transaction)
 /// until `release()`.
 final class TableLock: @unchecked Sendable {
