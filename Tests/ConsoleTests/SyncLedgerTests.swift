@@ -397,6 +397,40 @@ extension SyncLedgerTests {
     }
 }
 
+extension SyncLedgerTests {
+    /// An older copy of the inventory put back (the recent history taken
+    /// away, what is left verifying by itself): the bench offers fewer
+    /// entries than the server holds, all of them the server's; the sync
+    /// is refused, the rewrite recorded at the first entry taken away.
+    @Test func anOlderCopyPutBackIsARewriteAtTheFirstEntryTakenAway() async throws {
+        try await withSyncScene("sync-ledger-older") { scene in
+            var bench = try await LargeInventory(
+                path: scene.directory + "/inventory.sqlite", devices: 10, outcomes: 300)
+            let id = try await bench.inventory.benchID()
+            let older = scene.directory + "/older.sqlite"
+            let backup = try await runTool("/usr/bin/sqlite3", [bench.path, ".backup '\(older)'"])
+            try #require(backup.status == 0, "\(backup.stderr)")
+            let k = try await Inventory(path: older).ledgerTreeHead().size
+            try await bench.moreWork(1)
+            await #expect(try scene.sync(bench).waitForExit().status >> 8 == 0, "\(scene.stderr)")
+            let m = try await scene.server.count("SELECT size FROM bench_ledger_heads WHERE bench_id = '\(id)'")
+            try #require(m > k)
+            let before = try await Self.snapshot(scene.server)
+            let refused = try scene.beaconbench(["--inventory", older, "sync", "--to", scene.server.url])
+            await #expect(refused.waitForExit().status >> 8 == 2, "\(scene.stderr)")
+            #expect(
+                scene.stderr.contains(
+                    "it was rewritten at entry \(k) (the server holds \(m) entries from before)"), "\(scene.stderr)")
+            var after = try await Self.snapshot(scene.server)
+            after["ledger_rewrites"] = before["ledger_rewrites"]
+            #expect(after == before, "the server changed")
+            await #expect(
+                try scene.server.rows("SELECT at_entry, server_size, bench_size FROM ledger_rewrites")
+                    == [[String(k), String(m), String(k)]])
+        }
+    }
+}
+
 /// A connection holding `table` locked in `mode` (in an open transaction)
 /// until `release()`.
 final class TableLock: @unchecked Sendable {
