@@ -24,6 +24,10 @@ public enum BenchSync {
         /// `reason`, having sent (committed) `sent` rows per table; the
         /// assignments were not exchanged.
         case stopped(reason: String, sent: [String: Int])
+        /// The server refused the bench's ledger (its history was
+        /// rewritten, or its tree is damaged): nothing of the sync was
+        /// applied; a rewrite is recorded on the server for the office.
+        case ledgerRefused(ServerLedger.Refusal)
         /// The push failed: the local inventory is unchanged.
         case push(SyncError)
         /// The exchange of assignments failed, after the push succeeded.
@@ -56,6 +60,7 @@ public enum BenchSync {
         case .success(let value): report = value
         case .failure(let error):
             if let reason = error.stoppedBy { throw .stopped(reason: reason, sent: sent.snapshot) }
+            if let refusal = error.ledgerRefusal { throw .ledgerRefused(refusal) }
             throw .push(error)
         }
         // Remembered (without a password) as the server that hands out identities.

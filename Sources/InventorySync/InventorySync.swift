@@ -35,6 +35,14 @@ public enum InventorySync {
         /// Server rows this sync would not trust (a cursor beyond this
         /// bench's own rows): left on the server, named here.
         public var refused: [RefusedRow] = []
+        /// The bench's ledger entries and checkpoints sent (also in `sent`
+        /// as `ledger` and `checkpoints`), and the server's tree of this
+        /// bench's ledger after the sync: its size and root (hex).
+        public var ledgerSize = 0
+        public var ledgerRoot = ""
+        /// Local checkpoints the server lacks but would not take: older
+        /// than the tree it already held (docs/ledger.md, "Several benches").
+        public var checkpointsNotSent = 0
     }
 
     /// Rows sent per table over the whole sync, every attempt counted as
@@ -49,6 +57,10 @@ public enum InventorySync {
 
     /// Tables in the order they are sent (devices first: outcomes name them).
     public static var tableNames: [String] { ServerSchema.tables.map(\.name) }
+
+    /// What is counted in `sent` besides the tables: the ledger's entries
+    /// and checkpoints (sent before the tables, docs/ledger.md).
+    public static var ledgerNames: [String] { ["ledger", "checkpoints"] }
 
     /// Pushes, trying again after a connection failure (`retries` times,
     /// waiting 1 s, 2 s, 4 s…): each attempt resumes where the last one
@@ -71,6 +83,8 @@ public enum InventorySync {
                     sent: sent, progress: progress)
             } catch {
                 if let stop, let reason = stop.requested { throw stop.error(reason) }
+                // A refused ledger is the server's answer, not a failure to retry.
+                if error.ledgerRefusal != nil { throw error }
                 guard error.isConnectionFailure, attempt <= retries, !Task.isCancelled else {
                     guard let firstFailure, firstFailure.message != error.message else { throw error }
                     throw SyncError(
@@ -107,6 +121,10 @@ public enum InventorySync {
         }
         let server = try PostgresConnection(url, stop: stop)
         try prepareSchema(server, creating: true)
+        // Before anything is sent: the bench's ledger must extend the one
+        // the server holds, or nothing of this sync is applied.
+        let ledgerChunk = max(chunkSize, 1)
+        let plan = try await ServerLedger.check(inventory, server, bench: benchID, chunkSize: ledgerChunk)
         try server.exec(
             """
             INSERT INTO benches (bench_id, host, last_sync) VALUES ($1, $2, NULL)
@@ -120,6 +138,13 @@ public enum InventorySync {
             report.heldBackRuns = simulatedRuns
             report.heldBackDevices = try await count(inventory, "SELECT count(*) FROM simulated_only_devices")
         }
+        let ledger = try await ServerLedger.push(
+            inventory, server, bench: benchID, plan: plan, chunkSize: ledgerChunk, total: total, progress: progress)
+        report.sent["ledger"] = ledger.entries
+        report.sent["checkpoints"] = ledger.checkpoints
+        report.ledgerSize = ledger.size
+        report.ledgerRoot = ledger.root
+        report.checkpointsNotSent = ledger.checkpointsNotSent
         let caughtUp = try await catchUp(
             inventory, server, bench: benchID, includeSimulated: includeSimulated, chunkSize: chunkSize,
             total: total)

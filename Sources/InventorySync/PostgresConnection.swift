@@ -12,10 +12,17 @@ public struct SyncError: Error, Sendable, CustomStringConvertible {
     /// Set when the sync stopped because it was asked to (`SyncStop`:
     /// `SIGINT`, `SIGTERM`): the reason given.
     public var stoppedBy: String?
+    /// Set when the server refused the bench's ledger (docs/ledger.md,
+    /// "Several benches"): nothing of the sync was applied.
+    public var ledgerRefusal: ServerLedger.Refusal?
     public init(_ message: String, isConnectionFailure: Bool = false, stoppedBy: String? = nil) {
         self.message = message
         self.isConnectionFailure = isConnectionFailure
         self.stoppedBy = stoppedBy
+    }
+    init(refusal: ServerLedger.Refusal) {
+        self.init(refusal.message)
+        ledgerRefusal = refusal
     }
     public var description: String { message }
 }

@@ -15,6 +15,7 @@ enum ServerSchema {
         ("identities: claimed fleet-wide, meant per bench; step retries", identityClaims),
         ("forgotten devices, simulated runs", forgottenAndSimulated),
         ("desired state: assignments fleet-wide, their conflicts", ServerAssignments.schema),
+        ("every bench's ledger, append-only; its checkpoints; rewrites refused", ServerLedger.schema),
     ]
 
     /// Version 4: a device a bench forgot (`devices.forgotten_at`, SQLite

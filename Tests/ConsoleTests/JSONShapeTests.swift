@@ -121,6 +121,8 @@ struct JSONShapeTests {
     /// Kinds declared but not produced on this bench, and where they are checked.
     static let producedElsewhere: [String: String] = [
         "sync": "SyncTests, against PostgreSQL",
+        "ledger_bench": "SyncLedgerTests, against PostgreSQL",
+        "ledger_rewrite": "SyncLedgerTests, against PostgreSQL",
         "note": "a warning (a retry, a device gone): RecoveryTests",
         "recovery": "RecoveryTests and StationTests, under fault plans",
         "checkpoint": "LedgerCommandTests, with an SSH key made for it",

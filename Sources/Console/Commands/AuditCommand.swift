@@ -25,7 +25,7 @@ public struct AuditCommand: ConsoleCommand {
         ], actsOnDevices: true,
         detail:
             "Without --live or --passive the audit reads the inventory and may run against a server inventory. Exit status 2 when any device has a finding.",
-        emits: [.audit]
+        emits: [.audit, .ledgerRewrite]
     ).runningDeviceSteps()
 
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
@@ -108,8 +108,17 @@ extension Session {
     ) async throws(ConsoleFailure) {
         var reports = Auditor.auditFleet(subjects, profiles: profiles, profile: profile)
         if source == .inventory { reports = await withDrift(reports) }
-        output.render(AuditDocument(reports: reports, source: source))
-        if reports.contains(where: { !$0.isClean }) { note(.devicesFailed) }
+        // The office's audit: every bench ledger rewrite the server refused.
+        var rewrites: [LedgerRewrite] = []
+        if source == .inventory, invocation.inventoryIsServer, let url = invocation.inventoryPath {
+            do {
+                rewrites = try ServerLedger.rewrites(url: url)
+            } catch {
+                throw ConsoleFailure(.infrastructure, "audit: the benches' ledgers: \(error.message)")
+            }
+        }
+        output.render(AuditDocument(reports: reports, source: source, rewrites: rewrites))
+        if reports.contains(where: { !$0.isClean }) || !rewrites.isEmpty { note(.devicesFailed) }
     }
 }
 

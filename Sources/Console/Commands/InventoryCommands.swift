@@ -214,6 +214,9 @@ extension Session {
         } catch {
             switch error {
             case .stopped(let reason, let sent): return await syncStopped(reason, inventory, sent: sent)
+            case .ledgerRefused(let refusal):
+                // Refused as a whole, like a row the server would not take: exit 2.
+                throw ConsoleFailure(.devicesFailed, "sync: \(refusal.message)")
             case .push(let error):
                 throw ConsoleFailure(.infrastructure, "sync: \(error.message) (the local inventory is unchanged)")
             case .assignments(let error):
@@ -225,7 +228,14 @@ extension Session {
         output.render(
             SyncResult(
                 bench: report.benchID, sent: report.sent, heldBackRuns: report.heldBackRuns,
-                heldBackDevices: report.heldBackDevices, exchange: exchange, refused: refused))
+                heldBackDevices: report.heldBackDevices, exchange: exchange, refused: refused,
+                ledgerSize: report.ledgerSize, ledgerRoot: report.ledgerRoot))
+        if report.checkpointsNotSent > 0 {
+            terminal.warning(
+                "sync: \(report.checkpointsNotSent) checkpoint\(report.checkpointsNotSent == 1 ? "" : "s") of this bench not sent:"
+                    + " older than the ledger the server already held, which takes a checkpoint only with the entries it signs"
+            )
+        }
         for conflict in exchange.conflicts { terminal.warning("sync: assignment conflict: \(conflict)") }
         for row in refused {
             terminal.error(
@@ -255,11 +265,12 @@ extension Session {
     /// A sync stopped by `reason` (a signal): what it sent, then the exit
     /// status the signal means (130, or 143 for SIGTERM).
     func syncStopped(_ reason: String, _ inventory: Inventory, sent: [String: Int]) async {
-        let counts = InventorySync.tableNames.map { "\($0) \(sent[$0] ?? 0)" }.joined(separator: ", ")
+        let names = InventorySync.tableNames + InventorySync.ledgerNames
+        let counts = names.map { "\($0) \(sent[$0] ?? 0)" }.joined(separator: ", ")
         output.render(
             SyncResult(
                 bench: (try? await inventory.benchID()) ?? "",
-                sent: Dictionary(uniqueKeysWithValues: InventorySync.tableNames.map { ($0, sent[$0] ?? 0) }),
+                sent: Dictionary(uniqueKeysWithValues: names.map { ($0, sent[$0] ?? 0) }),
                 stoppedBy: reason))
         terminal.error(
             "sync: stopped by \(reason): sent \(counts); each chunk sent is committed on the server, the statement"

@@ -26,7 +26,7 @@ public struct LedgerVerifyCommand: ConsoleCommand {
         ], onlyReadsTheInventory: true, isFamilyDefault: true,
         detail:
             "Exit 0 when all holds; 2 naming the first entry or row that disagrees (an edit, deletion, reordering or insertion made outside beaconbench).",
-        emits: [.ledger]
+        emits: [.ledger, .ledgerBench]
     ).shapeChecked(by: "ledger verify").documented(in: "ledger.md")
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         since = arguments.text("--since")
@@ -163,6 +163,9 @@ extension Session {
     }
 
     func verifyLedger(since: String?, signers: String?) async throws(ConsoleFailure) {
+        if invocation.inventoryIsServer, let url = invocation.inventoryPath, since == nil {
+            return try await verifyServerLedgers(url: url)
+        }
         let inventory = try await ledgerInventory("ledger verify")
         var verification: LedgerVerification
         var grown: (size: Int, signer: String?)?

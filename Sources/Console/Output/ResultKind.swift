@@ -10,6 +10,7 @@ public enum ResultKind: String, Sendable, CaseIterable {
     case storedValue = "stored_value"
     case recovery
     case ledger, checkpoint, proof, proofCheck = "proof_check"
+    case ledgerBench = "ledger_bench", ledgerRewrite = "ledger_rewrite"
 }
 
 /// The version of the JSON output: raised when a field changes meaning or

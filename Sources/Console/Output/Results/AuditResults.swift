@@ -1,3 +1,4 @@
+import InventorySync
 import Profiles
 import SafeText
 
@@ -27,8 +28,12 @@ struct AuditLine: ResultValue {
 struct AuditDocument: ResultDocument {
     var reports: [AuditReport]
     var source: AuditCommand.Source
+    /// The office's audit (a server inventory): each bench ledger rewrite recorded.
+    var rewrites: [LedgerRewrite] = []
 
-    var values: [any ResultValue] { reports.map { AuditLine(report: $0, source: source) } }
+    var values: [any ResultValue] {
+        reports.map { AuditLine(report: $0, source: source) } + rewrites.map(LedgerRewriteLine.init)
+    }
 
     func people(_ terminal: Terminal) -> [PeopleLine] {
         var rows: [[String]] = []
@@ -40,12 +45,21 @@ struct AuditDocument: ResultDocument {
                 rows.append([report.address, report.profile ?? "-", terminal.styled(finding.code, .red), "\(finding)"])
             }
         }
+        for rewrite in rewrites {
+            rows.append([
+                "bench " + String(rewrite.bench.prefix(8)), "-", terminal.styled(LedgerRewriteLine.code, .red),
+                rewrite.finding,
+            ])
+        }
         let clean = reports.filter(\.isClean).count
+        let rewritten =
+            rewrites.isEmpty
+            ? "" : "; \(rewrites.count) bench ledger rewrite\(rewrites.count == 1 ? "" : "s") refused by the server"
         return [
             .result(""), .result(terminal.styled("AUDIT (\(source.rawValue))", .bold)),
             .table(header: ["device", "profile", "code", "finding"], rows: rows, numeric: []),
             .result(
-                "\(reports.count) device\(reports.count == 1 ? "" : "s"): \(clean) clean, \(reports.count - clean) with findings"
+                "\(reports.count) device\(reports.count == 1 ? "" : "s"): \(clean) clean, \(reports.count - clean) with findings\(rewritten)"
             ),
         ]
     }

@@ -120,6 +120,10 @@ struct SyncResult: SingleResult {
     var heldBackDevices = 0
     var exchange = ServerAssignments.Exchange()
     var refused: [RefusedRow] = []
+    /// The server's tree of this bench's ledger after the sync (0 and ""
+    /// when stopped: see `sent`).
+    var ledgerSize = 0
+    var ledgerRoot = ""
     var stoppedBy: String?
 
     var kind: ResultKind { .sync }
@@ -143,6 +147,8 @@ struct SyncResult: SingleResult {
                     })
             ),
             ("refused_count", .int(refused.count)), ("stopped_by", .optional(stoppedBy)),
+            ("ledger_size", stoppedBy == nil ? .int(ledgerSize) : .null),
+            ("ledger_root", stoppedBy == nil ? .string(ledgerRoot) : .null),
         ]
     }
 
@@ -151,6 +157,9 @@ struct SyncResult: SingleResult {
         let counts = InventorySync.tableNames.map { "\($0) \(sent[$0] ?? 0)" }.joined(separator: ", ")
         return [
             .result("synced bench \(bench): sent \(counts)"),
+            .message(
+                "ledger: sent \(sent["ledger"] ?? 0) entries and \(sent["checkpoints"] ?? 0) checkpoints; the server holds"
+                    + " \(ledgerSize) of this bench's entries, root \(ledgerRoot)"),
             .message(
                 "assignments: pushed \(exchange.pushed), pulled \(exchange.pulled), converged here first \(exchange.converged)"
                     + ", refused \(exchange.refused.count)"),
