@@ -72,7 +72,7 @@ let package = Package(
         .target(name: "Profiles", dependencies: ["SBeaconProtocol", "SafeText"]),
         // Pushing a bench's inventory to a shared PostgreSQL server.
         .target(
-            name: "InventorySync", dependencies: ["Inventory", "CPostgres"],
+            name: "InventorySync", dependencies: ["Inventory", "CPostgres", "Ledger"],
             swiftSettings: [.unsafeFlags(["-Xcc", "-I/usr/include/postgresql"])]),
         // The fleet report: an inventory's numbers as one self-contained HTML page.
         // Its style sheet and script are Assets/report.css and report.js,
