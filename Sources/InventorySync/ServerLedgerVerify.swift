@@ -16,6 +16,15 @@ public struct LedgerRewrite: Sendable, Equatable {
 
     /// The office's sentence for it.
     public var finding: String { "bench \(bench)'s ledger was rewritten at entry \(atEntry)" }
+
+    public init(bench: String, atEntry: Int, foundAt: String, serverSize: Int, benchSize: Int, detail: String) {
+        self.bench = bench
+        self.atEntry = atEntry
+        self.foundAt = foundAt
+        self.serverSize = serverSize
+        self.benchSize = benchSize
+        self.detail = detail
+    }
 }
 
 /// What `--inventory postgresql://… ledger verify` found for one bench.
@@ -29,6 +38,18 @@ public struct BenchLedgerVerification: Sendable {
     /// The first thing that does not hold in what is stored (nil: all holds).
     public var problem: String?
     public var ok: Bool { problem == nil && rewrites.isEmpty }
+
+    public init(
+        bench: String, size: Int = 0, root: String = "", checkpoints: Int = 0, rewrites: [LedgerRewrite] = [],
+        problem: String? = nil
+    ) {
+        self.bench = bench
+        self.size = size
+        self.root = root
+        self.checkpoints = checkpoints
+        self.rewrites = rewrites
+        self.problem = problem
+    }
 }
 
 extension ServerLedger {

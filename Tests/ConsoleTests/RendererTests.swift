@@ -104,6 +104,10 @@ struct RendererTests {
             error: nil, startedAt: "2025-12-02T06:06:18.123Z", durationMilliseconds: 412)
     }
 
+    static let rewrite = LedgerRewrite(
+        bench: "0123456789abcdef", atEntry: 57, foundAt: "2026-12-03T11:44:24.598Z", serverSize: 900, benchSize: 950,
+        detail: "entry 57 differs from the one the server holds")
+
     static func ledgerVerification(findings: [LedgerFinding]) -> LedgerVerification {
         var verification = LedgerVerification()
         verification.size = 1778
@@ -162,6 +166,15 @@ struct RendererTests {
             CheckpointResult(
                 size: 1778, root: String(repeating: "ab", count: 32), origin: "beaconbench.local/bench/x",
                 signer: ["ana@depot"], new: true, out: "checkpoint.txt", note: "beaconbench.local/bench/x\n1778\n…"),
+            AuditDocument(
+                reports: [AuditReport(address: first, profile: "car", findings: [])], source: .inventory,
+                rewrites: [rewrite]),
+            ServerLedgerDocument(benches: [
+                BenchLedgerVerification(
+                    bench: "b1", size: 1778, root: String(repeating: "ab", count: 32), checkpoints: 1),
+                BenchLedgerVerification(bench: "b2", size: 900, rewrites: [rewrite], problem: "entry 57 differs"),
+            ]),
+            ServerLedgerDocument(benches: []),
             ProofWritten(
                 device: first, entries: 20, size: 1778, signers: ["ana@depot"], out: "a.proof", bytes: 23610),
             ProofCheckResult(file: "a.proof", report: nil, failure: "entry 29: its inclusion proof does not verify"),
@@ -374,7 +387,8 @@ struct RendererTests {
         #expect(Self.rendered(stopped, json: false).isEmpty)
         #expect(Self.object(Self.rendered(stopped, json: true)[0])?["stopped_by"] as? String == "SIGINT")
         let synced = Self.rendered(SyncResult(bench: "b1", sent: ["devices": 2]), json: false)
-        #expect(synced.map(\.stream) == [1, 2] && synced[0].text.hasPrefix("synced bench b1: sent "))
+        #expect(synced.map(\.stream) == [1, 2, 2] && synced[0].text.hasPrefix("synced bench b1: sent "))
+        #expect(synced[1].text.hasPrefix("ledger: sent "))
         let stored = StoredValueLine(
             finding: StoredFinding(table: "devices", row: Self.first, field: "battery", value: "300", reason: "x"))
         #expect(Self.rendered(stored, json: false).isEmpty && Self.rendered(stored, json: true).count == 1)
