@@ -19,8 +19,11 @@ enum LedgerEntry {
     static func sealed(_ table: LedgerTable, seq: Int, values: [SQLiteValue]) -> [UInt8] {
         let row = Array(zip(table.columns, values))
         let at = table.timeColumn.flatMap { column in table.columns.firstIndex(of: column).map { values[$0] } }
+        // A sealed table's event is its table's alone (none has the
+        // `source` or `forgotten_at` columns `event` looks at): no
+        // dictionary of the row is made for it, once per entry verified.
         return encode(
-            seq: seq, at: at ?? .null, event: table.event(op: .insert, changed: Dictionary(row) { a, _ in a }),
+            seq: seq, at: at ?? .null, event: table.event(op: .insert, changed: [:]),
             table: table.name, op: .insert, key: table.keyIndices.map { values[$0] }, row: row)
     }
 

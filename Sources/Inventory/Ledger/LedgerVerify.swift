@@ -101,14 +101,20 @@ struct LedgerVerifier {
             let holders = candidates.filter { $0.seq == lowest.seq }
             guard lowest.seq >= 0, lowest.seq < Int64(Int32.max) * 1024 else {
                 for holder in holders {
-                    find(nil, "\(describe(holder.source, cursors, explicit)) holds ledger place \(lowest.seq), which no entry can have")
+                    find(
+                        nil,
+                        "\(describe(holder.source, cursors, explicit)) holds ledger place \(lowest.seq), which no entry can have"
+                    )
                 }
                 try advance(holders, &cursors, &explicit)
                 continue
             }
             let seq = Int(lowest.seq)
             if holders.count > 1 {
-                find(seq, "entry \(seq) is held twice (\(holders.map { describe($0.source, cursors, explicit) }.joined(separator: " and "))): a row was given a place in the ledger outside beaconbench")
+                find(
+                    seq,
+                    "entry \(seq) is held twice (\(holders.map { describe($0.source, cursors, explicit) }.joined(separator: " and "))): a row was given a place in the ledger outside beaconbench"
+                )
             }
             if seq < frontier.size {
                 // A duplicate already counted.
@@ -121,10 +127,13 @@ struct LedgerVerifier {
                 try append(try MerkleTree.leafHash([]), &frontier, &nodes, &nextCheckpoint, checkpoints)
             }
             let source = holders[0].source
-            let (bytes, check, what) = try entry(seq, source, cursors, explicit)
+            let (bytes, check) = try entry(seq, source, cursors, explicit)
             let leaf = try MerkleTree.leafHash(bytes)
             if let check, check != LedgerHead.check(leaf) {
-                find(seq, "entry \(seq) (\(what)) is not what was recorded: it was changed outside beaconbench")
+                find(
+                    seq,
+                    "entry \(seq) (\(what(source, cursors, explicit))) is not what was recorded: it was changed outside beaconbench"
+                )
             }
             try append(leaf, &frontier, &nodes, &nextCheckpoint, checkpoints)
             try advance(holders, &cursors, &explicit)
@@ -145,11 +154,16 @@ struct LedgerVerifier {
             }
         }
         for checkpoint in checkpoints[nextCheckpoint...] {
-            find(nil, "a checkpoint at size \(checkpoint.size) is beyond the ledger's \(frontier.size) entries: entries were removed")
+            find(
+                nil,
+                "a checkpoint at size \(checkpoint.size) is beyond the ledger's \(frontier.size) entries: entries were removed"
+            )
         }
         let leftover = nodes.keys.filter { $0 & 63 >= LedgerHead.storedLevel }.count
         if leftover > 0 {
-            find(nil, "ledger_nodes holds \(leftover) node\(leftover == 1 ? "" : "s") of no entries: entries were removed")
+            find(
+                nil,
+                "ledger_nodes holds \(leftover) node\(leftover == 1 ? "" : "s") of no entries: entries were removed")
         }
         comparingTables = true
         try compareTables()
@@ -186,27 +200,34 @@ struct LedgerVerifier {
         }
     }
 
-    /// An entry's bytes, its stored leaf check and what it is, for messages.
+    /// An entry's bytes and its stored leaf check (nil: none to compare).
     private mutating func entry(
         _ seq: Int, _ source: Int, _ cursors: [SealedCursor], _ explicit: ExplicitCursor
-    ) throws -> ([UInt8], Int64?, String) {
+    ) throws -> ([UInt8], Int64?) {
         if source >= 0 {
             let cursor = cursors[source]
             let table = cursor.table
             result.entries[table.name, default: 0] += 1
-            let what = "\(table.name) \(Self.keyText(table.keyIndices.map { cursor.values[$0] }))"
-            return (LedgerEntry.sealed(table, seq: seq, values: cursor.values), cursor.check, what)
+            return (LedgerEntry.sealed(table, seq: seq, values: cursor.values), cursor.check)
         }
         do {
             let stored = try LedgerStorage.decode(explicit.bytes)
             result.entries[stored.table?.name ?? "", default: 0] += 1
             if let table = stored.table { replay(seq, table, stored) }
-            let what = stored.table.map { "\($0.name) \(Self.keyText(stored.key))" } ?? "a note"
-            return (LedgerEntry.encode(seq: seq, stored), explicit.check, what)
+            return (LedgerEntry.encode(seq: seq, stored), explicit.check)
         } catch let damage as LedgerDamage {
             find(seq, "entry \(seq) cannot be read (\(damage.description)): it was changed outside beaconbench")
-            return (explicit.bytes, nil, "unreadable")
+            return (explicit.bytes, nil)
         }
+    }
+
+    /// What the current entry is, for a message: `outcomes 12`, `devices
+    /// "C0:…"`, `a note`. Made only when one is written (it costs a JSON
+    /// encoding of the key; most entries never need it).
+    private func what(_ source: Int, _ cursors: [SealedCursor], _ explicit: ExplicitCursor) -> String {
+        guard source < 0 else { return describe(source, cursors, explicit) }
+        guard let stored = try? LedgerStorage.decode(explicit.bytes) else { return "unreadable" }
+        return stored.table.map { "\($0.name) \(Self.keyText(stored.key))" } ?? "a note"
     }
 
     private func describe(_ source: Int, _ cursors: [SealedCursor], _ explicit: ExplicitCursor) -> String {
@@ -242,12 +263,16 @@ struct LedgerVerifier {
         switch entry.op {
         case .insert:
             if state[table.name]?[key] != nil {
-                find(seq, "entry \(seq) inserts \(table.name) \(Self.keyText(entry.key)), which the ledger already holds")
+                find(
+                    seq, "entry \(seq) inserts \(table.name) \(Self.keyText(entry.key)), which the ledger already holds"
+                )
             }
             state[table.name, default: [:]][key] = (Dictionary(entry.row) { a, _ in a }, seq)
         case .update:
             guard var current = state[table.name]?[key] else {
-                find(seq, "entry \(seq) updates \(table.name) \(Self.keyText(entry.key)), which the ledger does not hold")
+                find(
+                    seq, "entry \(seq) updates \(table.name) \(Self.keyText(entry.key)), which the ledger does not hold"
+                )
                 return
             }
             for (column, value) in entry.row { current.row[column] = value }
@@ -255,7 +280,9 @@ struct LedgerVerifier {
             state[table.name]?[key] = current
         case .delete:
             if state[table.name]?.removeValue(forKey: key) == nil {
-                find(seq, "entry \(seq) deletes \(table.name) \(Self.keyText(entry.key)), which the ledger does not hold")
+                find(
+                    seq, "entry \(seq) deletes \(table.name) \(Self.keyText(entry.key)), which the ledger does not hold"
+                )
             }
         case .note: break
         }
@@ -323,7 +350,10 @@ struct LedgerVerifier {
             }
             let expected = table.columns + (table.sealed ? ["ledger_seq", "ledger_leaf"] : [])
             if columns != expected {
-                find(nil, "table \(table.name) has columns \(columns.joined(separator: ", ")), not the ones its entries are made of")
+                find(
+                    nil,
+                    "table \(table.name) has columns \(columns.joined(separator: ", ")), not the ones its entries are made of"
+                )
             }
         }
     }
