@@ -242,7 +242,9 @@ struct InventoryTests {
         #expect(try await inventory.query("SELECT count(*) FROM outcomes").first?.first?.integer == 2)
         #expect(try await inventory.query("SELECT count(*) FROM ledger").first?.first?.integer == 0)
         #expect(try await inventory.query("SELECT count(*) FROM ledger_head").first?.first?.integer == 0)
-        #expect(try await inventory.query("SELECT count(*) FROM outcomes WHERE ledger_seq IS NOT NULL").first?.first?.integer == 0)
+        #expect(
+            try await inventory.query("SELECT count(*) FROM outcomes WHERE ledger_seq IS NOT NULL").first?.first?
+                .integer == 0)
         let verification = try await Inventory(path: path, readOnly: true).verifyLedger()
         #expect(!verification.ok)
         #expect(verification.size == 0)
