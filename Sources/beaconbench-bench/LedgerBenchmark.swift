@@ -86,16 +86,19 @@ struct LedgerCostResult: Codable {
 /// generation number (a cached file of another generation is made again).
 enum BigLedger {
     static let entries = 1_000_000
-    static let generation = 1
+    static let generation = 2
     /// The device whose proof is measured: 100 entries, spread evenly.
     static let device = "C2:00:00:00:00:01"
     static let deviceEntries = 100
-    /// A group: `devicesPerGroup` devices recorded (an insert each), 8
-    /// outcomes each in one transaction, then each device updated (its
-    /// profile and config read back): 10 entries per device, 8 of them
-    /// sealed, as a provisioning run makes them (docs/benchmarks.md).
-    static let devicesPerGroup = 125
-    static let outcomesPerDevice = 8
+    /// A group: `devicesPerGroup` devices recorded (an insert each), 10
+    /// outcomes each in one transaction, then each device updated 7 times
+    /// (identity, battery, firmware, calibration, time, profile and
+    /// config, battery again): 18 entries per device, 8 kept and 10
+    /// sealed, as a provisioning run makes them (805 kept and 973 sealed
+    /// for 100 beacons, docs/benchmarks.md).
+    static let devicesPerGroup = 100
+    static let outcomesPerDevice = 10
+    static let updatesPerDevice = 7
 
     static func cachePath() -> String {
         repository + "/bench-results/cache/ledger-\(entries)-g\(generation).sqlite"
@@ -116,25 +119,23 @@ enum BigLedger {
         special.battery = 90
         try await inventory.recordDevice(special)
         var size = try await inventory.ledgerTreeHead().size
-        let steps = ["sync-time", "calibrate", "identity", "apply car", "verify car", "info", "battery", "time"]
+        let steps = [
+            "info", "battery", "sync-time", "calibrate", "identity", "apply car", "verify car", "read back", "time",
+            "summary",
+        ]
         // The device's other 99 entries: one outcome every `spacing` entries.
         let spacing = entries / deviceEntries
         var nextSpecial = spacing
         var specialDone = 1
         var number = 0
-        let groupEntries = devicesPerGroup * (outcomesPerDevice + 2)
+        let groupEntries = devicesPerGroup * (outcomesPerDevice + 1 + updatesPerDevice)
         while size < entries - 1 {
             let room = entries - 1 - size
             if room >= groupEntries + 1 {
                 let first = number
                 for _ in 0..<devicesPerGroup {
-                    var record = DeviceRecord(address: address(number))
-                    record.identity = .init(major: 100, minor: UInt16(number % 65_000))
-                    record.battery = UInt8(40 + number % 60)
-                    record.firmware = .init(major: 1, minor: 0, patch: 8)
-                    record.model = "SB-1"
-                    record.serial = String(format: "SN%08d", number)
-                    try await inventory.recordDevice(record)
+                    // Seen in a scan: its address, when.
+                    try await inventory.recordDevice(DeviceRecord(address: address(number)))
                     number += 1
                 }
                 var batch: [(device: String?, step: String, status: Inventory.StepStatus, detail: String?)] = []
@@ -150,13 +151,29 @@ enum BigLedger {
                 }
                 try await inventory.recordOutcomes(run: run, batch)
                 for index in first..<number {
-                    var record = DeviceRecord(address: address(index))
-                    record.profile = "car"
-                    record.config = DrivingBehaviourConfig(
-                        cornering: 350, braking: 350, acceleration: 450, duration: 300, enable: .all)
-                    record.calibration = .init(calibrated: true, calibratedAt: 60, vector: .init(x: 10, y: 5, z: 990))
-                    record.calibratedAt = Date()
-                    try await inventory.recordDevice(record)
+                    // What a provisioning run reads and writes, one commit each.
+                    for update in 0..<updatesPerDevice {
+                        var record = DeviceRecord(address: address(index))
+                        switch update {
+                        case 0:
+                            record.identity = .init(major: 100, minor: UInt16(index % 65_000))
+                            record.model = "SB-1"
+                            record.serial = String(format: "SN%08d", index)
+                        case 1: record.battery = UInt8(40 + index % 60)
+                        case 2: record.firmware = .init(major: 1, minor: 0, patch: 8)
+                        case 3:
+                            record.calibration = .init(
+                                calibrated: true, calibratedAt: 60, vector: .init(x: 10, y: 5, z: 990))
+                            record.calibratedAt = Date()
+                        case 4: record.timeOffset = 1_795_531_158_597 + Int64(index)
+                        case 5:
+                            record.profile = "car"
+                            record.config = DrivingBehaviourConfig(
+                                cornering: 350, braking: 350, acceleration: 450, duration: 300, enable: .all)
+                        default: record.battery = UInt8(39 + index % 60)
+                        }
+                        try await inventory.recordDevice(record)
+                    }
                 }
             } else {
                 // The last few: outcomes, so the run's end is entry 999,999.
@@ -306,6 +323,16 @@ func ledgerAppendCosts(rounds: Int = 3) async throws -> [LedgerCostResult.Append
             "sealed: recordOutcomes, 1 row per transaction",
             { inventory, run in
                 for index in 0..<rows { try await inventory.recordOutcomes(run: run, [outcome(index)]) }
+            }
+        ),
+        (
+            "sealed: live steps (beginStep, then finishStep: 2 commits)",
+            { inventory, run in
+                for index in 0..<rows {
+                    let step = try await inventory.beginStep(
+                        run: run, device: BigLedger.address(index % 100), step: "info")
+                    try await inventory.finishStep(step, .ok, detail: "read", durationMilliseconds: 4)
+                }
             }
         ),
         (
