@@ -34,10 +34,26 @@ public actor Inventory {
     /// is written to it (`Schema.examine`): another program's database, or
     /// a schema version this program does not know, is refused and left
     /// exactly as it was (no journal mode, no migration, no file beside it).
+    ///
+    /// `recordsLedger` false (for benchmarks only: `BEACONBENCH_LEDGER=off`
+    /// in the environment) opens it without the ledger: no ledger is begun
+    /// and no change is appended, so the rows written meanwhile are not in
+    /// it and `ledger verify` says so (docs/ledger.md, "Measuring without
+    /// the ledger").
     /// - Throws: `InventoryNameError` when `path` is not a plain file path
     ///   (`:memory:`, `file:…`), `InventoryPathError` when it is no
     ///   inventory file (nothing is created or changed), else `SQLiteError`.
     public init(path: String, readOnly: Bool = false) throws {
+        try self.init(path: path, readOnly: readOnly, recordsLedger: Self.ledgerSwitch)
+    }
+
+    /// Whether the environment leaves the ledger on: anything but
+    /// `BEACONBENCH_LEDGER=off`.
+    static var ledgerSwitch: Bool { recordsLedger(environment: ProcessInfo.processInfo.environment) }
+
+    static func recordsLedger(environment: [String: String]) -> Bool { environment["BEACONBENCH_LEDGER"] != "off" }
+
+    init(path: String, readOnly: Bool, recordsLedger: Bool) throws {
         try Database.checkName(path)
         if readOnly, try Database.resolve(path) != nil {
             database = try Database(path: path, readOnly: true)
@@ -79,8 +95,10 @@ public actor Inventory {
         try database.run(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('bench_id', ?)", [.text(UUID().uuidString.lowercased())])
         let bench = try database.rows("SELECT value FROM meta WHERE key = 'bench_id'").first?.first?.text ?? ""
-        try LedgerRecorder.begin(database, bench: bench, at: Self.timestamp(Date()))
-        database.ledger = LedgerRecorder { Self.timestamp(Date()) }
+        if recordsLedger {
+            try LedgerRecorder.begin(database, bench: bench, at: Self.timestamp(Date()))
+            database.ledger = LedgerRecorder { Self.timestamp(Date()) }
+        }
         try Self.markInterrupted(database)
     }
 

@@ -72,20 +72,31 @@ public enum CanonicalJSON {
         }
         if number < 0 { out.append(UInt8(ascii: "-")) }
         // Through UInt64: Int64.min's magnitude does not fit an Int64.
+        // The digits are appended lowest first, then turned around in place
+        // (no array of their own: this runs for every integer of every entry).
         var magnitude = number.magnitude
-        var digits: [UInt8] = []
+        let start = out.count
         while magnitude > 0 {
-            digits.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
+            out.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
             magnitude /= 10
         }
-        out.append(contentsOf: digits.reversed())
+        out[start...].reverse()
     }
 
     /// A JSON string, escaped as Python's encoder does with
     /// `ensure_ascii=False`.
     public static func writeString(_ text: String, to out: inout [UInt8]) {
-        let hex = Array("0123456789abcdef".utf8)
+        // Lower-case hex digits, computed (no table to allocate per string).
+        func hex(_ nibble: UInt8) -> UInt8 {
+            nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") + nibble - 10
+        }
         out.append(UInt8(ascii: "\""))
+        // Most strings need no escape: their bytes at once.
+        if !text.utf8.contains(where: { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }) {
+            out.append(contentsOf: text.utf8)
+            out.append(UInt8(ascii: "\""))
+            return
+        }
         for byte in text.utf8 {
             switch byte {
             case UInt8(ascii: "\""): out.append(contentsOf: [0x5C, 0x22])
@@ -97,8 +108,8 @@ public enum CanonicalJSON {
             case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
             case 0x00..<0x20:
                 out.append(contentsOf: [0x5C, UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
-                out.append(hex[Int(byte >> 4)])
-                out.append(hex[Int(byte & 0x0F)])
+                out.append(hex(byte >> 4))
+                out.append(hex(byte & 0x0F))
             default: out.append(byte)
             }
         }

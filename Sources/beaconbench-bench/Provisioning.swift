@@ -53,6 +53,9 @@ struct ChildRun {
     var wallSeconds: Double
     var cpuSeconds: Double
     var peakRSSMiB: Double
+    /// What it wrote to the file system: `ru_oublock` × 512 (pages it
+    /// dirtied; a page written again while still dirty counts once).
+    var writtenBytes: Double = 0
     var output: String
 }
 
@@ -68,7 +71,7 @@ func runMeasured(_ executable: String, _ arguments: [String], in directory: Stri
     let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
     return ChildRun(
         status: status, wallSeconds: wall, cpuSeconds: cpu, peakRSSMiB: Double(usage.ru_maxrss) / 1024,
-        output: output)
+        writtenBytes: Double(usage.ru_oublock) * 512, output: output)
 }
 
 struct ProvisioningResult: Codable {

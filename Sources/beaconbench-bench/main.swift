@@ -2,11 +2,14 @@
 // `scripts/bench` (release build). Each scenario starts its own private
 // dbus-daemon; nothing touches the machine's buses.
 //
-//   beaconbench-bench all|dbus|inventory|sync|peers|faults [--quick] [--seconds S] [--json FILE]
+//   beaconbench-bench all|dbus|inventory|sync|peers|faults|ledger [--quick] [--seconds S] [--json FILE]
+//       ledger: [--count N] [--runs R]  (the ledger's cost, with and without it; LedgerBenchmark.swift)
 //       faults: [--count N] [--runs R] [--mode NAME]…  (issue 26's modes against no faults; Faults.swift)
 //       peers: [--count N] [--listen-count N] [--listen-seconds S] [--runs N] [--vanish-count N]
 //       (beaconbench beside bleak 3.1 and bluetoothctl; Peers.swift)
 //   beaconbench-bench inventory-writer PATH   (the crash-safety test's writer)
+//   beaconbench-bench ledger-build PATH       (the ledger benchmark's 1,000,000 entries)
+//   beaconbench-bench ledger-append [--runs R] (the ledger benchmark's appends alone, for perf)
 import DBusBinding
 import Foundation
 import TestSupport
@@ -162,6 +165,7 @@ struct Report: Codable {
     var sync: SyncResult?
     var peers: PeersResult?
     var faults: FaultsReport?
+    var ledger: LedgerCostResult?
 }
 
 func machineDescription() -> String {
@@ -272,6 +276,12 @@ func allBenchmarks(
                 goal: goal?.text ?? "-", met: goal?.met))
     }
 
+    // 4a. The ledger's cost: with and without it (issue 29).
+    log("ledger")
+    let ledger = try await ledgerBenchmark(count: 100, rounds: quick ? 3 : 5)
+    report.ledger = ledger
+    report.rows += ledgerRows(ledger)
+
     // 4b. Sync to a PostgreSQL server, and an audit of the fleet there.
     log("sync to PostgreSQL")
     let sync = try await syncBenchmark()
@@ -310,6 +320,10 @@ let scenario = arguments.isEmpty ? "dbus" : arguments.removeFirst()
 if scenario == "inventory-writer", let path = arguments.first {
     try await inventoryWriter(path: path)
 }
+if scenario == "ledger-build", let path = arguments.first {
+    try await BigLedger.build(path: path)
+    exit(0)
+}
 var durationSeconds = 3.0
 var jsonPath: String?
 var quick = false
@@ -318,8 +332,9 @@ var faultCount: Int?
 var faultRuns: Int?
 var faultModeNames: [String]?
 let usage =
-    "usage: beaconbench-bench all|dbus|inventory|sync|peers|faults [--quick] [--seconds S] [--json FILE]\n"
+    "usage: beaconbench-bench all|dbus|inventory|sync|peers|faults|ledger [--quick] [--seconds S] [--json FILE]\n"
     + "       [--count N] [--runs R] [--mode NAME]…   (faults)\n"
+    + "       [--count N] [--runs R]   (ledger: N beacons provisioned R times with and R without)\n"
     + "       [--count N] [--listen-count N] [--listen-seconds S] [--runs N] [--vanish-count N]   (peers)\n"
 func fail(_ message: String) -> Never {
     FileHandle.standardError.write(Data((message + "\n" + usage).utf8))
@@ -386,6 +401,7 @@ case "all":
         print()
         printFaults(faults)
     }
+    if let ledger = report.ledger { printLedgerDetails(ledger) }
     if let jsonPath { try encoder.encode(report).write(to: URL(fileURLWithPath: jsonPath)) }
 case "peers":
     let result = try await peersBenchmark(peerOptions ?? (quick ? .quick : PeerOptions()))
@@ -396,6 +412,19 @@ case "faults":
     let result = try await faultsBenchmark(count: faultCount ?? 100, runs: faultRuns ?? 1, modes: faultModeNames)
     printFaults(result)
     if let jsonPath { try encoder.encode(result).write(to: URL(fileURLWithPath: jsonPath)) }
+case "ledger":
+    let result = try await ledgerBenchmark(count: faultCount ?? 100, rounds: faultRuns ?? 5)
+    printRows(ledgerRows(result))
+    printLedgerDetails(result)
+    if let jsonPath { try encoder.encode(result).write(to: URL(fileURLWithPath: jsonPath)) }
+case "ledger-append":
+    // Part (d) of `ledger` alone (for profiling: perf record -g …).
+    for append in try await ledgerAppendCosts(rounds: faultRuns ?? 3) {
+        print(
+            "\(append.scenario): CPU \(format(append.microsecondsWith, 1)) µs with, \(format(append.microsecondsWithout, 1)) without;"
+                + " wall \(format(append.wallMicrosecondsWith, 1)) µs with, \(format(append.wallMicrosecondsWithout, 1)) without"
+        )
+    }
 case "sync":
     let result = try await syncBenchmark()
     printRows(syncRows(result))
@@ -407,6 +436,6 @@ case "dbus", "inventory":
     if let jsonPath { try encoder.encode(results).write(to: URL(fileURLWithPath: jsonPath)) }
 default:
     FileHandle.standardError.write(
-        Data("error: unknown scenario '\(scenario)' (known: all, dbus, inventory, sync, peers, faults)\n".utf8))
+        Data("error: unknown scenario '\(scenario)' (known: all, dbus, inventory, sync, peers, faults, ledger)\n".utf8))
     exit(1)
 }

@@ -227,6 +227,36 @@ struct InventoryTests {
             #expect(ledger.ok, "round \(round): \(ledger.findings.prefix(3))")
         }
     }
+
+    /// `BEACONBENCH_LEDGER=off` (benchmarks only): the rows are written, no
+    /// entry is, and `verifyLedger` names them as not in the ledger.
+    @Test func withTheLedgerOffRowsAreWrittenWithoutEntriesAndVerifyNamesThem() async throws {
+        #expect(Inventory.recordsLedger(environment: ["BEACONBENCH_LEDGER": "off"]) == false)
+        #expect(Inventory.recordsLedger(environment: [:]))
+        #expect(Inventory.recordsLedger(environment: ["BEACONBENCH_LEDGER": "on"]))
+        let path = try Self.temporaryPath()
+        let inventory = try Inventory(path: path, readOnly: false, recordsLedger: false)
+        let run = try await inventory.beginRun(.init(command: "run provision.batch", operatorName: "ana"))
+        var device = DeviceRecord(address: "C1:00:00:00:00:01")
+        device.battery = 90
+        try await inventory.recordDevice(device)
+        try await inventory.recordOutcomes(
+            run: run, [("C1:00:00:00:00:01", "info", .ok, nil), ("C1:00:00:00:00:01", "sync-time", .changed, "t")])
+        try await inventory.endRun(run, .finished)
+        #expect(try await inventory.query("SELECT count(*) FROM outcomes").first?.first?.integer == 2)
+        #expect(try await inventory.query("SELECT count(*) FROM ledger").first?.first?.integer == 0)
+        #expect(try await inventory.query("SELECT count(*) FROM ledger_head").first?.first?.integer == 0)
+        #expect(
+            try await inventory.query("SELECT count(*) FROM outcomes WHERE ledger_seq IS NOT NULL").first?.first?
+                .integer == 0)
+        let verification = try await Inventory(path: path, readOnly: true).verifyLedger()
+        #expect(!verification.ok)
+        #expect(verification.size == 0)
+        let messages = verification.findings.map(\.message)
+        for row in ["runs 1 ", "devices \"C1:00:00:00:00:01\"", "outcomes 1 ", "outcomes 2 "] {
+            #expect(messages.contains { $0.hasPrefix(row) && $0.contains("not in the ledger") }, "\(row): \(messages)")
+        }
+    }
 }
 
 @Suite("Audits from the inventory, and exports", .timeLimit(.minutes(2)))

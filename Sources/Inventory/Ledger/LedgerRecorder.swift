@@ -125,6 +125,7 @@ final class LedgerRecorder {
             suspended = false
         }
         var head = try LedgerHead.read(database)
+        let sizeBefore = head.size
         let now = clock()
         for change in pending {
             let table = change.table
@@ -143,7 +144,9 @@ final class LedgerRecorder {
                 }
             }
         }
-        try head.write(database)
+        // Changes that made no entry (a step still running, a retry noted)
+        // leave the head as it was: not rewritten, no page written for it.
+        if head.size != sizeBefore { try head.write(database) }
         discard()
     }
 
