@@ -109,7 +109,7 @@ let package = Package(
             name: "beaconbench-bench",
             dependencies: [
                 "DBusBinding", "TestSupport", "LocalBus", "BeaconSimulator", "Inventory", "InventorySync", "Profiles",
-                "SBeaconProtocol",
+                "SBeaconProtocol", "Ledger",
             ]),
 
         // MARK: Tests and what they share.
