@@ -1,6 +1,7 @@
 import Foundation
 import Inventory
 import Ledger
+import LocalBus
 import SafeText
 
 // The ledger (docs/ledger.md): verify it, sign a checkpoint of it, prove a
@@ -199,7 +200,9 @@ extension Session {
         var signer: String?
         do {
             if let signers {
-                let verified = try await offThePool { try SignedCheckpoint.verify(note: note, allowedSigners: signers) }
+                let verified = try await onThreadOfItsOwn {
+                    try SignedCheckpoint.verify(note: note, allowedSigners: signers)
+                }
                 (checkpoint, signer) = (verified.checkpoint, verified.signer)
             } else {
                 checkpoint = try Checkpoint.parse(try SignedNote.parse(note).text)
@@ -285,7 +288,7 @@ extension Session {
                 made = (kept.note, kept.size, kept.root, origin, false)
             } else {
                 let checkpoint = try Checkpoint(origin: origin, size: head.size, root: head.root)
-                let note = try await offThePool {
+                let note = try await onThreadOfItsOwn {
                     try SignedCheckpoint.sign(checkpoint, keyPath: keyPath, signer: signerName)
                 }
                 try await inventory.recordCheckpoint(size: head.size, root: head.root, note: note)
@@ -387,7 +390,7 @@ extension Session {
         let result: ProofCheckResult
         do {
             let bytes = try ProofFile.read(path: file)
-            let report = try await offThePool { try ProofFile.check(bytes, allowedSigners: signers) }
+            let report = try await onThreadOfItsOwn { try ProofFile.check(bytes, allowedSigners: signers) }
             result = ProofCheckResult(file: file, report: report, failure: nil)
         } catch let error as LedgerError {
             result = ProofCheckResult(file: file, report: nil, failure: error.message)
@@ -396,12 +399,5 @@ extension Session {
         }
         output.render(result)
         if result.failure != nil { note(.devicesFailed) }
-    }
-}
-
-/// Runs blocking work (ssh-keygen) off Swift's cooperative thread pool.
-func offThePool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
     }
 }

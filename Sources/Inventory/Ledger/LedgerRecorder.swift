@@ -28,7 +28,7 @@ final class LedgerRecorder {
     /// Changes were made that `flush` has not appended yet.
     var hasPending: Bool { !pending.isEmpty }
 
-    /// The bench's id, for notes.
+    /// The time an entry is made (`Inventory.timestamp`'s spelling).
     let clock: () -> String
 
     init(clock: @escaping () -> String) { self.clock = clock }

@@ -97,7 +97,6 @@ struct LedgerTable: Sendable {
     static let all: [LedgerTable] = [
         runs, devices, identities, assignments, outcomes, readings, trips, events, incidents,
     ]
-    static let byName: [String: LedgerTable] = Dictionary(uniqueKeysWithValues: all.map { ($0.name, $0) })
     /// The names as C strings, in `all`'s order, for the preupdate hook
     /// (made once, never freed).
     nonisolated(unsafe) static let cNames: [UnsafeMutablePointer<CChar>] = all.map { strdup($0.name)! }
