@@ -181,18 +181,30 @@ public actor BluetoothClient {
             guard let change = try? PropertiesChanged(signal), objects[change.path]?[change.interface] != nil else {
                 return
             }
+            // bluetoothd announces ManufacturerData with every advert while
+            // discovery reports duplicates: only a different value is news.
+            let isDevice = change.interface == "org.bluez.Device1"
+            let dataChanged =
+                isDevice
+                && change.changed["ManufacturerData"].map { $0 != objects[change.path]?[change.interface]?["ManufacturerData"] }
+                    ?? false
             objects[change.path]?[change.interface]?.merge(change.changed) { $1 }
             for name in change.invalidated { objects[change.path]?[change.interface]?[name] = nil }
-            if change.interface == "org.bluez.Device1" {
+            if isDevice {
                 let onlyAdvert =
                     change.invalidated.isEmpty && change.changed.keys.allSatisfy(Self.advertProperties.contains)
-                if !Self.advertProperties.isDisjoint(with: change.changed.keys) { heardAt[change.path] = .now }
-                if !Self.listedProperties.isDisjoint(with: change.changed.keys)
-                    || !Self.listedProperties.isDisjoint(with: change.invalidated)
-                {
+                var cameBack = false
+                if !Self.advertProperties.isDisjoint(with: change.changed.keys) {
+                    cameBack = heardAfterSilence(change.path)
+                    heardAt[change.path] = .now
+                }
+                let listedChanged = change.changed.keys.contains { key in
+                    Self.listedProperties.contains(key) && (key != "ManufacturerData" || dataChanged)
+                }
+                if listedChanged || cameBack || !Self.listedProperties.isDisjoint(with: change.invalidated) {
                     deviceListVersion += 1
                 }
-                if change.changed["ManufacturerData"] != nil || change.invalidated.contains("ManufacturerData") {
+                if dataChanged || change.invalidated.contains("ManufacturerData") {
                     advertVersion += 1
                 }
                 if change.changed["Address"] != nil {
@@ -216,6 +228,25 @@ public actor BluetoothClient {
         }
         if waitersConcerned { checkWaiters() }
     }
+
+    /// Whether an advert from `device` (about to be noted) is the first
+    /// since this client's discovery began on its adapter, or the first
+    /// after `Self.silence`: what a scan lists changes then, although no
+    /// listed property does.
+    private func heardAfterSilence(_ device: ObjectPath) -> Bool {
+        guard let last = heardAt[device] else { return true }
+        if let adapter = objects[device]?["org.bluez.Device1"]?["Adapter"]?.objectPath,
+            let since = discoveryStartedAt[adapter], last < since
+        {
+            return true
+        }
+        return ContinuousClock.now - last >= Self.silence
+    }
+
+    /// A device not heard for this long that is heard again counts as
+    /// news for pollers of `deviceListVersion` (beacons advertise about
+    /// once a second).
+    static let silence: Duration = .seconds(3)
 
     /// A connection's GATT map ends: its paths are never used again.
     private func endLink(_ device: ObjectPath) {
@@ -441,8 +472,22 @@ public actor BluetoothClient {
     /// client's discovery began on its adapter, within `within`. A cached
     /// object, its RSSI included, never counts.
     public func isPresent(_ device: Device, within: Duration) -> Bool {
-        guard let adapter = device.adapter, let since = discoveryStartedAt[adapter], let heard = heardAt[device.path],
-            heard >= since
+        isPresent(device.path, adapter: device.adapter, within: within)
+    }
+
+    /// The devices present (see `isPresent(_:within:)`), found in one call:
+    /// a scan asks this several times a second over thousands of devices.
+    public func presentDevices(within: Duration) -> Set<ObjectPath> {
+        var present: Set<ObjectPath> = []
+        for path in addressByDevicePath.keys
+        where isPresent(path, adapter: objects[path]?["org.bluez.Device1"]?["Adapter"]?.objectPath, within: within) {
+            present.insert(path)
+        }
+        return present
+    }
+
+    private func isPresent(_ path: ObjectPath, adapter: ObjectPath?, within: Duration) -> Bool {
+        guard let adapter, let since = discoveryStartedAt[adapter], let heard = heardAt[path], heard >= since
         else { return false }
         return ContinuousClock.now - heard < within
     }

@@ -448,10 +448,7 @@ public actor Bench {
     /// bluetoothd kept from before (its temporary timeout, or storage), its
     /// cached RSSI included, is not present.
     public func present(window: Duration = Recovery.presenceTimeout) async -> [SeenBeacon] {
-        var heard: Set<ObjectPath> = []
-        for device in await client.devices() where await client.isPresent(device, within: window) {
-            heard.insert(device.path)
-        }
+        let heard = await client.presentDevices(within: window)
         return await beacons { $0.connected || heard.contains($0.path) }
     }
 

@@ -80,6 +80,47 @@ struct RecoveryIntegrationTests {
         }
     }
 
+    /// With DuplicateData, bluetoothd announces ManufacturerData in every
+    /// advert. Only a device first heard, or data that changed, is news
+    /// for a poller of `deviceListVersion`: the same data again is not
+    /// (a scan over 2,000 beacons re-listed them five times a second).
+    @Test func theSameAdvertAgainIsNoNewsButNewDataIs() async throws {
+        try await withBench(count: 2, seed: 47) { bench throws in
+            let address = bench.fleet[0].address
+            let connection = try await BusConnection.connect(.address(bench.bus.address))
+            let client = BluetoothClient(bus: connection)
+            try await client.start()
+            try await client.startDiscovery(on: try await client.adapter(named: nil), everyAdvert: true)
+            try await waitUntil("both beacons to be heard since discovery began") {
+                let present = await client.presentDevices(within: Recovery.presenceTimeout)
+                for beacon in bench.fleet {
+                    guard let device = await client.device(address: beacon.address), present.contains(device.path),
+                        await client.isPresent(device, within: Recovery.presenceTimeout)
+                    else { return false }
+                }
+                return true
+            }
+            let before = await client.deviceListVersion
+            let counted = await bench.daemon.activity.discoverySignals
+            // Several more adverts from each beacon, each with its data.
+            try await waitUntil("six more adverts to be announced") {
+                await bench.daemon.activity.discoverySignals >= counted + 6
+            }
+            let heard = try #require(await client.device(address: address)?.lastHeard)
+            try await waitUntil("the client to hear a later advert") {
+                await client.device(address: address)?.lastHeard.map { $0 > heard } ?? false
+            }
+            #expect(await client.deviceListVersion == before, "the same data again moved the device list")
+            // New data in the advert (the battery in the bench summary) is news.
+            try await bench.daemon.update(address) { $0.battery = 3 }
+            try await waitUntil("the new advert data to reach the client") {
+                await client.deviceListVersion > before
+            }
+            await client.stop()
+            await connection.close()
+        }
+    }
+
     @Test func aGattPathIsNeverUsedBeyondItsConnection() async throws {
         try await withBench(count: 1, seed: 43) { bench throws in
             let address = bench.fleet[0].address
