@@ -236,18 +236,18 @@ public actor Bench {
         // A beacon is found when heard since this discovery began (an
         // advert: docs/reliability.md, presence), never from a device object
         // bluetoothd kept from before with its cached RSSI. The list is read
-        // again when a device came, went or changed its adverts, and every
-        // second (an advert heard again changes nothing in the list). Below
-        // the RSSI floor, a beacon is looked at on every round until it comes
-        // close enough.
+        // again only when the client's device list changed: a device came,
+        // went, connected, changed its advertised data, or was heard for the
+        // first time since discovery began (`deviceListVersion`); the same
+        // advert again is no news, and what the scan returns is read at its
+        // end whatever was listed on the way. Below the RSSI floor, a beacon
+        // is looked at on every round until it comes close enough.
         var listed = -1
-        var lookedAt = ContinuousClock.now
         var below = false
         while ContinuousClock.now < deadline, !Task.isCancelled {
             let version = await client.deviceListVersion
-            if version != listed || below || ContinuousClock.now - lookedAt >= .seconds(1) {
+            if version != listed || below {
                 listed = version
-                lookedAt = ContinuousClock.now
                 below = false
                 for beacon in await heard() where !reported.contains(beacon.address) {
                     guard rssiFloor.map({ (beacon.rssi ?? -128) >= $0 }) ?? true else {
