@@ -184,10 +184,8 @@ public actor BluetoothClient {
             // bluetoothd announces ManufacturerData with every advert while
             // discovery reports duplicates: only a different value is news.
             let isDevice = change.interface == "org.bluez.Device1"
-            let dataChanged =
-                isDevice
-                && change.changed["ManufacturerData"].map { $0 != objects[change.path]?[change.interface]?["ManufacturerData"] }
-                    ?? false
+            let held = isDevice ? objects[change.path]?[change.interface]?["ManufacturerData"] : nil
+            let dataChanged = isDevice && change.changed["ManufacturerData"].map { $0 != held } ?? false
             objects[change.path]?[change.interface]?.merge(change.changed) { $1 }
             for name in change.invalidated { objects[change.path]?[change.interface]?[name] = nil }
             if isDevice {
