@@ -37,16 +37,21 @@ public actor BluetoothClient {
     private var addressByDevicePath: [ObjectPath: String] = [:]
     private var attributesByDevice: [ObjectPath: Set<ObjectPath>] = [:]
     private var adapterPaths: Set<ObjectPath> = []
+    /// Devices whose Connected reads true (what `linksUp` counts).
+    private var connectedDevices: Set<ObjectPath> = []
+    /// Per company identifier, what each device advertises under it, by
+    /// address (uppercase), and the companies each address advertises:
+    /// kept as adverts change, so that a fleet run asking once per device
+    /// costs nothing per device it does not touch.
+    private var advertisedByCompany: [UInt16: [String: [UInt8]]] = [:]
+    private var advertisedCompanies: [String: [UInt16]] = [:]
     /// Device → interface → lowercased UUID → object, built on the first
     /// lookup after the device's GATT objects changed.
     private var gattIndex: [ObjectPath: [String: [String: ObjectPath]]] = [:]
-    private var advertisedCache: [UInt16: (version: Int, data: [String: [UInt8]])] = [:]
     /// Bumped when the set of devices, or what a scan shows of them
     /// (address, connection, advertised data), changes: a poller that
     /// sees the same number has nothing new to look at.
     public private(set) var deviceListVersion = 0
-    /// Bumped when a device comes, goes or changes its advertised data.
-    private var advertVersion = 0
     private static let listedProperties: Set<String> = ["Address", "Connected", "ManufacturerData", "ServicesResolved"]
     /// When each device object last showed a sign of the device in range:
     /// it appeared, or its RSSI, advertising data or TX power changed (an
@@ -125,7 +130,6 @@ public actor BluetoothClient {
             objects = try await bus.managedObjects(of: Self.bluez, timeout: timeouts.call)
             rebuildIndexes()
             deviceListVersion += 1
-            advertVersion += 1
             // A cached object is not a beacon in range: bluetoothd keeps a
             // device (its last RSSI and adverts too) for its temporary
             // timeout after the beacon left. Only signals heard from now
@@ -154,7 +158,6 @@ public actor BluetoothClient {
                 // bluetoothd restart) carries no RSSI or advert data: not heard.
                 if !Self.advertProperties.isDisjoint(with: device.keys) { heardAt[added.path] = .now }
                 deviceListVersion += 1
-                advertVersion += 1
             }
             waitersConcerned = !Self.waitedInterfaces.isDisjoint(with: added.interfaces.keys)
             index(added.path)
@@ -166,7 +169,6 @@ public actor BluetoothClient {
             }
             if objects[removed.path]?["org.bluez.Device1"] == nil, heardAt.removeValue(forKey: removed.path) != nil {
                 deviceListVersion += 1
-                advertVersion += 1
             }
             waitersConcerned = !Self.waitedInterfaces.isDisjoint(with: removed.interfaces)
             if removed.interfaces.contains("org.bluez.Device1") {
@@ -203,7 +205,10 @@ public actor BluetoothClient {
                     deviceListVersion += 1
                 }
                 if dataChanged || change.invalidated.contains("ManufacturerData") {
-                    advertVersion += 1
+                    if let address = addressByDevicePath[change.path] { indexAdverts(of: address) }
+                }
+                if change.changed["Connected"] != nil || change.invalidated.contains("Connected") {
+                    indexConnection(change.path)
                 }
                 if change.changed["Address"] != nil {
                     unindex(change.path)
@@ -263,7 +268,6 @@ public actor BluetoothClient {
     private func ownerChanged(_ change: NameOwnerChanged) {
         bluetoothdGeneration += 1
         deviceListVersion += 1
-        advertVersion += 1
         objects = [:]
         heardAt = [:]
         linkEpoch = [:]
@@ -308,7 +312,9 @@ public actor BluetoothClient {
         {
             devicePathsByAddress[address, default: []].insert(path)
             addressByDevicePath[path] = address
+            indexAdverts(of: address)
         }
+        indexConnection(path)
         if let device = Self.deviceAncestor(of: path),
             interfaces.keys.contains(where: { $0.hasPrefix("org.bluez.Gatt") })
         {
@@ -317,12 +323,44 @@ public actor BluetoothClient {
         }
     }
 
+    private func indexConnection(_ path: ObjectPath) {
+        if addressByDevicePath[path] != nil, objects[path]?["org.bluez.Device1"]?["Connected"]?.bool == true {
+            connectedDevices.insert(path)
+        } else {
+            connectedDevices.remove(path)
+        }
+    }
+
+    /// What `address` advertises under each company, from its device
+    /// objects (one per adapter that sees it; the first path in order wins,
+    /// as for `device(address:)`).
+    private func indexAdverts(of address: String) {
+        for company in advertisedCompanies.removeValue(forKey: address) ?? [] {
+            advertisedByCompany[company]?[address] = nil
+        }
+        var companies: [UInt16] = []
+        for path in (devicePathsByAddress[address] ?? []).sorted().reversed() {
+            guard
+                case .dictionary(_, _, let entries)? = objects[path]?["org.bluez.Device1"]?["ManufacturerData"]?
+                    .unwrapped
+            else { continue }
+            for entry in entries {
+                guard case .uint16(let company) = entry.key, let bytes = entry.value.bytes else { continue }
+                advertisedByCompany[company, default: [:]][address] = bytes
+                if !companies.contains(company) { companies.append(company) }
+            }
+        }
+        if !companies.isEmpty { advertisedCompanies[address] = companies }
+    }
+
     private func unindex(_ path: ObjectPath) {
         adapterPaths.remove(path)
         if let address = addressByDevicePath.removeValue(forKey: path) {
             devicePathsByAddress[address]?.remove(path)
             if devicePathsByAddress[address]?.isEmpty == true { devicePathsByAddress[address] = nil }
+            indexAdverts(of: address)
         }
+        connectedDevices.remove(path)
         if let device = Self.deviceAncestor(of: path), attributesByDevice[device]?.remove(path) != nil {
             gattIndex[device] = nil
         }
@@ -331,6 +369,9 @@ public actor BluetoothClient {
     private func rebuildIndexes() {
         devicePathsByAddress = [:]
         addressByDevicePath = [:]
+        connectedDevices = []
+        advertisedByCompany = [:]
+        advertisedCompanies = [:]
         attributesByDevice = [:]
         gattIndex = [:]
         adapterPaths = []
@@ -495,10 +536,8 @@ public actor BluetoothClient {
     public func linksUp(on adapter: ObjectPath, excluding address: String? = nil) -> Int {
         let excluded = address?.uppercased()
         var count = 0
-        for (path, deviceAddress) in addressByDevicePath where deviceAddress != excluded {
-            guard let device = objects[path]?["org.bluez.Device1"], device["Connected"]?.bool == true,
-                device["Adapter"]?.objectPath == adapter
-            else { continue }
+        for path in connectedDevices where addressByDevicePath[path] != excluded {
+            guard objects[path]?["org.bluez.Device1"]?["Adapter"]?.objectPath == adapter else { continue }
             count += 1
         }
         return count
@@ -572,22 +611,9 @@ public actor BluetoothClient {
     /// What each device advertises under one company identifier, by
     /// address (uppercase); built without making a `Device` of each.
     public func advertisedData(company: UInt16) -> [String: [UInt8]] {
-        // Kept while the device list is the same (an advert changing its
-        // data bumps the version): a fleet run asks once per device.
-        if let cached = advertisedCache[company], cached.version == advertVersion { return cached.data }
-        var result: [String: [UInt8]] = [:]
-        for (path, address) in addressByDevicePath {
-            guard
-                case .dictionary(_, _, let entries)? = objects[path]?["org.bluez.Device1"]?["ManufacturerData"]?
-                    .unwrapped
-            else { continue }
-            for entry in entries {
-                guard case .uint16(company) = entry.key, let bytes = entry.value.bytes else { continue }
-                result[address] = bytes
-            }
-        }
-        advertisedCache[company] = (advertVersion, result)
-        return result
+        // Kept current as adverts change (`indexAdverts`): a fleet run asks
+        // once per device.
+        advertisedByCompany[company] ?? [:]
     }
 
     // MARK: Adapters and discovery

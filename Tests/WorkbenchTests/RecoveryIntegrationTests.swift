@@ -121,6 +121,39 @@ struct RecoveryIntegrationTests {
         }
     }
 
+    /// The registry's indexes follow adverts and links as they change:
+    /// what each beacon advertises under a company, and the links up on an
+    /// adapter (both kept per change, not rebuilt per question).
+    @Test func advertsAndLinksAreIndexedAsTheyChange() async throws {
+        try await withBench(count: 2, seed: 53) { bench throws in
+            let client = bench.client
+            let first = bench.fleet[0]
+            let adapter = try await client.adapter(named: nil)
+            try await client.startDiscovery(on: adapter, everyAdvert: true)
+            func advertised() async -> [String: [UInt8]] {
+                await client.advertisedData(company: SBeaconUUID.appleCompanyID)
+            }
+            try await waitUntil("both beacons' iBeacon adverts to be indexed") {
+                await advertised().count == 2
+            }
+            #expect(await advertised()[first.address] == IBeaconAdvert(identity: first.identity, measuredPower: -59).bytes)
+            let changed = BeaconIdentity(major: first.identity.major &+ 1, minor: first.identity.minor &+ 1)
+            try await bench.daemon.update(first.address) { $0.identity = changed }
+            try await waitUntil("the new identity's advert to be indexed") {
+                await advertised()[first.address] == IBeaconAdvert(identity: changed, measuredPower: -59).bytes
+            }
+            #expect(await advertised().count == 2)
+            #expect(await client.linksUp(on: adapter.path) == 0)
+            let policy = ConnectPolicy(requiredServices: SBeacon.requiredServices)
+            let session = try await client.connect(first.address, policy: policy)
+            #expect(await client.linksUp(on: adapter.path) == 1)
+            #expect(await client.linksUp(on: adapter.path, excluding: first.address.lowercased()) == 0)
+            await session.disconnect()
+            try await waitUntil("the link to be down") { await client.linksUp(on: adapter.path) == 0 }
+            try await client.stopDiscovery(on: adapter)
+        }
+    }
+
     @Test func aGattPathIsNeverUsedBeyondItsConnection() async throws {
         try await withBench(count: 1, seed: 43) { bench throws in
             let address = bench.fleet[0].address
