@@ -136,7 +136,8 @@ struct RecoveryIntegrationTests {
             try await waitUntil("both beacons' iBeacon adverts to be indexed") {
                 await advertised().count == 2
             }
-            #expect(await advertised()[first.address] == IBeaconAdvert(identity: first.identity, measuredPower: -59).bytes)
+            #expect(
+                await advertised()[first.address] == IBeaconAdvert(identity: first.identity, measuredPower: -59).bytes)
             let changed = BeaconIdentity(major: first.identity.major &+ 1, minor: first.identity.minor &+ 1)
             try await bench.daemon.update(first.address) { $0.identity = changed }
             try await waitUntil("the new identity's advert to be indexed") {
