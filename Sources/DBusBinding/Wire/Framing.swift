@@ -92,9 +92,8 @@ enum Framing {
             bytes: UnsafeRawBufferPointer(message), littleEndian: header.littleEndian, offset: FixedHeader.size,
             end: end)
         var found: UInt32 = 0
-        while true {
+        while reader.offset < end {
             reader.align(8)
-            if reader.offset == end { break }
             guard let code = reader.byte(), let signature = reader.readSignature() else { return nil }
             if code == unixFDsCode, signature.count == 1, signature[0] == UInt8(ascii: "u") {
                 reader.align(4)
