@@ -64,7 +64,9 @@ struct WireDifferentialTests {
                 var value: UInt32 = 0
                 for k in 0..<4 { value |= UInt32(bytes[offset + k]) << (bigEndian ? 8 * (3 - k) : 8 * k) }
                 value = value &+ UInt32(bitPattern: Int32(random.below(17) - 8))
-                for k in 0..<4 { bytes[offset + k] = UInt8(truncatingIfNeeded: value >> (bigEndian ? 8 * (3 - k) : 8 * k)) }
+                for k in 0..<4 {
+                    bytes[offset + k] = UInt8(truncatingIfNeeded: value >> (bigEndian ? 8 * (3 - k) : 8 * k))
+                }
             }
         case 3:
             // A type code where a signature or type code sits.
@@ -99,7 +101,8 @@ struct WireDifferentialTests {
                 counts[key, default: 0] += 1
             case .failure(let mismatch):
                 if mismatches.count < 5 {
-                    mismatches.append("\(mismatch) — input \(bytes.map { String($0, radix: 16) }.joined(separator: " "))")
+                    mismatches.append(
+                        "\(mismatch) — input \(bytes.map { String($0, radix: 16) }.joined(separator: " "))")
                 }
                 counts["mismatch", default: 0] += 1
             }

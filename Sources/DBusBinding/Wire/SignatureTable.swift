@@ -53,7 +53,8 @@ public enum SignatureTable {
             case UInt8(ascii: "o"): return .objectPaths
             default: return .other
             }
-        case 5 where signature[0] == UInt8(ascii: "a") && signature[1] == UInt8(ascii: "{")
+        case 5
+        where signature[0] == UInt8(ascii: "a") && signature[1] == UInt8(ascii: "{")
             && signature[3] == UInt8(ascii: "v") && signature[4] == UInt8(ascii: "}"):
             switch signature[2] {
             case UInt8(ascii: "q"): return .uint16Variants
@@ -120,10 +121,14 @@ public enum SignatureTable {
                 guard arrayDepth <= 32 else { throw .invalid("signature: too many nested arrays", at: offset + index) }
             case UInt8(ascii: "("):
                 structDepth += 1
-                guard structDepth <= 32 else { throw .invalid("signature: structs nested too deeply", at: offset + index) }
+                guard structDepth <= 32 else {
+                    throw .invalid("signature: structs nested too deeply", at: offset + index)
+                }
                 stack.push()
             case UInt8(ascii: ")"):
-                guard structDepth > 0 else { throw .invalid("signature: struct ended but not started", at: offset + index) }
+                guard structDepth > 0 else {
+                    throw .invalid("signature: struct ended but not started", at: offset + index)
+                }
                 guard last != UInt8(ascii: "(") else { throw .invalid("signature: empty struct", at: offset + index) }
                 _ = stack.pop()
                 structDepth -= 1
@@ -132,12 +137,18 @@ public enum SignatureTable {
                     throw .invalid("signature: dict entry not inside an array", at: offset + index)
                 }
                 dictDepth += 1
-                guard dictDepth <= 32 else { throw .invalid("signature: dict entries nested too deeply", at: offset + index) }
+                guard dictDepth <= 32 else {
+                    throw .invalid("signature: dict entries nested too deeply", at: offset + index)
+                }
                 stack.push()
             case UInt8(ascii: "}"):
-                guard dictDepth > 0 else { throw .invalid("signature: dict entry ended but not started", at: offset + index) }
+                guard dictDepth > 0 else {
+                    throw .invalid("signature: dict entry ended but not started", at: offset + index)
+                }
                 dictDepth -= 1
-                guard stack.pop() == 2 else { throw .invalid("signature: dict entry without two fields", at: offset + index) }
+                guard stack.pop() == 2 else {
+                    throw .invalid("signature: dict entry without two fields", at: offset + index)
+                }
             default:
                 throw .invalid("signature: unknown type code", at: offset + index)
             }

@@ -80,7 +80,8 @@ public enum WireDifferential {
                 guard a.count == b.count, zip(a, b).allSatisfy(identical) else {
                     return .failure(
                         Mismatch(
-                            description: "bodies differ:\n libdbus \(String(describing: a).prefix(600))\n wire    \(String(describing: b).prefix(600))"
+                            description:
+                                "bodies differ:\n libdbus \(String(describing: a).prefix(600))\n wire    \(String(describing: b).prefix(600))"
                         ))
                 }
                 return .success(shape.map(Verdict.fast) ?? .generic)
@@ -190,7 +191,8 @@ public struct MirrorSink: WirePropertySink {
             ]
         case .interfacesRemoved:
             return [
-                .objectPath(ObjectPath(unchecked: objects.first?.path ?? "")), .array(.string, removed.map(BusValue.string)),
+                .objectPath(ObjectPath(unchecked: objects.first?.path ?? "")),
+                .array(.string, removed.map(BusValue.string)),
             ]
         case .managedObjects:
             return [

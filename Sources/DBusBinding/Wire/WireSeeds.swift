@@ -190,7 +190,8 @@ extension WireDifferential {
         for bigEndian in [false, true] {
             let device = "/org/bluez/hci0/dev_C0_FE_00_00_00_01"
             let characteristic: [String: BusValue] = [
-                "UUID": .string("6e400002-b5a3-f393-e0a9-e50e24dcca9e"), "Service": .objectPath(ObjectPath(unchecked: device + "/service0010")),
+                "UUID": .string("6e400002-b5a3-f393-e0a9-e50e24dcca9e"),
+                "Service": .objectPath(ObjectPath(unchecked: device + "/service0010")),
                 "Flags": .strings(["write", "notify"]), "Value": .bytes([1, 2, 3]), "Notifying": .boolean(false),
                 "Handle": .uint16(0x12), "MTU": .uint16(247),
             ]
@@ -257,8 +258,11 @@ extension WireDifferential {
             ]
             seeds.append(
                 WireEncoder.message(
-                    bigEndian: bigEndian, type: 2, fields: [(5, .uint32(7)), (7, .string(":1.3")), (6, .string(":1.9"))],
-                    body: [.dictionary(key: .objectPath, value: .dictionary(key: .string, value: .propertyMap), objects)]
+                    bigEndian: bigEndian, type: 2,
+                    fields: [(5, .uint32(7)), (7, .string(":1.3")), (6, .string(":1.9"))],
+                    body: [
+                        .dictionary(key: .objectPath, value: .dictionary(key: .string, value: .propertyMap), objects)
+                    ]
                 ))
             seeds.append(
                 WireEncoder.signal(
@@ -352,7 +356,8 @@ extension Array where Element == UInt8 {
         // Skip the header: search from the body's start.
         let headerFields =
             self[0] == UInt8(ascii: "l")
-            ? Int(self[12]) | Int(self[13]) << 8 | Int(self[14]) << 16 : Int(self[15]) | Int(self[14]) << 8 | Int(self[13]) << 16
+            ? Int(self[12]) | Int(self[13]) << 8 | Int(self[14]) << 16
+            : Int(self[15]) | Int(self[14]) << 8 | Int(self[13]) << 16
         let start = (16 + headerFields + 7) & ~7
         var index = start
         while index + pattern.count <= count {

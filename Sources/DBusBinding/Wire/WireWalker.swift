@@ -56,7 +56,9 @@ enum WireWalker<Order: WireByteOrder> {
                 throw .invalid("array length out of bounds", at: cursor.position)
             }
             guard length > 0 else { return next }
-            guard length <= WireLimits.arrayBytes else { throw .invalid("array longer than 64 MiB", at: cursor.position) }
+            guard length <= WireLimits.arrayBytes else {
+                throw .invalid("array longer than 64 MiB", at: cursor.position)
+            }
             let end = cursor.position + Int(length)
             if let size = SignatureTable.fixedSize(elementCode) {
                 // libdbus 1.14.10 refuses a length that is not a multiple
