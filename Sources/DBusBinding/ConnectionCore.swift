@@ -5,11 +5,16 @@ import Glibc
 /// sending method calls, which the calling tasks do themselves through
 /// `PendingCalls`, under its lock and libdbus' own.
 ///
-/// Messages are taken off the connection with `LibDBus.connectionPopMessage`
-/// and routed here: replies to the pending calls, signals to subscribers
-/// (`SignalRouter`), method calls to exported objects (`ObjectServer`).
-/// libdbus' own dispatch (and with it its pending-call and object-path
-/// machinery) is not used. This file is the I/O loop and the calls; the
+/// libdbus connects, authenticates and sends; the binding reads the socket
+/// itself (`InboundBuffer`: 64 KiB or more per `recvmsg`, messages framed
+/// from their fixed header) and hands each message's bytes to libdbus
+/// (`dbus_message_demarshal`) before routing it here: replies to the
+/// pending calls, signals to subscribers (`SignalRouter`), method calls to
+/// exported objects (`ObjectServer`). With `BEACONBENCH_DBUS_READER=libdbus`
+/// libdbus reads too, and messages are taken off it with
+/// `LibDBus.connectionPopMessage` (docs/dbus-binding.md, "Reading the
+/// socket"). libdbus' own dispatch (and with it its pending-call and
+/// object-path machinery) is not used. This file is the I/O loop and the calls; the
 /// router's and the server's bus-facing halves are extensions of this actor
 /// in their own files.
 actor ConnectionCore {
@@ -19,6 +24,17 @@ actor ConnectionCore {
     private var connection: OpaquePointer?
     private var closeReason: BusError?
     private let io = IOTable()
+    /// The socket and what was read from it, when the binding reads (nil:
+    /// libdbus reads, `BusReader.libdbus`).
+    private var inbound: InboundBuffer?
+    private var socket: Int32 = -1
+    /// Why the connection must close once the messages already read are
+    /// routed (end of file, lost descriptors, a failed read).
+    private var readEnded: BusError?
+    /// Messages framed but refused by `dbus_message_demarshal` (dropped;
+    /// only a corrupt daemon could send one), and the last reason.
+    private(set) var refusedMessages = 0
+    private(set) var lastRefusal: BusError?
     private(set) var uniqueName = ""
     private var nextToken = 0
     /// How long a wake-up for incoming data may wait before reading, in
@@ -48,32 +64,86 @@ actor ConnectionCore {
 
     // MARK: Opening and closing
 
-    /// Connects to `address` and says Hello (`LibDBus.connectionOpenPrivate`,
-    /// `busRegister`), with exit-on-disconnect turned off.
-    func open(address: String, registerOnBus: Bool) throws {
+    /// How long connecting (authentication, then Hello) may take.
+    static let connectTimeout: Duration = .seconds(25)
+
+    /// Connects to `address` and says Hello, with exit-on-disconnect turned
+    /// off.
+    ///
+    /// `.wire` (the default): libdbus authenticates
+    /// (`LibDBus.authenticate`), then the binding owns the socket's read
+    /// side before any message exists: Hello is sent by libdbus like any
+    /// call, its reply read by the binding, and libdbus told the name
+    /// (`busSetUniqueName`). `.libdbus`: libdbus says Hello
+    /// (`busRegister`) and reads everything, as before.
+    func open(address: String, registerOnBus: Bool, reader: BusReader = .current) async throws {
         _ = LibDBus.threadsInitialised
         guard !address.utf8.contains(0) else { throw BusError(.badAddress, "The bus address contains a NUL byte") }
         let opened = try LibDBus.connectionOpenPrivate(address, otherwise: "Cannot connect to \(address)")
         LibDBus.connectionSetExitOnDisconnect(opened, false)
-        if registerOnBus {
-            do {
-                try LibDBus.busRegister(opened, otherwise: "The bus at \(address) refused Hello")
-            } catch {
-                LibDBus.connectionClose(opened)
-                LibDBus.connectionUnref(opened)
-                throw error
-            }
-        }
-        guard io.install(on: opened) else {
+        func abandon(_ error: BusError) -> BusError {
             LibDBus.connectionClose(opened)
             LibDBus.connectionUnref(opened)
-            throw BusError(.noMemory, "Out of memory while setting up the connection")
+            return error
         }
-        if registerOnBus, let name = LibDBus.busGetUniqueName(opened) { uniqueName = name }
+        switch reader {
+        case .libdbus:
+            if registerOnBus {
+                do {
+                    try LibDBus.busRegister(opened, otherwise: "The bus at \(address) refused Hello")
+                } catch {
+                    throw abandon(error)
+                }
+            }
+        case .wire:
+            guard LibDBus.authenticate(opened, deadline: monotonicNanoseconds() + Self.connectTimeout.nanoseconds)
+            else {
+                throw abandon(
+                    BusError(
+                        LibDBus.connectionGetIsConnected(opened) ? .noReply : .authFailed,
+                        "The bus at \(address) did not complete authentication"
+                            + (LibDBus.connectionGetIsConnected(opened) ? " within \(Self.connectTimeout)" : "")))
+            }
+            let fd = LibDBus.connectionGetUnixFD(opened)
+            guard fd >= 0 else { throw abandon(BusError(.notSupported, "The bus at \(address) is not a socket")) }
+            socket = fd
+            inbound = InboundBuffer(
+                maximumDescriptors: LibDBus.connectionCanPassDescriptors(opened)
+                    ? max(1, LibDBus.connectionGetMaxMessageUnixFDs(opened)) : 0)
+        }
+        guard io.install(on: opened) else {
+            inbound = nil
+            throw abandon(BusError(.noMemory, "Out of memory while setting up the connection"))
+        }
+        if reader == .libdbus, registerOnBus, let name = LibDBus.busGetUniqueName(opened) { uniqueName = name }
         connection = opened
         calls.attach(opened)
         loop.attach(self)
+        guard reader == .wire, registerOnBus else { return }
+        do {
+            let reply = try await call(
+                MethodCall(
+                    destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                    interface: "org.freedesktop.DBus", member: "Hello"),
+                timeout: Self.connectTimeout)
+            guard let name = reply.body.first?.string, LibDBus.busSetUniqueName(opened, name) else {
+                throw BusError(.failed, "The bus at \(address) answered Hello with '\(reply.signature)'")
+            }
+            uniqueName = name
+        } catch {
+            let reason = error as? BusError ?? BusError(.failed, "\(error)")
+            close(reason: reason)
+            throw reason
+        }
     }
+
+    /// What the binding's reads of the socket did (nil when libdbus reads).
+    var readCounter: Syscalls.ReadCounter? { inbound?.counter }
+
+    /// True when libdbus holds no message it read itself
+    /// (`dbus_connection_get_dispatch_status` is `COMPLETE`), as it must
+    /// once the binding reads.
+    var libdbusHoldsNoMessage: Bool { connection.map(LibDBus.connectionDispatchIsComplete) ?? true }
 
     var isOpen: Bool { connection != nil }
 
@@ -94,6 +164,10 @@ actor ConnectionCore {
         handlerTasks.removeAll()
         for message in incomingCalls.values { LibDBus.messageUnref(message) }
         incomingCalls.removeAll()
+        // Descriptors received and not handed out are ours to close; the
+        // socket is libdbus', closed by connectionClose.
+        inbound?.closeDescriptors()
+        socket = -1
         LibDBus.connectionClose(opened)
         LibDBus.connectionUnref(opened)
         loop.requestShutdown()
@@ -115,12 +189,21 @@ actor ConnectionCore {
             return
         }
         var fds = [pollfd(fd: loop.wakeReadFD, events: Int16(POLLIN), revents: 0)]
+        // When the binding reads, the socket is polled for input here, and
+        // libdbus' watches for output only: libdbus is never handed
+        // READABLE (it would read), nor HANGUP or ERROR (it would drop the
+        // connection before the bytes already sent are read; the reader
+        // reads to the end of file and closes).
+        let reading = inbound != nil && connection != nil
+        if reading { fds.append(pollfd(fd: socket, events: Int16(POLLIN), revents: 0)) }
+        let firstWatch = fds.count
         var polled: [OpaquePointer] = []
         for watch in io.watches where LibDBus.watchGetEnabled(watch) {
             let flags = LibDBus.watchGetFlags(watch)
             var events: Int16 = 0
-            if flags & LibDBus.WatchFlags.readable != 0 { events |= Int16(POLLIN) }
+            if flags & LibDBus.WatchFlags.readable != 0, !reading { events |= Int16(POLLIN) }
             if flags & LibDBus.WatchFlags.writable != 0 { events |= Int16(POLLOUT) }
+            if reading, events == 0 { continue }
             fds.append(pollfd(fd: LibDBus.watchGetUnixFD(watch), events: events, revents: 0))
             polled.append(watch)
         }
@@ -137,15 +220,18 @@ actor ConnectionCore {
         if blocking { calls.markAwake() }
         if ready > 0 {
             if fds[0].revents != 0 { loop.drainWakePipe() }
-            for (index, watch) in polled.enumerated() where fds[index + 1].revents != 0 {
+            if reading, fds[1].revents != 0 { readSocket() }
+            for (index, watch) in polled.enumerated() where fds[firstWatch + index].revents != 0 {
                 guard io.contains(watch) else { continue }
-                let revents = fds[index + 1].revents
+                let revents = fds[firstWatch + index].revents
                 var flags: UInt32 = 0
-                if revents & Int16(POLLIN) != 0 { flags |= LibDBus.WatchFlags.readable }
+                if revents & Int16(POLLIN) != 0, !reading { flags |= LibDBus.WatchFlags.readable }
                 if revents & Int16(POLLOUT) != 0 { flags |= LibDBus.WatchFlags.writable }
-                if revents & Int16(POLLERR) != 0 { flags |= LibDBus.WatchFlags.error }
-                if revents & Int16(POLLHUP) != 0 { flags |= LibDBus.WatchFlags.hangup }
-                LibDBus.watchHandle(watch, flags)
+                if !reading {
+                    if revents & Int16(POLLERR) != 0 { flags |= LibDBus.WatchFlags.error }
+                    if revents & Int16(POLLHUP) != 0 { flags |= LibDBus.WatchFlags.hangup }
+                }
+                if flags != 0 { LibDBus.watchHandle(watch, flags) }
             }
         }
         let now = monotonicNanoseconds()
@@ -166,13 +252,73 @@ actor ConnectionCore {
 
     func setCoalescing(_ window: Duration) { coalescing = window.nanoseconds }
 
-    private func routeIncoming() {
-        while let opened = connection, let message = LibDBus.connectionPopMessage(opened) {
-            route(message)
-            LibDBus.messageUnref(message)
+    /// Reads what the kernel holds (up to `InboundBuffer.maximumPerFill`).
+    private func readSocket() {
+        guard let inbound, readEnded == nil else { return }
+        switch inbound.fill(from: socket) {
+        case .more: break
+        case .endOfFile: readEnded = BusError(.disconnected, "The bus closed the connection")
+        case .failed(let why): readEnded = BusError(.disconnected, "The connection to the bus failed: \(why)")
         }
-        if let opened = connection, !LibDBus.connectionGetIsConnected(opened) {
+    }
+
+    private func routeIncoming() {
+        if let inbound {
+            routeFramed(inbound)
+        } else {
+            while let opened = connection, let message = LibDBus.connectionPopMessage(opened) {
+                route(message)
+                LibDBus.messageUnref(message)
+            }
+        }
+        if connection != nil, let reason = readEnded {
+            close(reason: reason)
+        } else if let opened = connection, !LibDBus.connectionGetIsConnected(opened) {
             close(reason: BusError(.disconnected, "The bus closed the connection"))
+        }
+    }
+
+    /// Routes every complete message in the buffer, in order: descriptors
+    /// it declares (`UNIX_FDS`) taken from the ones received and closed (the
+    /// binding passes none on; the field is set to 0 so that libdbus takes
+    /// the bytes, and a body holding an `h` still fails in `MessageCodec`
+    /// with `NotSupported`, as before), then `dbus_message_demarshal` and
+    /// `route`, exactly as a message popped from libdbus.
+    private func routeFramed(_ inbound: InboundBuffer) {
+        while connection != nil {
+            let frame: UnsafeMutableRawBufferPointer
+            do {
+                guard let next = try inbound.nextMessage() else { return }
+                frame = next
+            } catch {
+                readEnded = BusError(.disconnected, "The bus sent bytes that are not a D-Bus message: \(error)")
+                return
+            }
+            if inbound.pendingDescriptors > 0 {
+                guard let count = Framing.unixFDs(in: frame, clear: true) else {
+                    readEnded = BusError(
+                        .disconnected, "The bus sent a message whose header fields cannot be read, with descriptors")
+                    return
+                }
+                if count > 0 {
+                    guard let fds = inbound.takeDescriptors(Int(count)) else {
+                        readEnded = BusError(
+                            .disconnected, "The bus sent a message declaring \(count) descriptors it did not pass")
+                        return
+                    }
+                    inbound.close(fds)
+                }
+            }
+            switch LibDBus.messageDemarshal(UnsafeRawBufferPointer(frame)) {
+            case .success(let message):
+                route(message)
+                LibDBus.messageUnref(message)
+            case .failure(let reason):
+                // The framing is intact, so the next message is still found
+                // (libdbus would have dropped the connection).
+                refusedMessages += 1
+                lastRefusal = reason
+            }
         }
     }
 
@@ -349,5 +495,23 @@ actor ConnectionCore {
         else { return }
         defer { LibDBus.messageUnref(message) }
         _ = try? send(message)
+    }
+}
+
+/// Who reads a connection's socket.
+enum BusReader: Sendable, Equatable {
+    /// The binding (`InboundBuffer`); libdbus decodes each message's bytes.
+    case wire
+    /// libdbus, 2 KiB per read, as before: `BEACONBENCH_DBUS_READER=libdbus`.
+    case libdbus
+
+    /// Tests choose a reader for the connections they open in a task.
+    @TaskLocal static var chosen: BusReader?
+
+    /// The task's choice, else the environment's, else `.wire`.
+    static var current: BusReader {
+        if let chosen { return chosen }
+        guard let value = getenv("BEACONBENCH_DBUS_READER") else { return .wire }
+        return String(cString: value) == "libdbus" ? .libdbus : .wire
     }
 }

@@ -142,6 +142,55 @@ enum LibDBus {
         guard dbus_bus_register(connection, &error) != 0 else { throw BusError(libdbus: error, otherwise: otherwise) }
     }
 
+    /// Drives libdbus' authentication (`dbus_connection_read_write` while
+    /// `dbus_connection_get_is_authenticated` is false) and nothing more:
+    /// no message is queued yet, so the only bytes libdbus reads are the
+    /// server's auth lines, and a bus sends nothing after them until it has
+    /// received a message. The one place `read_write` is called: after it,
+    /// the binding's own reader owns the socket's read side
+    /// (`LibDBusSeamTests` keeps every other reading call out of the seam).
+    /// - Returns: true once authenticated; false when the connection
+    ///   dropped or `deadline` (monotonic nanoseconds) passed.
+    static func authenticate(_ connection: OpaquePointer, deadline: UInt64) -> Bool {
+        while dbus_connection_get_is_authenticated(connection) == 0 {
+            guard dbus_connection_get_is_connected(connection) != 0, monotonicNanoseconds() < deadline else {
+                return false
+            }
+            _ = dbus_connection_read_write(connection, 100)
+        }
+        return true
+    }
+
+    /// The socket (`dbus_connection_get_unix_fd`), -1 when there is none.
+    /// libdbus keeps owning it and closes it in `dbus_connection_close`.
+    static func connectionGetUnixFD(_ connection: OpaquePointer) -> Int32 {
+        var fd: Int32 = -1
+        guard dbus_connection_get_unix_fd(connection, &fd) != 0 else { return -1 }
+        return fd
+    }
+
+    /// `dbus_connection_can_send_type(c, 'h')`: whether descriptor passing
+    /// was negotiated.
+    static func connectionCanPassDescriptors(_ connection: OpaquePointer) -> Bool {
+        dbus_connection_can_send_type(connection, TypeCode.unixFD) != 0
+    }
+
+    static func connectionGetMaxMessageUnixFDs(_ connection: OpaquePointer) -> Int {
+        dbus_connection_get_max_message_unix_fds(connection)
+    }
+
+    /// `dbus_bus_set_unique_name`: tells libdbus the name Hello's reply
+    /// gave, when that reply was read by the binding.
+    static func busSetUniqueName(_ connection: OpaquePointer, _ name: String) -> Bool {
+        dbus_bus_set_unique_name(connection, name) != 0
+    }
+
+    /// `dbus_connection_get_dispatch_status` is `DBUS_DISPATCH_COMPLETE`:
+    /// libdbus holds no message it read (always, once the binding reads).
+    static func connectionDispatchIsComplete(_ connection: OpaquePointer) -> Bool {
+        dbus_connection_get_dispatch_status(connection) == DBUS_DISPATCH_COMPLETE
+    }
+
     static func busGetUniqueName(_ connection: OpaquePointer) -> String? {
         dbus_bus_get_unique_name(connection).map { String(cString: $0) }
     }
@@ -269,6 +318,30 @@ enum LibDBus {
                 }
             } ?? nil
         }
+    }
+
+    /// `dbus_message_demarshal` of bytes in place (one framed message of
+    /// the reader's buffer): the message, or libdbus' reason for refusing.
+    static func messageDemarshal(_ bytes: UnsafeRawBufferPointer) -> Result<OpaquePointer, BusError> {
+        var error = DBusError()
+        dbus_error_init(&error)
+        defer { dbus_error_free(&error) }
+        guard let base = bytes.baseAddress,
+            let message = dbus_message_demarshal(
+                base.assumingMemoryBound(to: CChar.self), Int32(clamping: bytes.count), &error)
+        else {
+            return .failure(BusError(libdbus: error, otherwise: "libdbus refused a message's bytes"))
+        }
+        return .success(message)
+    }
+
+    /// `dbus_message_demarshal_bytes_needed`: a message's length from its
+    /// first bytes, 0 when fewer than 16, -1 when they cannot start one.
+    static func messageDemarshalBytesNeeded(_ bytes: UnsafeRawBufferPointer) -> Int {
+        guard let base = bytes.baseAddress else { return 0 }
+        return Int(
+            dbus_message_demarshal_bytes_needed(
+                base.assumingMemoryBound(to: CChar.self), Int32(clamping: bytes.count)))
     }
 
     /// `dbus_message_marshal`: the message's wire form, or nil when out of memory.

@@ -250,7 +250,14 @@ public enum WireMessage {
         }
         defer { LibDBus.messageUnref(message) }
         try MessageCodec.append(body, to: message)
-        guard let bytes = LibDBus.messageMarshal(message) else { throw BusError(.noMemory, "cannot marshal") }
+        guard var bytes = LibDBus.messageMarshal(message) else { throw BusError(.noMemory, "cannot marshal") }
+        // libdbus gives a message its serial only when it is sent; one with
+        // serial 0 is invalid, and libdbus would refuse these bytes before
+        // their body is read. Serial 1, in the message's own byte order.
+        if bytes.count >= 12 {
+            let serial: [UInt8] = bytes[0] == UInt8(ascii: "B") ? [0, 0, 0, 1] : [1, 0, 0, 0]
+            bytes.replaceSubrange(8..<12, with: serial)
+        }
         return bytes
     }
 }

@@ -3,6 +3,7 @@
 // dbus-daemon; nothing touches the machine's buses.
 //
 //   beaconbench-bench all|dbus|inventory|sync|peers|faults|ledger [--quick] [--seconds S] [--json FILE]
+//   beaconbench-bench wire-decode [ITERATIONS [slow|fast]]  (one signal's decode, fast against libdbus)
 //       ledger: [--count N] [--runs R]  (the ledger's cost, with and without it; LedgerBenchmark.swift)
 //       faults: [--count N] [--runs R] [--mode NAME]…  (issue 26's modes against no faults; Faults.swift)
 //       peers: [--count N] [--listen-count N] [--listen-seconds S] [--runs N] [--vanish-count N]
@@ -322,6 +323,16 @@ if scenario == "inventory-writer", let path = arguments.first {
 }
 if scenario == "ledger-build", let path = arguments.first {
     try await BigLedger.build(path: path)
+    exit(0)
+}
+if scenario == "wire-decode" {
+    // The fast decoder against the libdbus path, one message, one thread
+    // (WireDecodeBenchmark.swift). Optional: iterations, a scenario prefix.
+    let iterations = arguments.first.flatMap { Int($0) } ?? 200_000
+    for result in try wireDecodeBenchmark(iterations: iterations, only: arguments.count > 1 ? arguments[1] : nil) {
+        print(
+            "\(result.scenario): \(format(result.nanosecondsPerMessage, 1)) ns/message (\(result.iterations) messages)")
+    }
     exit(0)
 }
 var durationSeconds = 3.0

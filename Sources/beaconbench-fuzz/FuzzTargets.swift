@@ -13,6 +13,10 @@ import SafeText
 enum FuzzTarget: String, CaseIterable {
     case batch, profile, records, adverts
     case dbusValue = "dbus-value"
+    /// One message through the wire decoder and through libdbus +
+    /// `MessageCodec.decodeBody`: the same result or the same refusal
+    /// (`WireDifferential.check`).
+    case dbusWire = "dbus-wire"
     /// The display function (`Visible`): what reaches a terminal.
     case display
     /// The CSV writer and the JSON escaping of exports.
@@ -72,6 +76,8 @@ enum FuzzTarget: String, CaseIterable {
             }
         case .dbusValue:
             _ = try? WireMessage.decodeBody(marshalled: bytes)
+        case .dbusWire:
+            if case .failure(let mismatch) = WireDifferential.check(bytes) { fatalError(mismatch.description) }
         case .display:
             // The first byte bounds the length; the rest is the text.
             let limit = Int(bytes.first ?? 0) + 1
@@ -404,6 +410,8 @@ enum FuzzTarget: String, CaseIterable {
                 Array("1.0.8".utf8), Array("SB-1\u{0}\u{0}\u{0}".utf8), [0x1B, 0x5D, 0x30, 0x3B, 0x07, 0x00, 0x1B],
                 Array(repeating: 0x41, count: 600),
             ]
+        case .dbusWire:
+            return WireDifferential.seeds()
         case .dbusValue:
             let map: BusValue = .propertyMap(["RSSI": .int16(-60), "Name": .string("SBeacon")])
             return [

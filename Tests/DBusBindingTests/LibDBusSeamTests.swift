@@ -89,6 +89,59 @@ struct LibDBusSeamTests {
         }
     }
 
+    /// Once libdbus has authenticated, the binding reads the socket
+    /// (ConnectionCore.open, docs/dbus-binding.md "Reading the socket"), so
+    /// libdbus must never read again: a byte it took would be lost to the
+    /// binding's framing. These libdbus calls read (or block reading) and
+    /// are not in the seam at all; `dbus_connection_read_write` is called
+    /// only by `LibDBus.authenticate`, before any message exists; and
+    /// `dbus_bus_register` and `dbus_connection_pop_message` only serve
+    /// `BEACONBENCH_DBUS_READER=libdbus`, where libdbus reads as before.
+    static let readingCalls = [
+        "dbus_connection_flush", "dbus_connection_read_write_dispatch", "dbus_connection_dispatch",
+        "dbus_connection_send_with_reply", "dbus_connection_send_with_reply_and_block",
+        "dbus_connection_borrow_message", "dbus_pending_call_block", "dbus_bus_add_match", "dbus_bus_remove_match",
+        "dbus_bus_request_name", "dbus_bus_release_name", "dbus_bus_name_has_owner", "dbus_bus_get_unix_user",
+        "dbus_bus_get_id", "dbus_bus_start_service_by_name", "dbus_bus_get", "dbus_bus_get_private",
+        "dbus_connection_open", "dbus_connection_open_private_with_main_loop",
+    ]
+
+    @Test func nothingReadsTheSocketBehindTheBindingsBack() throws {
+        let seam = try Self.read(Self.seam)
+        let names = Self.libdbusIdentifiers(in: seam)
+        for (line, name) in names where Self.readingCalls.contains(name) {
+            Issue.record("\(Self.seam):\(line): \(name) reads the socket the binding owns")
+        }
+        // read_write: only inside `authenticate`.
+        let lines = SwiftCode.withoutCommentsAndStrings(seam).split(separator: "\n", omittingEmptySubsequences: false)
+        func function(around line: Int) -> String? {
+            lines[..<line].last { $0.contains("func ") }.map(String.init)
+        }
+        let readWrites = names.filter { $0.name == "dbus_connection_read_write" }
+        #expect(readWrites.count == 1)
+        for (line, _) in readWrites {
+            #expect(function(around: line)?.contains("func authenticate(") == true, "line \(line)")
+        }
+        for (call, owner) in [
+            ("dbus_bus_register", "func busRegister("), ("dbus_connection_pop_message", "func connectionPopMessage("),
+        ] {
+            let uses = names.filter { $0.name == call }
+            #expect(uses.count == 1, "\(call) is called once")
+            for (line, _) in uses {
+                #expect(function(around: line)?.contains(owner) == true, "\(call) at line \(line)")
+            }
+        }
+        // And outside the seam, the two old reading functions serve only the
+        // libdbus reader: they appear in ConnectionCore alone.
+        for file in try Self.sourceFiles() where file != Self.seam {
+            let code = SwiftCode.withoutCommentsAndStrings(try Self.read(file))
+            for name in ["LibDBus.busRegister", "LibDBus.connectionPopMessage", "LibDBus.authenticate"]
+            where code.contains(name) {
+                #expect(file == "Sources/DBusBinding/ConnectionCore.swift", "\(name) in \(file)")
+            }
+        }
+    }
+
     /// The scanner reads code, not comments or strings, and finds what
     /// hides in an interpolation.
     @Test func theScannerReadsOnlyCode() {
