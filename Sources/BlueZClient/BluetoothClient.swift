@@ -20,6 +20,14 @@ public actor BluetoothClient {
     /// Path → interface → property → value, as bluetoothd exports them.
     private var objects: [ObjectPath: [String: [String: BusValue]]] = [:]
     private var waiters: [Int: Waiter] = [:]
+    /// The fast path's intern tables (names and object paths, bounded) and
+    /// what each interned id stands for, made once.
+    private let names = InternTable.blueZ()
+    private let paths = InternTable(maximumNames: 65_536)
+    private var nameStrings: [String?] = []
+    private var pathValues: [ObjectPath?] = []
+    private var wireEvents: [WireEvents.Event] = []
+    private var scratch: [(String, BusValue)] = []
     private var nextWaiter = 0
     /// Reading bluetoothd's objects again after it came back.
     private var reloading: Task<Void, Never>?
@@ -104,9 +112,14 @@ public actor BluetoothClient {
         // in batches: a signal waits at most 5 ms when no call is pending
         // (a registry needs no faster; replies are never delayed).
         await bus.coalesceIncoming(upTo: .milliseconds(5))
-        subscription = try await bus.subscribe(MatchRule(sender: Self.bluez)) { [weak self] signal in
-            self?.assumeIsolated { $0.apply(signal) }
-        }
+        subscription = try await bus.subscribeWire(
+            MatchRule(sender: Self.bluez),
+            handler: { [weak self] view in
+                // Borrowed, and used only on this thread before the handler returns.
+                nonisolated(unsafe) let view = view
+                self?.assumeIsolated { $0.applyWire(view) }
+            },
+            fallback: { [weak self] signal in self?.assumeIsolated { $0.apply(signal) } })
         // bluetoothd leaving or coming back, in order with its signals.
         owners = try await bus.subscribe(.nameOwnerChanged(Self.bluez)) { [weak self] signal in
             guard let change = try? NameOwnerChanged(signal) else { return }
@@ -144,92 +157,316 @@ public actor BluetoothClient {
 
     // MARK: Keeping the registry current
 
+    /// A signal decoded by libdbus (the slow path: when libdbus reads the
+    /// socket, or for a message the wire check refused).
     private func apply(_ signal: BusSignal) {
-        // Waiters wait on adapters and devices (present, connected,
-        // resolved): they are looked at again only when one of those
-        // changed, not for each GATT object or advert.
-        var waitersConcerned = false
         switch (signal.interface, signal.member.rawValue) {
         case (.objectManager, "InterfacesAdded"):
             guard let added = try? InterfacesAdded(signal) else { return }
-            objects[added.path, default: [:]].merge(added.interfaces) { $1 }
-            if let device = added.interfaces["org.bluez.Device1"] {
-                // A device reloaded from storage (an adapter back, a
-                // bluetoothd restart) carries no RSSI or advert data: not heard.
-                if !Self.advertProperties.isDisjoint(with: device.keys) { heardAt[added.path] = .now }
-                deviceListVersion += 1
+            var interfaces = added.interfaces
+            for (name, properties) in interfaces where Self.isGatt(name) {
+                interfaces[name] = properties.filter { Self.gattKept.contains($0.key) }
             }
-            waitersConcerned = !Self.waitedInterfaces.isDisjoint(with: added.interfaces.keys)
-            index(added.path)
+            interfacesAdded(added.path, interfaces)
         case (.objectManager, "InterfacesRemoved"):
             guard let removed = try? InterfacesRemoved(signal) else { return }
-            for name in removed.interfaces { objects[removed.path]?[name] = nil }
-            if objects[removed.path]?.keys.allSatisfy({ $0.hasPrefix("org.freedesktop.DBus.") }) ?? false {
-                objects[removed.path] = nil
-            }
-            if objects[removed.path]?["org.bluez.Device1"] == nil, heardAt.removeValue(forKey: removed.path) != nil {
-                deviceListVersion += 1
-            }
-            waitersConcerned = !Self.waitedInterfaces.isDisjoint(with: removed.interfaces)
-            if removed.interfaces.contains("org.bluez.Device1") {
-                endLink(removed.path)
-            } else if let device = Self.deviceAncestor(of: removed.path) {
-                endLink(device)
-            }
-            if removed.interfaces.contains("org.bluez.Adapter1") { adapterGone(removed.path) }
-            unindex(removed.path)
-            index(removed.path)
+            interfacesRemoved(removed.path, removed.interfaces)
         case (.properties, "PropertiesChanged"):
             guard let change = try? PropertiesChanged(signal), objects[change.path]?[change.interface] != nil else {
                 return
             }
-            // bluetoothd announces ManufacturerData with every advert while
-            // discovery reports duplicates: only a different value is news.
-            let isDevice = change.interface == "org.bluez.Device1"
-            let held = isDevice ? objects[change.path]?[change.interface]?["ManufacturerData"] : nil
-            let dataChanged = isDevice && change.changed["ManufacturerData"].map { $0 != held } ?? false
-            objects[change.path]?[change.interface]?.merge(change.changed) { $1 }
-            for name in change.invalidated { objects[change.path]?[change.interface]?[name] = nil }
-            if isDevice {
-                let onlyAdvert =
-                    change.invalidated.isEmpty && change.changed.keys.allSatisfy(Self.advertProperties.contains)
-                var cameBack = false
-                if !Self.advertProperties.isDisjoint(with: change.changed.keys) {
-                    cameBack = heardAfterSilence(change.path)
-                    heardAt[change.path] = .now
-                }
-                let listedChanged = change.changed.keys.contains { key in
-                    Self.listedProperties.contains(key) && (key != "ManufacturerData" || dataChanged)
-                }
-                if listedChanged || cameBack || !Self.listedProperties.isDisjoint(with: change.invalidated) {
-                    deviceListVersion += 1
-                }
-                if dataChanged || change.invalidated.contains("ManufacturerData") {
-                    if let address = addressByDevicePath[change.path] { indexAdverts(of: address) }
-                }
-                if change.changed["Connected"] != nil || change.invalidated.contains("Connected") {
-                    indexConnection(change.path)
-                }
-                if change.changed["Address"] != nil {
-                    unindex(change.path)
-                    index(change.path)
-                }
-                if change.changed["Connected"]?.bool == false || change.changed["ServicesResolved"]?.bool == false
-                    || change.invalidated.contains("Connected") || change.invalidated.contains("ServicesResolved")
-                {
-                    endLink(change.path)
-                }
-                waitersConcerned = !onlyAdvert
-            } else {
-                if change.interface == "org.bluez.Adapter1", change.changed["Discovering"]?.bool == false {
-                    discoveryStartedAt[change.path] = nil
-                }
-                waitersConcerned = Self.waitedInterfaces.contains(change.interface)
+            let gatt = Self.isGatt(change.interface)
+            var sent = SentProperties()
+            var updated = takeScratch()
+            for (name, value) in change.changed where !gatt || Self.gattKept.contains(name) {
+                sent.note(name, value)
+                if objects[change.path]?[change.interface]?[name] != value { updated.append((name, value)) }
             }
+            propertiesChanged(change.path, change.interface, sent: sent, updated: &updated, invalidated: change.invalidated)
+            scratch = updated
         default:
             return
         }
+    }
+
+    /// A signal as the bytes it came in (the fast path): decoded straight
+    /// into the registry, a value converted only when it differs from the
+    /// one held. GATT objects keep their UUID and Flags only (the rest is
+    /// never read from the registry).
+    private func applyWire(_ view: WireMessageView) {
+        let header = view.header
+        guard let shape = BlueZShape(signature: header.signature) else { return }
+        switch shape {
+        case .propertiesChanged:
+            guard header.field(.interface, is: "org.freedesktop.DBus.Properties"),
+                header.field(.member, is: "PropertiesChanged")
+            else { return }
+        case .interfacesAdded:
+            guard header.field(.interface, is: "org.freedesktop.DBus.ObjectManager"),
+                header.field(.member, is: "InterfacesAdded")
+            else { return }
+        case .interfacesRemoved:
+            guard header.field(.interface, is: "org.freedesktop.DBus.ObjectManager"),
+                header.field(.member, is: "InterfacesRemoved")
+            else { return }
+        case .managedObjects:
+            return
+        }
+        var events = WireEvents(taking: &wireEvents)
+        BlueZDecoder.decode(view, names: names, paths: paths, into: &events)
+        defer { wireEvents = events.give() }
+        guard let pathName = events.path else { return }
+        let path = objectPath(pathName)
+        switch shape {
+        case .propertiesChanged:
+            guard let interfaceName = events.firstInterface else { return }
+            let interface = name(interfaceName)
+            guard objects[path]?[interface] != nil else { return }
+            let gatt = Self.isGatt(interface)
+            var sent = SentProperties()
+            var updated = takeScratch()
+            var invalidated: [String] = []
+            for event in events.list {
+                switch event {
+                case .property(let key, let value):
+                    if gatt && !Self.gattKept(key) { continue }
+                    let keyName = name(key)
+                    sent.note(keyName, value)
+                    if !Self.same(value, objects[path]?[interface]?[keyName]), let converted = Self.convert(value) {
+                        updated.append((keyName, converted))
+                    }
+                case .invalidated(let key): invalidated.append(name(key))
+                default: continue
+                }
+            }
+            propertiesChanged(path, interface, sent: sent, updated: &updated, invalidated: invalidated)
+            scratch = updated
+        case .interfacesAdded:
+            var interfaces: [String: [String: BusValue]] = [:]
+            var current: String?
+            var gatt = false
+            for event in events.list {
+                switch event {
+                case .interface(let interfaceName):
+                    let interface = name(interfaceName)
+                    current = interface
+                    gatt = Self.isGatt(interface)
+                    interfaces[interface] = interfaces[interface] ?? [:]
+                case .property(let key, let value):
+                    guard let current, !gatt || Self.gattKept(key), let converted = Self.convert(value) else { continue }
+                    interfaces[current]?[name(key)] = converted
+                default: continue
+                }
+            }
+            interfacesAdded(path, interfaces)
+        case .interfacesRemoved:
+            var removed: [String] = []
+            for case .removed(let interfaceName) in events.list { removed.append(name(interfaceName)) }
+            interfacesRemoved(path, removed)
+        case .managedObjects:
+            return
+        }
+    }
+
+    private func interfacesAdded(_ path: ObjectPath, _ interfaces: [String: [String: BusValue]]) {
+        objects[path, default: [:]].merge(interfaces) { $1 }
+        if let device = interfaces["org.bluez.Device1"] {
+            // A device reloaded from storage (an adapter back, a
+            // bluetoothd restart) carries no RSSI or advert data: not heard.
+            if !Self.advertProperties.isDisjoint(with: device.keys) { heardAt[path] = .now }
+            deviceListVersion += 1
+        }
+        index(path)
+        // Waiters wait on adapters and devices (present, connected,
+        // resolved): they are looked at again only when one of those
+        // changed, not for each GATT object or advert.
+        if !Self.waitedInterfaces.isDisjoint(with: interfaces.keys) { checkWaiters() }
+    }
+
+    private func interfacesRemoved(_ path: ObjectPath, _ interfaces: [String]) {
+        for name in interfaces { objects[path]?[name] = nil }
+        if objects[path]?.keys.allSatisfy({ $0.hasPrefix("org.freedesktop.DBus.") }) ?? false {
+            objects[path] = nil
+        }
+        if objects[path]?["org.bluez.Device1"] == nil, heardAt.removeValue(forKey: path) != nil {
+            deviceListVersion += 1
+        }
+        if interfaces.contains("org.bluez.Device1") {
+            endLink(path)
+        } else if let device = Self.deviceAncestor(of: path) {
+            endLink(device)
+        }
+        if interfaces.contains("org.bluez.Adapter1") { adapterGone(path) }
+        unindex(path)
+        index(path)
+        if !Self.waitedInterfaces.isDisjoint(with: interfaces) { checkWaiters() }
+    }
+
+    /// What a PropertiesChanged sent, whatever the registry held: the
+    /// bookkeeping that does not depend on a value having changed.
+    private struct SentProperties {
+        /// Some property of an advert (RSSI, data, TX power) was sent.
+        var advert = false
+        /// Every property sent is an advert's.
+        var onlyAdvert = true
+        /// Connected or ServicesResolved sent as false: the link is down.
+        var linkDown = false
+        /// Adapter1's Discovering sent as false.
+        var discoveringStopped = false
+
+        mutating func note(_ name: String, _ value: BusValue) {
+            note(name, isFalse: value == .boolean(false))
+        }
+
+        mutating func note(_ name: String, _ value: WireValue) {
+            note(name, isFalse: value.bool == false)
+        }
+
+        private mutating func note(_ name: String, isFalse: Bool) {
+            if BluetoothClient.advertProperties.contains(name) { advert = true } else { onlyAdvert = false }
+            if isFalse {
+                if name == "Connected" || name == "ServicesResolved" { linkDown = true }
+                if name == "Discovering" { discoveringStopped = true }
+            }
+        }
+    }
+
+    /// Applies a PropertiesChanged: `updated` are the values that differ
+    /// from the held ones (merged), `invalidated` the names dropped.
+    private func propertiesChanged(
+        _ path: ObjectPath, _ interface: String, sent: SentProperties, updated: inout [(String, BusValue)],
+        invalidated: [String]
+    ) {
+        let heldData = interface == "org.bluez.Device1" ? objects[path]?[interface]?["ManufacturerData"] : nil
+        for (name, value) in updated { objects[path]?[interface]?[name] = value }
+        for name in invalidated { objects[path]?[interface]?[name] = nil }
+        var waitersConcerned = false
+        if interface == "org.bluez.Device1" {
+            func updatedOrInvalidated(_ name: String) -> Bool {
+                updated.contains { $0.0 == name } || invalidated.contains(name)
+            }
+            // bluetoothd announces ManufacturerData with every advert while
+            // discovery reports duplicates: only a different value is news.
+            var cameBack = false
+            if sent.advert {
+                cameBack = heardAfterSilence(path)
+                heardAt[path] = .now
+            }
+            let listedChanged =
+                updated.contains { Self.listedProperties.contains($0.0) }
+                || !Self.listedProperties.isDisjoint(with: invalidated)
+            if listedChanged || cameBack { deviceListVersion += 1 }
+            if updatedOrInvalidated("ManufacturerData"), heldData != objects[path]?[interface]?["ManufacturerData"] {
+                if let address = addressByDevicePath[path] { indexAdverts(of: address) }
+            }
+            if updatedOrInvalidated("Connected") { indexConnection(path) }
+            if updated.contains(where: { $0.0 == "Address" }) {
+                unindex(path)
+                index(path)
+            }
+            if sent.linkDown || invalidated.contains("Connected") || invalidated.contains("ServicesResolved") {
+                endLink(path)
+            }
+            waitersConcerned = !(invalidated.isEmpty && sent.onlyAdvert)
+        } else {
+            if interface == "org.bluez.Adapter1", sent.discoveringStopped { discoveryStartedAt[path] = nil }
+            waitersConcerned = Self.waitedInterfaces.contains(interface)
+        }
+        updated.removeAll(keepingCapacity: true)
         if waitersConcerned { checkWaiters() }
+    }
+
+    // MARK: The fast path's helpers
+
+    /// A reused buffer for a signal's changed values (no allocation per
+    /// signal once it has grown).
+    private func takeScratch() -> [(String, BusValue)] {
+        var taken: [(String, BusValue)] = []
+        swap(&taken, &scratch)
+        taken.removeAll(keepingCapacity: true)
+        return taken
+    }
+
+    /// GATT interfaces keep only these properties in the registry.
+    private static let gattKept: Set<String> = ["UUID", "Flags"]
+
+    private static func gattKept(_ name: WireName) -> Bool {
+        name.id == BlueZName.uuid || name.id == BlueZName.flags
+    }
+
+    private static func isGatt(_ interface: String) -> Bool { interface.hasPrefix("org.bluez.Gatt") }
+
+    /// A property or interface name as text, made once per interned name.
+    private func name(_ wire: WireName) -> String {
+        guard let id = wire.id else { return wire.string }
+        let index = Int(id.rawValue)
+        if index < nameStrings.count, let known = nameStrings[index] { return known }
+        if index >= nameStrings.count { nameStrings.append(contentsOf: repeatElement(nil, count: index + 1 - nameStrings.count)) }
+        let text = wire.string
+        nameStrings[index] = text
+        return text
+    }
+
+    /// An object path, made once per interned path.
+    private func objectPath(_ wire: WireName) -> ObjectPath {
+        guard let id = wire.id else { return wire.objectPath }
+        let index = Int(id.rawValue)
+        if index < pathValues.count, let known = pathValues[index] { return known }
+        if index >= pathValues.count { pathValues.append(contentsOf: repeatElement(nil, count: index + 1 - pathValues.count)) }
+        let path = wire.objectPath
+        pathValues[index] = path
+        return path
+    }
+
+    /// Whether a value sent is the one held (compared in place: nothing
+    /// allocated for the kinds bluetoothd repeats: RSSI, flags, strings,
+    /// bytes and ManufacturerData).
+    static func same(_ value: WireValue, _ held: BusValue?) -> Bool {
+        guard let held else { return false }
+        switch (value.kind, held) {
+        case (.int16, .int16(let number)): return value.int16 == number
+        case (.boolean, .boolean(let flag)): return value.bool == flag
+        case (.byte, .byte(let number)): return value.byte == number
+        case (.uint16, .uint16(let number)): return value.uint16 == number
+        case (.int32, .int32(let number)): return value.int32 == number
+        case (.uint32, .uint32(let number)): return value.uint32 == number
+        case (.string, .string(let text)): return value.textEquals(text)
+        case (.objectPath, .objectPath(let path)): return value.textEquals(path.rawValue)
+        case (.bytes, .bytes(let bytes)): return value.bytesEqual(bytes)
+        case (.uint16Variants, .dictionary(key: .uint16, value: .variant, let entries)):
+            var index = 0
+            var equal = true
+            value.forEachEntry { key, inner in
+                guard equal, index < entries.count, case .uint16(let company) = entries[index].key,
+                    key.uint16 == company, case .variant(.bytes(let bytes)) = entries[index].value,
+                    inner.bytesEqual(bytes)
+                else {
+                    equal = false
+                    return
+                }
+                index += 1
+            }
+            return equal && index == entries.count
+        default:
+            return (try? value.busValue()) == held
+        }
+    }
+
+    /// RSSI values as `BusValue`s, made once (a value of an indirect enum
+    /// is an allocation).
+    private static let smallInt16: [BusValue] = (-128...127).map { .int16(Int16($0)) }
+
+    /// A value sent, as the registry holds it (variants unwrapped); nil
+    /// when it cannot be decoded (the message was checked, so never).
+    static func convert(_ value: WireValue) -> BusValue? {
+        switch value.kind {
+        case .int16:
+            if let number = value.int16, number >= -128, number <= 127 { return smallInt16[Int(number) + 128] }
+        case .boolean:
+            if let flag = value.bool { return flag ? .boolean(true) : .boolean(false) }
+        default: break
+        }
+        return try? value.busValue()
     }
 
     /// Whether an advert from `device` (about to be noted) is the first

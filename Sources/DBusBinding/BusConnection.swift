@@ -231,6 +231,24 @@ public final class BusConnection: Sendable {
         return SignalSubscription(core: core, id: id, rule: rule)
     }
 
+    /// Subscribes to the signals matching `rule` as the bytes they came in,
+    /// for a subscriber on this connection's own thread that decodes what
+    /// it keeps itself (`BlueZDecoder` into a `WirePropertySink`): `handler`
+    /// gets each matching signal checked whole (header and body, as libdbus
+    /// checks them) and borrowed, valid only during the call. A signal that
+    /// cannot take that path (the check refused it and libdbus did not, a
+    /// rule with `argN` conditions, or libdbus reading the socket:
+    /// `BEACONBENCH_DBUS_READER=libdbus`) goes to `fallback`, decoded as
+    /// for `subscribe(_:handler:)`. Each signal reaches one of the two, in
+    /// order; docs/dbus-binding.md, "Fast decoding".
+    public func subscribeWire(
+        _ rule: MatchRule, handler: @escaping @Sendable (WireMessageView) -> Void,
+        fallback: @escaping @Sendable (BusSignal) -> Void
+    ) async throws -> SignalSubscription {
+        let id = try await core.subscribeWire(rule, WireHandler(fast: handler, fallback: fallback))
+        return SignalSubscription(core: core, id: id, rule: rule)
+    }
+
     /// Lets a wake-up for incoming data wait up to `window` before reading,
     /// while no call made on this connection is pending: a listener that
     /// takes thousands of signals a second then reads them in batches, one

@@ -309,6 +309,7 @@ actor ConnectionCore {
                     inbound.close(fds)
                 }
             }
+            if routeWireSignal(UnsafeRawBufferPointer(frame)) { continue }
             switch LibDBus.messageDemarshal(UnsafeRawBufferPointer(frame)) {
             case .success(let message):
                 route(message)

@@ -20,11 +20,15 @@ struct SignalRouter {
     enum Sink {
         case stream(AsyncStream<BusSignal>.Continuation)
         case handler(@Sendable (BusSignal) -> Void)
+        /// The message's bytes when the binding reads them (`WireHandler`);
+        /// a `BusSignal` through its fallback otherwise.
+        case wire(WireHandler)
 
         func deliver(_ signal: BusSignal) {
             switch self {
             case .stream(let continuation): continuation.yield(signal)
             case .handler(let handler): handler(signal)
+            case .wire(let handler): handler.fallback(signal)
             }
         }
 
@@ -34,6 +38,8 @@ struct SignalRouter {
     }
 
     private(set) var subscriptions: [Int: Subscription] = [:]
+    /// How many subscriptions are `.wire` ones.
+    private var wireSubscriptions = 0
     private var matchRuleUsers: [String: Int] = [:]
     private(set) var nameOwners: [String: String] = [:]
     private var ownerWatchers: [String: Int] = [:]
@@ -55,27 +61,69 @@ struct SignalRouter {
         }
     }
 
-    /// Hands the signal to every subscription whose rule matches it.
-    func deliver(_ message: BusMessage) {
+    /// Hands the signal to every subscription whose rule matches it, but
+    /// those in `excluding` (they had it through the fast path).
+    func deliver(_ message: BusMessage, excluding: [Int] = []) {
         guard !subscriptions.isEmpty, let signal = BusSignal(message) else { return }
-        for subscription in subscriptions.values
-        where subscription.rule.matches(message, ownerOf: { self.nameOwners[$0] }) {
+        for (id, subscription) in subscriptions
+        where !excluding.contains(id) && subscription.rule.matches(message, ownerOf: { self.nameOwners[$0] }) {
             subscription.sink.deliver(signal)
         }
     }
 
+    var hasWireSubscriptions: Bool { wireSubscriptions > 0 }
+
+    /// Hands a checked signal's bytes to the wire subscriptions whose rule
+    /// matches its header. Says which got it, and whether the message must
+    /// also be decoded: another subscription matches (or cannot tell from
+    /// the header), or it is a NameOwnerChanged from the bus while owners
+    /// are followed.
+    func deliverFast(_ view: WireMessageView) -> (delivered: [Int], needsMessage: Bool) {
+        var delivered: [Int] = []
+        var needsMessage = false
+        if !ownerWatchers.isEmpty, view.header.field(.sender, is: "org.freedesktop.DBus"),
+            view.header.field(.member, is: "NameOwnerChanged")
+        {
+            needsMessage = true
+        }
+        for (id, subscription) in subscriptions {
+            switch subscription.rule.matches(view.header, ownerOf: { self.nameOwners[$0] }) {
+            case false?: continue
+            case true?:
+                if case .wire(let handler) = subscription.sink {
+                    handler.fast(view)
+                    delivered.append(id)
+                } else {
+                    needsMessage = true
+                }
+            case nil: needsMessage = true
+            }
+        }
+        return (delivered, needsMessage)
+    }
+
     // MARK: Subscriptions
 
-    mutating func add(_ id: Int, _ subscription: Subscription) { subscriptions[id] = subscription }
+    mutating func add(_ id: Int, _ subscription: Subscription) {
+        if case .wire = subscription.sink { wireSubscriptions += 1 }
+        if let replaced = subscriptions.updateValue(subscription, forKey: id), case .wire = replaced.sink {
+            wireSubscriptions -= 1
+        }
+    }
 
     /// Removes a subscription; nil when it was gone already.
     @discardableResult
-    mutating func remove(_ id: Int) -> Subscription? { subscriptions.removeValue(forKey: id) }
+    mutating func remove(_ id: Int) -> Subscription? {
+        let removed = subscriptions.removeValue(forKey: id)
+        if let removed, case .wire = removed.sink { wireSubscriptions -= 1 }
+        return removed
+    }
 
     /// Removes every subscription and returns their sinks, to be finished.
     mutating func removeAll() -> [Sink] {
         let sinks = subscriptions.values.map(\.sink)
         subscriptions.removeAll()
+        wireSubscriptions = 0
         return sinks
     }
 
@@ -173,6 +221,12 @@ extension ConnectionCore {
     func subscribe(_ rule: MatchRule, handler: @escaping @Sendable (BusSignal) -> Void) async throws -> Int {
         try checkOpen()
         return try await addSubscription(rule, .handler(handler))
+    }
+
+    /// Subscribes a wire handler (`BusConnection.subscribeWire`).
+    func subscribeWire(_ rule: MatchRule, _ handler: WireHandler) async throws -> Int {
+        try checkOpen()
+        return try await addSubscription(rule, .wire(handler))
     }
 
     private func addSubscription(_ rule: MatchRule, _ sink: SignalRouter.Sink) async throws -> Int {

@@ -1,0 +1,94 @@
+/// Signals handed to a subscriber as the bytes they came in: the fast path
+/// of `BusConnection.subscribeWire(_:handler:fallback:)`.
+///
+/// When the binding reads the socket (`InboundBuffer`), a signal is
+/// checked whole (`WireMessageView`: header and body, as libdbus' loader
+/// checks them) and matched against the subscriptions on its header alone.
+/// A wire subscription whose rule matches gets the view, valid only during
+/// the call; `dbus_message_demarshal` runs only if some other subscription
+/// (a stream, a `BusSignal` handler, the owner tracking) wants the
+/// message too. A message the check refuses, a rule that needs the body to
+/// decide (`argN`), and every signal when libdbus reads
+/// (`BEACONBENCH_DBUS_READER=libdbus`) take the slow path: libdbus decodes
+/// and the wire subscriber's `fallback` gets a `BusSignal`, so a subscriber
+/// sees every signal once whichever path it took.
+struct WireHandler: Sendable {
+    let fast: @Sendable (WireMessageView) -> Void
+    let fallback: @Sendable (BusSignal) -> Void
+}
+
+extension MatchRule {
+    /// Whether the rule matches a signal judged from its header alone: nil
+    /// when it cannot tell without the body (an `argN` condition).
+    func matches(_ header: HeaderView, ownerOf: (String) -> String?) -> Bool? {
+        if let kind, kind != .signal { return false }
+        guard header.type == 4 else { return false }
+        if let sender {
+            let expected = sender.isUnique || sender == .bus ? sender.rawValue : ownerOf(sender.rawValue)
+            guard let expected, Self.equal(header.field(.sender), expected) else { return false }
+        }
+        if let interface, !Self.equal(header.field(.interface), interface.rawValue) { return false }
+        if let member, !Self.equal(header.field(.member), member.rawValue) { return false }
+        if let path, !Self.equal(header.field(.path), path.rawValue) { return false }
+        if let pathNamespace {
+            guard let bytes = header.field(.path), Self.inNamespace(bytes, pathNamespace.rawValue) else { return false }
+        }
+        if let destination, !Self.equal(header.field(.destination), destination.rawValue) { return false }
+        if !arguments.isEmpty || !argumentPaths.isEmpty || arg0Namespace != nil { return nil }
+        return true
+    }
+
+    private static func equal(_ bytes: UnsafeRawBufferPointer?, _ text: String) -> Bool {
+        guard let bytes else { return false }
+        var text = text
+        return text.withUTF8 { $0.count == bytes.count && UnsafeRawBufferPointer($0).elementsEqual(bytes) }
+    }
+
+    /// `path` is `namespace` or below it (`/a` holds `/a` and `/a/b`, not
+    /// `/ab`; `/` holds every path).
+    private static func inNamespace(_ path: UnsafeRawBufferPointer, _ namespace: String) -> Bool {
+        var namespace = namespace
+        return namespace.withUTF8 { prefix in
+            if prefix.count == 1 { return true }
+            guard path.count >= prefix.count, UnsafeRawBufferPointer(rebasing: path[0..<prefix.count]).elementsEqual(
+                UnsafeRawBufferPointer(prefix))
+            else { return false }
+            return path.count == prefix.count || path[prefix.count] == UInt8(ascii: "/")
+        }
+    }
+}
+
+extension WireName {
+    /// The name as an object path: for a name the decoder read as an `o`
+    /// (or a header's path field), which the message's check validated.
+    public var objectPath: ObjectPath { ObjectPath(unchecked: string) }
+}
+
+extension ConnectionCore {
+    /// Routes one framed signal through the fast path when a wire
+    /// subscription wants it; false when the caller must route it as
+    /// before (demarshal, then every subscriber), which it does for any
+    /// message the check refuses.
+    func routeWireSignal(_ frame: UnsafeRawBufferPointer) -> Bool {
+        guard router.hasWireSubscriptions, frame.count > 1, frame[1] == 4,
+            let view = try? WireMessageView(validating: frame)
+        else { return false }
+        let fast = router.deliverFast(view)
+        if fast.needsMessage {
+            switch LibDBus.messageDemarshal(frame) {
+            case .success(let raw):
+                defer { LibDBus.messageUnref(raw) }
+                if let message = try? BusMessage(raw) {
+                    router.follow(message)
+                    router.deliver(message, excluding: fast.delivered)
+                }
+            case .failure:
+                // libdbus refuses what the check accepted: only a bug in
+                // one of the two; the slow path's verdict stands for the
+                // other subscribers (the wire ones had theirs).
+                break
+            }
+        }
+        return true
+    }
+}
