@@ -279,8 +279,10 @@ struct WireReaderTests {
     /// Descriptors of this process open on `path`.
     static func descriptors(on path: String) -> Int {
         let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
-        return entries.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\($0)")) == path }
-            .count
+        return entries.filter {
+            (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\($0)")) == path
+        }
+        .count
     }
 
     @Test func descriptorsGoToTheirMessageInOrderAndAreClosed() throws {
