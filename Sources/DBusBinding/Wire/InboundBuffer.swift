@@ -59,8 +59,9 @@ final class InboundBuffer {
         case failed(String)
     }
 
-    /// Reads from `fd` until the kernel has nothing more, or
-    /// `maximumPerFill` bytes were read.
+    /// Reads from `fd` until a read returns less than the room it was
+    /// offered (the kernel had nothing more), `EAGAIN`, or `maximumPerFill`
+    /// bytes were read.
     func fill(from fd: Int32) -> FillResult {
         var total = 0
         while total < Self.maximumPerFill {
@@ -71,6 +72,10 @@ final class InboundBuffer {
                 end += count
                 total += count
                 if truncated { return .failed("descriptors sent with a message were lost (MSG_CTRUNC)") }
+                // Less than the room offered: the kernel had no more (or
+                // stopped at descriptors). No second call to hear EAGAIN;
+                // what arrives meanwhile wakes the next poll.
+                if count < free.count { return .more }
             case .wouldBlock:
                 return .more
             case .endOfFile:

@@ -109,7 +109,8 @@ enum Syscalls {
                 for index in 0..<count {
                     descriptors.append(
                         base.loadUnaligned(
-                            fromByteOffset: offset + controlHeaderSize + index * MemoryLayout<Int32>.size, as: Int32.self))
+                            fromByteOffset: offset + controlHeaderSize + index * MemoryLayout<Int32>.size,
+                            as: Int32.self))
                 }
             }
             offset += align(messageLength)
