@@ -182,7 +182,8 @@ public actor BluetoothClient {
                 sent.note(name, value)
                 if objects[change.path]?[change.interface]?[name] != value { updated.append((name, value)) }
             }
-            propertiesChanged(change.path, change.interface, sent: sent, updated: &updated, invalidated: change.invalidated)
+            propertiesChanged(
+                change.path, change.interface, sent: sent, updated: &updated, invalidated: change.invalidated)
             scratch = updated
         default:
             return
@@ -253,7 +254,9 @@ public actor BluetoothClient {
                     gatt = Self.isGatt(interface)
                     interfaces[interface] = interfaces[interface] ?? [:]
                 case .property(let key, let value):
-                    guard let current, !gatt || Self.gattKept(key), let converted = Self.convert(value) else { continue }
+                    guard let current, !gatt || Self.gattKept(key), let converted = Self.convert(value) else {
+                        continue
+                    }
                     interfaces[current]?[name(key)] = converted
                 default: continue
                 }
@@ -401,7 +404,9 @@ public actor BluetoothClient {
         guard let id = wire.id else { return wire.string }
         let index = Int(id.rawValue)
         if index < nameStrings.count, let known = nameStrings[index] { return known }
-        if index >= nameStrings.count { nameStrings.append(contentsOf: repeatElement(nil, count: index + 1 - nameStrings.count)) }
+        if index >= nameStrings.count {
+            nameStrings.append(contentsOf: repeatElement(nil, count: index + 1 - nameStrings.count))
+        }
         let text = wire.string
         nameStrings[index] = text
         return text
@@ -412,7 +417,9 @@ public actor BluetoothClient {
         guard let id = wire.id else { return wire.objectPath }
         let index = Int(id.rawValue)
         if index < pathValues.count, let known = pathValues[index] { return known }
-        if index >= pathValues.count { pathValues.append(contentsOf: repeatElement(nil, count: index + 1 - pathValues.count)) }
+        if index >= pathValues.count {
+            pathValues.append(contentsOf: repeatElement(nil, count: index + 1 - pathValues.count))
+        }
         let path = wire.objectPath
         pathValues[index] = path
         return path

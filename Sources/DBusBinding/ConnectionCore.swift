@@ -34,6 +34,8 @@ actor ConnectionCore {
     /// Messages framed but refused by `dbus_message_demarshal` (dropped;
     /// only a corrupt daemon could send one), and the last reason.
     private(set) var refusedMessages = 0
+    /// Signals that went to wire subscribers only, never demarshalled.
+    var signalsNotDemarshalled = 0
     private(set) var lastRefusal: BusError?
     private(set) var uniqueName = ""
     private var nextToken = 0

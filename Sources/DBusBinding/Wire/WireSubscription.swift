@@ -50,8 +50,9 @@ extension MatchRule {
         var namespace = namespace
         return namespace.withUTF8 { prefix in
             if prefix.count == 1 { return true }
-            guard path.count >= prefix.count, UnsafeRawBufferPointer(rebasing: path[0..<prefix.count]).elementsEqual(
-                UnsafeRawBufferPointer(prefix))
+            guard path.count >= prefix.count,
+                UnsafeRawBufferPointer(rebasing: path[0..<prefix.count]).elementsEqual(
+                    UnsafeRawBufferPointer(prefix))
             else { return false }
             return path.count == prefix.count || path[prefix.count] == UInt8(ascii: "/")
         }
@@ -74,6 +75,7 @@ extension ConnectionCore {
             let view = try? WireMessageView(validating: frame)
         else { return false }
         let fast = router.deliverFast(view)
+        if !fast.needsMessage { signalsNotDemarshalled += 1 }
         if fast.needsMessage {
             switch LibDBus.messageDemarshal(frame) {
             case .success(let raw):
