@@ -141,6 +141,12 @@ public actor BluetoothClient {
     private func reload() async throws {
         do {
             objects = try await bus.managedObjects(of: Self.bluez, timeout: timeouts.call)
+            for (path, interfaces) in objects {
+                for (name, properties) in interfaces {
+                    guard let kept = Self.kept(name) else { continue }
+                    objects[path]?[name] = properties.filter { kept.contains($0.key) }
+                }
+            }
             rebuildIndexes()
             deviceListVersion += 1
             // A cached object is not a beacon in range: bluetoothd keeps a
@@ -164,10 +170,13 @@ public actor BluetoothClient {
         case (.objectManager, "InterfacesAdded"):
             guard let added = try? InterfacesAdded(signal) else { return }
             var interfaces = added.interfaces
-            for (name, properties) in interfaces where Self.isGatt(name) {
-                interfaces[name] = properties.filter { Self.gattKept.contains($0.key) }
+            let heard =
+                interfaces["org.bluez.Device1"].map { !Self.advertProperties.isDisjoint(with: $0.keys) } ?? false
+            for (name, properties) in interfaces {
+                guard let kept = Self.kept(name) else { continue }
+                interfaces[name] = properties.filter { kept.contains($0.key) }
             }
-            interfacesAdded(added.path, interfaces)
+            interfacesAdded(added.path, interfaces, heard: heard)
         case (.objectManager, "InterfacesRemoved"):
             guard let removed = try? InterfacesRemoved(signal) else { return }
             interfacesRemoved(removed.path, removed.interfaces)
@@ -175,11 +184,12 @@ public actor BluetoothClient {
             guard let change = try? PropertiesChanged(signal), objects[change.path]?[change.interface] != nil else {
                 return
             }
-            let gatt = Self.isGatt(change.interface)
+            let kept = Self.kept(change.interface)
             var sent = SentProperties()
             var updated = takeScratch()
-            for (name, value) in change.changed where !gatt || Self.gattKept.contains(name) {
+            for (name, value) in change.changed {
                 sent.note(name, value)
+                guard kept?.contains(name) ?? true else { continue }
                 if objects[change.path]?[change.interface]?[name] != value { updated.append((name, value)) }
             }
             propertiesChanged(
@@ -223,16 +233,16 @@ public actor BluetoothClient {
             guard let interfaceName = events.firstInterface else { return }
             let interface = name(interfaceName)
             guard objects[path]?[interface] != nil else { return }
-            let gatt = Self.isGatt(interface)
+            let kept = Self.kept(interface)
             var sent = SentProperties()
             var updated = takeScratch()
             var invalidated: [String] = []
             for event in events.list {
                 switch event {
                 case .property(let key, let value):
-                    if gatt && !Self.gattKept(key) { continue }
                     let keyName = name(key)
                     sent.note(keyName, value)
+                    guard kept?.contains(keyName) ?? true else { continue }
                     if !Self.same(value, objects[path]?[interface]?[keyName]), let converted = Self.convert(value) {
                         updated.append((keyName, converted))
                     }
@@ -245,23 +255,25 @@ public actor BluetoothClient {
         case .interfacesAdded:
             var interfaces: [String: [String: BusValue]] = [:]
             var current: String?
-            var gatt = false
+            var kept: Set<String>?
+            var heard = false
             for event in events.list {
                 switch event {
                 case .interface(let interfaceName):
                     let interface = name(interfaceName)
                     current = interface
-                    gatt = Self.isGatt(interface)
+                    kept = Self.kept(interface)
                     interfaces[interface] = interfaces[interface] ?? [:]
                 case .property(let key, let value):
-                    guard let current, !gatt || Self.gattKept(key), let converted = Self.convert(value) else {
-                        continue
-                    }
-                    interfaces[current]?[name(key)] = converted
+                    guard let current else { continue }
+                    let keyName = name(key)
+                    if current == "org.bluez.Device1", Self.advertProperties.contains(keyName) { heard = true }
+                    guard kept?.contains(keyName) ?? true, let converted = Self.convert(value) else { continue }
+                    interfaces[current]?[keyName] = converted
                 default: continue
                 }
             }
-            interfacesAdded(path, interfaces)
+            interfacesAdded(path, interfaces, heard: heard)
         case .interfacesRemoved:
             var removed: [String] = []
             for case .removed(let interfaceName) in events.list { removed.append(name(interfaceName)) }
@@ -271,12 +283,13 @@ public actor BluetoothClient {
         }
     }
 
-    private func interfacesAdded(_ path: ObjectPath, _ interfaces: [String: [String: BusValue]]) {
+    /// `heard`: the device's properties included an advert's (RSSI, data,
+    /// TX power); a device reloaded from storage (an adapter back, a
+    /// bluetoothd restart) carries none: not heard.
+    private func interfacesAdded(_ path: ObjectPath, _ interfaces: [String: [String: BusValue]], heard: Bool) {
         objects[path, default: [:]].merge(interfaces) { $1 }
-        if let device = interfaces["org.bluez.Device1"] {
-            // A device reloaded from storage (an adapter back, a
-            // bluetoothd restart) carries no RSSI or advert data: not heard.
-            if !Self.advertProperties.isDisjoint(with: device.keys) { heardAt[path] = .now }
+        if interfaces["org.bluez.Device1"] != nil {
+            if heard { heardAt[path] = .now }
             deviceListVersion += 1
         }
         index(path)
@@ -390,14 +403,21 @@ public actor BluetoothClient {
         return taken
     }
 
-    /// GATT interfaces keep only these properties in the registry.
-    private static let gattKept: Set<String> = ["UUID", "Flags"]
-
-    private static func gattKept(_ name: WireName) -> Bool {
-        name.id == BlueZName.uuid || name.id == BlueZName.flags
+    /// What the registry keeps of an interface's properties (nil: all).
+    /// Of a device, what `Device` and the bookkeeping read (selection,
+    /// presence, links); of GATT objects, their UUID and Flags (values come
+    /// by a session's notification stream, never from the registry).
+    /// Nothing else is decoded or held, for devices a run never touches.
+    private static func kept(_ interface: String) -> Set<String>? {
+        if interface == "org.bluez.Device1" { return deviceKept }
+        return interface.hasPrefix("org.bluez.Gatt") ? gattKept : nil
     }
 
-    private static func isGatt(_ interface: String) -> Bool { interface.hasPrefix("org.bluez.Gatt") }
+    private static let deviceKept: Set<String> = [
+        "Address", "AddressType", "Adapter", "Name", "RSSI", "TxPower", "Connected", "ServicesResolved",
+        "ManufacturerData", "Paired", "Trusted",
+    ]
+    private static let gattKept: Set<String> = ["UUID", "Flags"]
 
     /// A property or interface name as text, made once per interned name.
     private func name(_ wire: WireName) -> String {
