@@ -62,6 +62,9 @@ import Foundation
                 }
             case "replay":
                 var count = 0
+                // For dbus-wire, how the inputs were judged (a target whose
+                // inputs all end as "not mine" would check nothing).
+                var verdicts: [String: Int] = [:]
                 for path in arguments.dropFirst(2) {
                     var isDirectory: ObjCBool = false
                     guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory) else { continue }
@@ -70,11 +73,16 @@ import Foundation
                         ? try FileManager.default.contentsOfDirectory(atPath: path).sorted().map { path + "/" + $0 }
                         : [path]
                     for file in files {
-                        target.exercise(Array(try Data(contentsOf: URL(fileURLWithPath: file))))
+                        let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: file)))
+                        target.exercise(bytes)
                         count += 1
+                        if let key = target.verdict(bytes) { verdicts[key, default: 0] += 1 }
                     }
                 }
                 print("\(target.rawValue): \(count) inputs replayed")
+                if !verdicts.isEmpty {
+                    print(verdicts.sorted { $0.key < $1.key }.map { "\($0.key): \($0.value)" }.joined(separator: ", "))
+                }
             default:
                 FileHandle.standardError.write(Data("unknown action '\(arguments[0])' (replay, seed)\n".utf8))
                 exit(1)

@@ -272,6 +272,14 @@ enum FuzzTarget: String, CaseIterable {
         }
     }
 
+    /// For `dbus-wire`, how an input was judged ("fast", "refused by both",
+    /// "generic", "not mine" …), for the replay's tally; nil otherwise.
+    func verdict(_ bytes: [UInt8]) -> String? {
+        guard self == .dbusWire, case .success(let verdict) = WireDifferential.check(bytes) else { return nil }
+        if case .fast = verdict { return "fast" }
+        return verdict.description
+    }
+
     /// Stops the fuzzer (a crash it records) when `condition` fails.
     static func require(_ condition: Bool, _ message: @autoclosure () -> String) {
         guard condition else { fatalError(message()) }

@@ -220,8 +220,9 @@ public struct HeaderView {
     private static func startsWith(_ bytes: UnsafeRawBufferPointer, _ offset: Int, _ text: StaticString) -> Bool {
         let count = text.utf8CodeUnitCount
         guard offset + count <= bytes.count else { return false }
-        return UnsafeRawBufferPointer(rebasing: bytes[offset..<(offset + count)]).elementsEqual(
-            UnsafeRawBufferPointer(start: text.utf8Start, count: count))
+        let prefix = UnsafeRawBufferPointer(start: text.utf8Start, count: count)
+        for index in 0..<count where bytes[offset + index] != prefix[index] { return false }
+        return true
     }
 }
 
