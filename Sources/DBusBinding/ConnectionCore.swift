@@ -311,7 +311,7 @@ actor ConnectionCore {
                     inbound.close(fds)
                 }
             }
-            if routeWireSignal(UnsafeRawBufferPointer(frame)) { continue }
+            if routeWire(UnsafeRawBufferPointer(frame)) { continue }
             switch LibDBus.messageDemarshal(UnsafeRawBufferPointer(frame)) {
             case .success(let message):
                 #if DEBUG

@@ -65,32 +65,82 @@ extension WireName {
     public var objectPath: ObjectPath { ObjectPath(unchecked: string) }
 }
 
-extension ConnectionCore {
-    /// Routes one framed signal through the fast path when a wire
-    /// subscription wants it; false when the caller must route it as
-    /// before (demarshal, then every subscriber), which it does for any
-    /// message the check refuses.
-    func routeWireSignal(_ frame: UnsafeRawBufferPointer) -> Bool {
-        guard router.hasWireSubscriptions, frame.count > 1, frame[1] == 4,
-            let view = try? WireMessageView(validating: frame)
-        else { return false }
-        let fast = router.deliverFast(view)
-        if !fast.needsMessage { signalsNotDemarshalled += 1 }
-        if fast.needsMessage {
-            switch LibDBus.messageDemarshal(frame) {
-            case .success(let raw):
-                defer { LibDBus.messageUnref(raw) }
-                if let message = try? BusMessage(raw) {
-                    router.follow(message)
-                    router.deliver(message, excluding: fast.delivered)
-                }
-            case .failure:
-                // libdbus refuses what the check accepted: only a bug in
-                // one of the two; the slow path's verdict stands for the
-                // other subscribers (the wire ones had theirs).
-                break
-            }
+extension BusMessage {
+    /// The message a checked view holds, decoded without libdbus: the same
+    /// value `init(_: OpaquePointer)` gives for the same bytes
+    /// (`WireDifferential` holds the decoders to each other).
+    /// - Throws: `BusError` as `MessageCodec.decodeBody` throws it.
+    init(wire view: WireMessageView) throws {
+        let header = view.header
+        switch header.type {
+        case 1: kind = .methodCall
+        case 2: kind = .methodReturn
+        case 3: kind = .error
+        default: kind = .signal
         }
-        return true
+        serial = header.serial
+        replySerial = header.replySerial
+        sender = header.string(.sender)
+        destination = header.string(.destination)
+        // The check validated these header fields.
+        path = header.string(.path).map { ObjectPath(unchecked: $0) }
+        interface = header.string(.interface).map { InterfaceName(unchecked: $0) }
+        member = header.string(.member).map { MemberName(unchecked: $0) }
+        errorName = header.string(.errorName).map { BusErrorName($0) }
+        signature = header.string(.signature) ?? ""
+        noReplyExpected = header.fixed.flags & 0x1 != 0
+        body = try view.busValues()
+    }
+}
+
+extension ConnectionCore {
+    /// Routes one framed message without libdbus when it can: a signal
+    /// (wire subscribers get its bytes; the others a message decoded from
+    /// them) or a reply to a call. False when the caller must route it as
+    /// before (demarshal, then `route`): a method call (its reply is made
+    /// from libdbus' message), or any message the check refuses, which
+    /// libdbus then judges.
+    func routeWire(_ frame: UnsafeRawBufferPointer) -> Bool {
+        guard frame.count > 1 else { return false }
+        switch frame[1] {
+        case 4:
+            // Nobody listens: nothing to decode (as before).
+            guard router.isListening else { return true }
+            guard let view = try? WireMessageView(validating: frame) else { return false }
+            let fast = router.deliverFast(view)
+            guard fast.needsMessage else {
+                signalsNotDemarshalled += 1
+                return true
+            }
+            // Decoded here or, if the decoders disagree on it (a bug in one
+            // of them), by libdbus; the wire subscribers had theirs.
+            if let message = try? BusMessage(wire: view) {
+                router.follow(message)
+                router.deliver(message, excluding: fast.delivered)
+                return true
+            }
+            guard fast.delivered.isEmpty else { return true }
+            return false
+        case 2, 3:
+            guard let view = try? WireMessageView(validating: frame) else { return false }
+            guard let serial = view.header.replySerial, let call = calls.complete(serial: serial) else {
+                // A reply to no pending call (it timed out or was
+                // cancelled) is dropped, as before.
+                return true
+            }
+            do {
+                let reply = try BusMessage(wire: view)
+                if reply.kind == .error {
+                    call.continuation.resume(throwing: reply.asError)
+                } else {
+                    call.continuation.resume(returning: reply)
+                }
+            } catch {
+                call.continuation.resume(throwing: error)
+            }
+            return true
+        default:
+            return false
+        }
     }
 }
