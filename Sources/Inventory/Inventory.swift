@@ -205,6 +205,26 @@ public actor Inventory {
             releaseReserve()
             try end()
         }
+        if let file = getenv("BEACONBENCH_STATS") {
+            Self.appendStats(run: id, commits: commits, to: String(cString: file))
+        }
+    }
+
+    /// Transactions this process committed on the inventory so far (see
+    /// `Database.commits`).
+    public var commits: Int { database.commits }
+
+    /// `BEACONBENCH_STATS=FILE` (benchmarks only): at the end of each run,
+    /// one line `{"run":ID,"commits":N}` is appended to FILE, N counting
+    /// every commit of this process on the inventory since it opened it
+    /// (the migration and the run's begin and end included). A file that
+    /// cannot be written is not an error.
+    static func appendStats(run: Int64, commits: Int, to path: String) {
+        let fd = open(path, O_CREAT | O_APPEND | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        let line = Array("{\"run\":\(run),\"commits\":\(commits)}\n".utf8)
+        _ = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
     }
 
     /// The file kept beside the inventory so that, when the disk fills up

@@ -228,6 +228,35 @@ struct InventoryTests {
         }
     }
 
+    /// `commits` counts the transactions that wrote (with the ledger on or
+    /// off), not reads; `BEACONBENCH_STATS` lines say it.
+    @Test func commitsAreCountedOncePerTransactionThatWrote() async throws {
+        for ledger in [true, false] {
+            let path = try Self.temporaryPath()
+            let inventory = try Inventory(path: path, readOnly: false, recordsLedger: ledger)
+            let opened = await inventory.commits
+            #expect(opened > 0, "the migration commits")
+            let run = try await inventory.beginRun(.init(command: "count", operatorName: "ana"))
+            #expect(await inventory.commits == opened + 1, "ledger \(ledger)")
+            try await inventory.recordOutcomes(
+                run: run, [(nil, "a", .ok, nil), (nil, "b", .ok, nil), (nil, "c", .skipped, "why")])
+            #expect(await inventory.commits == opened + 2, "ledger \(ledger): three rows, one transaction")
+            _ = try await inventory.query("SELECT count(*) FROM outcomes")
+            #expect(await inventory.commits == opened + 2, "ledger \(ledger): a read commits nothing")
+            let step = try await inventory.beginStep(run: run, device: nil, step: "d")
+            try await inventory.finishStep(step, .ok)
+            #expect(await inventory.commits == opened + 4, "ledger \(ledger): begin, then finish")
+            try await inventory.endRun(run, .finished)
+            #expect(await inventory.commits == opened + 5, "ledger \(ledger)")
+        }
+        let stats = try Self.temporaryPath() + ".stats"
+        Inventory.appendStats(run: 3, commits: 41, to: stats)
+        Inventory.appendStats(run: 4, commits: 52, to: stats)
+        #expect(
+            try String(contentsOfFile: stats, encoding: .utf8)
+                == "{\"run\":3,\"commits\":41}\n{\"run\":4,\"commits\":52}\n")
+    }
+
     /// `BEACONBENCH_LEDGER=off` (benchmarks only): the rows are written, no
     /// entry is, and `verifyLedger` names them as not in the ledger.
     @Test func withTheLedgerOffRowsAreWrittenWithoutEntriesAndVerifyNamesThem() async throws {
