@@ -244,9 +244,9 @@ public actor FleetRunner {
         recap.reason = Self.notSeenReason
         let detail = "\(address.uppercased()): not seen in \(Self.secondsText(seenTimeout)) of discovery"
         do {
-            try await record {
-                let id = try await inventory.beginStep(run: run, device: nil, step: "find")
-                try await inventory.finishStep(id, .failed, detail: detail, error: Self.notSeenReason)
+            _ = try await record {
+                try await inventory.recordStep(
+                    run: run, device: nil, step: "find", .init(.failed, detail: detail, error: Self.notSeenReason))
             }
         } catch {
             recap.reason = Self.notSeenReason + "; \(error)"
@@ -349,9 +349,8 @@ public actor FleetRunner {
             guard try await client.disconnect(address: address) else { return }
             let text = "disconnected: it was left connected by \(who)"
             progress(.note(address: address, text))
-            if let id = try? await inventory.beginStep(run: run, device: address.uppercased(), step: "disconnect") {
-                try? await inventory.finishStep(id, .ok, detail: text)
-            }
+            _ = try? await inventory.recordStep(
+                run: run, device: address.uppercased(), step: "disconnect", .init(.ok, detail: text))
         } catch {
             progress(.note(address: address, "could not take down the link left by \(who): \(error)"))
         }
@@ -583,17 +582,28 @@ public actor FleetRunner {
             tally.connecting = false
             await recovery.connectSucceeded(address, adapterPath: adapterPath, linksAtStart: linksAtStart)
             let beacon = try await SBeacon(session, observer: { observations.add($0) })
+            tally.inFlight = nil
             if !tally.connected, let id = tally.rows[Tally.connectKey] {
                 let retries = tally.retries[Tally.connectKey] ?? 0
-                try await record {
-                    try await inventory.finishStep(
-                        id, .ok,
-                        detail: retries > 0 ? "after \(retries) failed attempt\(retries == 1 ? "" : "s")" : nil,
-                        retries: retries)
+                // The first step's row is begun in the connect's commit.
+                let first =
+                    tally.completed < steps.count && tally.rows[tally.completed] == nil && tally.skipping == nil
+                    ? tally.completed : nil
+                let begun = try await record {
+                    try await inventory.endStep(
+                        id,
+                        .init(
+                            .ok,
+                            detail: retries > 0 ? "after \(retries) failed attempt\(retries == 1 ? "" : "s")" : nil,
+                            retries: retries),
+                        next: first.map { .begin(steps[$0].name) } ?? .none)
                 }
                 tally.connected = true
+                if let first, let begun {
+                    tally.rows[first] = begun
+                    tally.inFlight = first
+                }
             }
-            tally.inFlight = nil
             for index in steps.indices where index >= tally.completed {
                 try await performStep(index, of: steps, address, on: beacon, observations, &tally)
             }
@@ -628,6 +638,12 @@ public actor FleetRunner {
     /// One step on the link, its outcome committed; what the beacon told
     /// during it is recorded, also when it fails (less what its failure
     /// makes untrue). A `require` not met skips the rest.
+    ///
+    /// A step that succeeds ends in one transaction (`Inventory.endStep`):
+    /// what the beacon told, its outcome, and the next step's `running`
+    /// row — which becomes the row in flight, so every failure path charges
+    /// it as if it had begun it — or, after a `require` not met, the
+    /// remaining steps `skipped`.
     private nonisolated func performStep(
         _ index: Int, of steps: [DeviceStep], _ address: String, on beacon: SBeacon, _ observations: Observations,
         _ tally: inout Tally
@@ -654,12 +670,19 @@ public actor FleetRunner {
             }
             throw error
         }
-        try await keep(observations.take(), of: address)
+        let (device, reading) = await observed(observations.take(), of: address)
         let (status, detail) = (result.status, result.detail)
-        try await record {
-            try await inventory.finishStep(
-                id, status, detail: detail, durationMilliseconds: Self.milliseconds(since: started),
-                retries: tally.retries[index] ?? 0)
+        let stops = status == .skipped && step.step.skippedStopsTheDevice
+        let later = index + 1 < steps.count ? Array(steps[(index + 1)...]) : []
+        let next: Inventory.StepNext =
+            stops
+            ? .skip(later.map(\.name), reason: detail)
+            : later.isEmpty || tally.rows[index + 1] != nil ? .none : .begin(later[0].name)
+        let end = Inventory.StepEnd(
+            status, detail: detail, durationMilliseconds: Self.milliseconds(since: started),
+            retries: tally.retries[index] ?? 0)
+        let begun = try await record {
+            try await inventory.endStep(id, end, observed: device, reading: reading, next: next)
         }
         tally.inFlight = nil
         progress(.step(address: address, step: step.name, status: status, detail: detail))
@@ -672,6 +695,17 @@ public actor FleetRunner {
                 tally.skipReason = detail
             }
         }
+        if stops {
+            // Their rows were written with this step's.
+            for skipped in later {
+                progress(.step(address: address, step: skipped.name, status: .skipped, detail: detail))
+            }
+            for skipped in later.indices { tally.record(index + 1 + skipped, .skipped) }
+            tally.completed = steps.count
+        } else if case .begin = next, let begun {
+            tally.rows[index + 1] = begun
+            tally.inFlight = index + 1
+        }
     }
 
     /// What a failed step read that the beacon may no longer hold: the
@@ -683,10 +717,13 @@ public actor FleetRunner {
         failed.step.onFailure.stillTrue(observations)
     }
 
-    /// Records what was read from a beacon: its facts in `devices`, and a
-    /// reading (battery, firmware) for trends.
-    private nonisolated func keep(_ observations: [SBeacon.Observation], of address: String) async throws {
-        guard !observations.isEmpty else { return }
+    /// What was read from a beacon, as the inventory stores it: its facts
+    /// (for `devices`) and, with a battery level or firmware, a reading for
+    /// trends; nil when it told nothing.
+    private nonisolated func observed(
+        _ observations: [SBeacon.Observation], of address: String
+    ) async -> (DeviceRecord?, Inventory.StepReading?) {
+        guard !observations.isEmpty else { return (nil, nil) }
         var record = DeviceRecord(address: address)
         for observation in observations {
             switch observation {
@@ -698,14 +735,27 @@ public actor FleetRunner {
             case .firmware(let firmware): record.firmware = firmware
             }
         }
-        let reading = record
-        try await self.record { try await inventory.recordDevice(reading) }
-        if reading.battery != nil || reading.firmware != nil {
-            let rssi = await client.device(address: address)?.rssi
+        guard record.battery != nil || record.firmware != nil else { return (record, nil) }
+        let rssi = await client.device(address: address)?.rssi
+        return (
+            record,
+            Inventory.StepReading(
+                battery: record.battery, rssi: record.battery == nil ? nil : rssi,
+                firmware: record.firmware?.description)
+        )
+    }
+
+    /// Records what was read from a beacon during a step that failed (a
+    /// step that succeeds records it with its outcome, `performStep`).
+    private nonisolated func keep(_ observations: [SBeacon.Observation], of address: String) async throws {
+        let (device, reading) = await observed(observations, of: address)
+        guard let device else { return }
+        try await self.record { try await inventory.recordDevice(device) }
+        if let reading {
             try await self.record {
                 try await inventory.recordReading(
-                    address: address, at: Date(), battery: reading.battery, rssi: reading.battery == nil ? nil : rssi,
-                    firmware: reading.firmware?.description)
+                    address: device.address, at: Date(), battery: reading.battery, rssi: reading.rssi,
+                    firmware: reading.firmware)
             }
         }
     }

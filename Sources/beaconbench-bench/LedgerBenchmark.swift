@@ -343,12 +343,15 @@ func ledgerAppendCosts(rounds: Int = 3) async throws -> [LedgerCostResult.Append
             }
         ),
         (
-            "sealed: live steps (beginStep, then finishStep: 2 commits)",
+            "sealed: live steps (endStep with the next step begun: 1 commit each)",
             { inventory, run in
+                // As a fleet run writes them (one device's steps in a row).
+                var step = try await inventory.beginStep(run: run, device: BigLedger.address(0), step: "info")
                 for index in 0..<rows {
-                    let step = try await inventory.beginStep(
-                        run: run, device: BigLedger.address(index % 100), step: "info")
-                    try await inventory.finishStep(step, .ok, detail: "read", durationMilliseconds: 4)
+                    let next: Inventory.StepNext = index + 1 < rows ? .begin("info") : .none
+                    step =
+                        try await inventory.endStep(
+                            step, .init(.ok, detail: "read", durationMilliseconds: 4), next: next) ?? step
                 }
             }
         ),
