@@ -278,11 +278,14 @@ public actor FleetRunner {
     /// Inventory calls whose failure stops the run.
     private nonisolated var recorder: InventoryRecorder { InventoryRecorder { await self.stop($0) } }
 
-    /// What a step may use of the run, on `beacon`.
-    private nonisolated func context(_ beacon: SBeacon, for step: DeviceStep) -> StepContext {
+    /// What a step may use of the run, on `beacon`; what it remembers is
+    /// kept in `remembered` for its end.
+    private nonisolated func context(
+        _ beacon: SBeacon, for step: DeviceStep, remembered: RememberedFacts
+    ) -> StepContext {
         StepContext(
             address: beacon.address, dryRun: dryRun, profiles: profiles, inventory: inventory, recorder: recorder,
-            identities: identities, declared: step.step.records)
+            identities: identities, declared: step.step.records, remembered: remembered)
     }
 
     private nonisolated func turn(_ address: String, _ steps: [DeviceStep]) async -> Turn {
@@ -661,16 +664,18 @@ public actor FleetRunner {
         tally.inFlight = index
         let started = ContinuousClock.now
         let result: StepResult
+        let remembered = RememberedFacts()
         do {
-            result = try await step.step.perform(on: beacon, context(beacon, for: step))
+            result = try await step.step.perform(on: beacon, context(beacon, for: step, remembered: remembered))
         } catch {
-            try await keep(Self.stillTrue(observations.take(), after: step), of: address)
+            try await keep(
+                Self.stillTrue(observations.take(), after: step), of: address, remembered: remembered.take())
             if !(error is InventoryFailure) {
                 progress(.step(address: address, step: step.name, status: .failed, detail: "\(error)"))
             }
             throw error
         }
-        let (device, reading) = await observed(observations.take(), of: address)
+        let (device, reading) = await observed(observations.take(), of: address, remembered: remembered.take())
         let (status, detail) = (result.status, result.detail)
         let stops = status == .skipped && step.step.skippedStopsTheDevice
         let later = index + 1 < steps.count ? Array(steps[(index + 1)...]) : []
@@ -718,13 +723,14 @@ public actor FleetRunner {
     }
 
     /// What was read from a beacon, as the inventory stores it: its facts
-    /// (for `devices`) and, with a battery level or firmware, a reading for
-    /// trends; nil when it told nothing.
+    /// (for `devices`: what the step remembered, and over it what the
+    /// beacon told) and, with a battery level or firmware told, a reading
+    /// for trends; nil when there is nothing.
     private nonisolated func observed(
-        _ observations: [SBeacon.Observation], of address: String
+        _ observations: [SBeacon.Observation], of address: String, remembered: DeviceRecord? = nil
     ) async -> (DeviceRecord?, Inventory.StepReading?) {
-        guard !observations.isEmpty else { return (nil, nil) }
-        var record = DeviceRecord(address: address)
+        guard !observations.isEmpty else { return (remembered, nil) }
+        var record = remembered ?? DeviceRecord(address: address)
         for observation in observations {
             switch observation {
             case .identity(let identity): record.identity = identity
@@ -747,8 +753,10 @@ public actor FleetRunner {
 
     /// Records what was read from a beacon during a step that failed (a
     /// step that succeeds records it with its outcome, `performStep`).
-    private nonisolated func keep(_ observations: [SBeacon.Observation], of address: String) async throws {
-        let (device, reading) = await observed(observations, of: address)
+    private nonisolated func keep(
+        _ observations: [SBeacon.Observation], of address: String, remembered: DeviceRecord?
+    ) async throws {
+        let (device, reading) = await observed(observations, of: address, remembered: remembered)
         guard let device else { return }
         try await self.record { try await inventory.recordDevice(device) }
         if let reading {
@@ -795,6 +803,29 @@ final class Observations: Sendable {
         list.withLock { list in
             defer { list = [] }
             return list
+        }
+    }
+}
+
+/// What a step learnt of its device (`StepContext.remember`), kept until
+/// the step's end is recorded.
+final class RememberedFacts: Sendable {
+    private let record = Mutex<DeviceRecord?>(nil)
+
+    /// Adds to what is kept: `fill`'s fields over those filled before.
+    func fill(_ address: String, _ fill: (inout DeviceRecord) -> Void) {
+        record.withLock { record in
+            var device = record ?? DeviceRecord(address: address)
+            fill(&device)
+            record = device
+        }
+    }
+
+    /// What was kept, and nothing from now on.
+    func take() -> DeviceRecord? {
+        record.withLock { record in
+            defer { record = nil }
+            return record
         }
     }
 }

@@ -75,12 +75,17 @@ struct FleetRunnerTests {
                     #expect(truth.identity.major == 100)
                     #expect(truth.calibration.calibrated)
                     provisioned.append(state.address)
+                    // What the steps remembered (the profile applied, when it
+                    // calibrated) is recorded with their outcomes.
                     let stored = try await inventory.query(
-                        "SELECT config_braking, major, minor FROM devices WHERE address = ?", [.text(state.address)])
+                        "SELECT config_braking, major, minor, profile, calibrated_at IS NOT NULL FROM devices WHERE address = ?",
+                        [.text(state.address)])
                     #expect(
-                        stored.first == [
+                        stored.first?.prefix(4) == [
                             .integer(Int64(car.config.braking)), .integer(100), .integer(Int64(truth.identity.minor)),
+                            .text("car"),
                         ])
+                    if !state.calibration.calibrated { #expect(stored.first?.last == .integer(1), "\(state.address)") }
                 }
             }
             #expect(!provisioned.isEmpty, "\(recaps.map { $0.reason ?? "" })")
