@@ -290,9 +290,18 @@ public actor FleetRunner {
 
     private nonisolated func turn(_ address: String, _ steps: [DeviceStep]) async -> Turn {
         let device = address.uppercased()
+        // The `connect` row is begun in the claim's commit, unless a link
+        // left up is to be taken down first (its `disconnect` row comes
+        // before; `runSteps`).
+        let connected = await client.device(address: address)?.connected ?? false
+        let leftUp = !dryRun && connected
         let claim: Inventory.Claim
+        let connectRow: Int64?
         do {
-            claim = try await record { try await inventory.claimDevice(device, run: run) }
+            (claim, connectRow) = try await record {
+                try await inventory.claimDevice(
+                    device, run: run, beginning: leftUp || Task.isCancelled ? nil : "connect")
+            }
         } catch {
             var recap = DeviceRecap(address: address)
             recap.notStarted = true
@@ -313,6 +322,9 @@ public actor FleetRunner {
         case .claimed(let from): previous = from
         }
         if Task.isCancelled {
+            if let connectRow {
+                try? await inventory.finishStep(connectRow, .interrupted, error: "interrupted: the run was interrupted")
+            }
             try? await inventory.releaseDevice(device, run: run)
             var recap = DeviceRecap(address: address)
             recap.notStarted = true
@@ -320,7 +332,7 @@ public actor FleetRunner {
             return .done(recap)
         }
         progress(.started(address: address))
-        let recap = await runSteps(address, steps, previousHolder: previous)
+        let recap = await runSteps(address, steps, previousHolder: previous, connectRow: connectRow)
         try? await inventory.releaseDevice(device, run: run)
         progress(.finished(recap))
         return .done(recap)
@@ -422,14 +434,17 @@ public actor FleetRunner {
         return id
     }
 
+    /// A device's turn, its claim held: `connectRow`, when given, is its
+    /// `connect` row, begun with the claim.
     private nonisolated func runSteps(
-        _ address: String, _ steps: [DeviceStep], previousHolder: ClaimHolder?
+        _ address: String, _ steps: [DeviceStep], previousHolder: ClaimHolder?, connectRow: Int64?
     ) async -> DeviceRecap {
         var recap = DeviceRecap(address: address)
         // A link this process did not make (this run holds the device's
         // claim, and works on a device once at a time).
         if !dryRun { await disconnectLeftLink(address, from: previousHolder) }
         var tally = Tally()
+        if let connectRow { tally.rows[Tally.connectKey] = connectRow }
         let began = ContinuousClock.now
         var attempts = 1
         var fruitless = 0

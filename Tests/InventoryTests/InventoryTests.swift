@@ -270,6 +270,36 @@ struct InventoryTests {
         #expect(try await inventory.verifyLedger().ok)
     }
 
+    /// A claim may begin the device's first step in its own commit; a
+    /// device another live process holds gets no row.
+    @Test func aClaimBeginsTheFirstStepInItsCommit() async throws {
+        let path = try Self.temporaryPath()
+        let inventory = try Inventory(path: path)
+        let run = try await inventory.beginRun(.init(command: "claims", operatorName: "ana"))
+        let commits = await inventory.commits
+        let (claim, row) = try await inventory.claimDevice("c1:00:00:00:00:09", run: run, beginning: "connect")
+        #expect(claim == .claimed(from: nil))
+        #expect(await inventory.commits == commits + 1)
+        let id = try #require(row)
+        #expect(
+            try await inventory.query("SELECT run_id, device, step, status FROM outcomes WHERE id = ?", [.integer(id)])
+                == [[.integer(run), .text("C1:00:00:00:00:09"), .text("connect"), .text("running")]])
+        // Another run of a live process (this one) holds it: no claim, no row.
+        let other = try await inventory.beginRun(.init(command: "other", operatorName: "bo"))
+        let (held, none) = try await inventory.claimDevice("C1:00:00:00:00:09", run: other, beginning: "connect")
+        guard case .heldBy(let holder) = held else {
+            Issue.record("claimed twice: \(held)")
+            return
+        }
+        #expect(holder.run == run && none == nil)
+        #expect(try await inventory.query("SELECT count(*) FROM outcomes") == [[.integer(1)]])
+        try await inventory.endRun(run, .interrupted)
+        #expect(
+            try await inventory.query("SELECT status FROM outcomes WHERE id = ?", [.integer(id)])
+                == [[.text("interrupted")]])
+        #expect(try await inventory.verifyLedger().ok)
+    }
+
     @Test func aKilledWriterLosesNothingCommittedAndIsMarkedInterrupted() async throws {
         let writer = builtProduct("beaconbench-bench")
         var random = SystemRandomNumberGenerator()
