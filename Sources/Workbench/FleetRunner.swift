@@ -744,6 +744,10 @@ public actor FleetRunner {
     private nonisolated func observed(
         _ observations: [SBeacon.Observation], of address: String, remembered: DeviceRecord? = nil
     ) async -> (DeviceRecord?, Inventory.StepReading?) {
+        // Seen now, when the step ends (what it remembered was filled in
+        // during it).
+        var remembered = remembered
+        remembered?.seenAt = Date()
         guard !observations.isEmpty else { return (remembered, nil) }
         var record = remembered ?? DeviceRecord(address: address)
         for observation in observations {
