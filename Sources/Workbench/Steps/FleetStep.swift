@@ -118,10 +118,11 @@ public struct StepContext: Sendable {
         try await recorder { try await body(inventory) }
     }
 
-    /// Records what a step learnt of the device beyond what it read (the
-    /// profile applied, when it calibrated); the fields left nil keep what
-    /// the inventory holds. In a fleet run it is committed with the step's
-    /// outcome (`remembered`), whether the step then succeeds or fails.
+    /// Records what a step learnt of the device beyond what the reads
+    /// themselves tell (the profile applied, when it calibrated, what
+    /// `info` read as a whole); the fields left nil keep what the inventory
+    /// holds. In a fleet run it is committed with the step's outcome
+    /// (`remembered`), whether the step then succeeds or fails.
     func remember(
         _ what: StepRecord, file: StaticString = #file, line: UInt = #line, _ fill: (inout DeviceRecord) -> Void
     ) async throws {
