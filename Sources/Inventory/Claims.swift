@@ -24,6 +24,16 @@ extension Inventory {
     /// processes on one inventory never work on one beacon at once. A claim
     /// of a process that is gone (killed) is taken over.
     public func claimDevice(_ device: String, run: Int64) throws -> Claim {
+        try claimDevice(device, run: run, beginning: nil).claim
+    }
+
+    /// `claimDevice`; when the device is claimed and `step` is given, that
+    /// step's `running` row is begun in the claim's transaction (one commit
+    /// for both; a kill after it leaves the step `interrupted` at the next
+    /// open). Returns the row's id, nil when none was begun.
+    public func claimDevice(
+        _ device: String, run: Int64, beginning step: String?
+    ) throws -> (claim: Claim, row: Int64?) {
         let address = device.uppercased()
         let host = ProcessInfo.processInfo.hostName
         let pid = Int64(getpid())
@@ -37,7 +47,7 @@ extension Inventory {
             var previous: ClaimHolder?
             if let row, let holderRun = row[0].integer, let holderPID = row[2].integer {
                 let holder = ClaimHolder(run: holderRun, host: row[1].text ?? "", pid: holderPID)
-                if holderRun != run, Self.isAlive(holder), row[3].text == "running" { return .heldBy(holder) }
+                if holderRun != run, Self.isAlive(holder), row[3].text == "running" { return (.heldBy(holder), nil) }
                 if holderRun != run { previous = holder }
             }
             try ensureDeviceRow(address)
@@ -47,7 +57,11 @@ extension Inventory {
                 ON CONFLICT(device) DO UPDATE SET run_id = excluded.run_id, host = excluded.host, pid = excluded.pid,
                     claimed_at = excluded.claimed_at
                 """, [.text(address), .integer(run), .text(host), .integer(pid), .text(Self.timestamp(Date()))])
-            return .claimed(from: previous)
+            guard let step else { return (.claimed(from: previous), nil) }
+            try database.run(
+                "INSERT INTO outcomes(run_id, device, step, status, started_at) VALUES (?, ?, ?, 'running', ?)",
+                [.integer(run), .text(address), .text(step), .text(Self.timestamp(Date()))])
+            return (.claimed(from: previous), database.lastInsertRowID)
         }
     }
 

@@ -4,10 +4,13 @@ import SBeaconProtocol
 /// The bench's memory: devices, runs, each step's outcome, readings and
 /// pulled records, in one SQLite file. One actor owns the connection.
 ///
-/// Durability: every step outcome is its own committed transaction, so a
-/// kill -9 at any moment loses at most the step in flight; at open, runs
-/// left `running` by a process that no longer exists are marked
-/// `interrupted`, with their steps that were in flight.
+/// Durability: a step's outcome is committed when it ends, in one
+/// transaction with what the beacon told during it and the next step's
+/// `running` row (`endStep`), so a kill -9 at any moment loses at most the
+/// step in flight, and leaves exactly that step `running` (or the one due
+/// next, when it lands between two steps); at open, runs left `running`
+/// by a process that no longer exists are marked `interrupted`, with
+/// those steps (docs/inventory.md, "Durability").
 public actor Inventory {
     let database: Database
     public nonisolated let path: String
@@ -205,6 +208,26 @@ public actor Inventory {
             releaseReserve()
             try end()
         }
+        if let file = getenv("BEACONBENCH_STATS") {
+            Self.appendStats(run: id, commits: commits, to: String(cString: file))
+        }
+    }
+
+    /// Transactions this process committed on the inventory so far (see
+    /// `Database.commits`).
+    public var commits: Int { database.commits }
+
+    /// `BEACONBENCH_STATS=FILE` (benchmarks only): at the end of each run,
+    /// one line `{"run":ID,"commits":N}` is appended to FILE, N counting
+    /// every commit of this process on the inventory since it opened it
+    /// (the migration and the run's begin and end included). A file that
+    /// cannot be written is not an error.
+    static func appendStats(run: Int64, commits: Int, to path: String) {
+        let fd = open(path, O_CREAT | O_APPEND | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0o600)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        let line = Array("{\"run\":\(run),\"commits\":\(commits)}\n".utf8)
+        _ = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
     }
 
     /// The file kept beside the inventory so that, when the disk fills up
@@ -270,6 +293,134 @@ public actor Inventory {
                 SQLiteValue(after), .text(Self.timestamp(Date())), SQLiteValue(durationMilliseconds),
                 .integer(Int64(retries)), .integer(id),
             ])
+    }
+
+    /// How a step ended: what `finishStep` records.
+    public struct StepEnd: Sendable {
+        public var status: StepStatus
+        public var detail: String?
+        public var error: String?
+        public var before: String?
+        public var after: String?
+        public var durationMilliseconds: Int64?
+        /// The attempts before the last.
+        public var retries: Int
+
+        public init(
+            _ status: StepStatus, detail: String? = nil, error: String? = nil, before: String? = nil,
+            after: String? = nil, durationMilliseconds: Int64? = nil, retries: Int = 0
+        ) {
+            self.status = status
+            self.detail = detail
+            self.error = error
+            self.before = before
+            self.after = after
+            self.durationMilliseconds = durationMilliseconds
+            self.retries = retries
+        }
+    }
+
+    /// What follows a step that ends, in the same transaction.
+    public enum StepNext: Sendable, Equatable {
+        /// Nothing: the device's last step, or one that failed.
+        case none
+        /// The next step's `running` row (same run and device), begun now:
+        /// a kill before it ends leaves it `interrupted` at the next open.
+        case begin(String)
+        /// These steps will not be done: each gets a finished `skipped` row
+        /// with `reason` as its detail (a `require` not met).
+        case skip([String], reason: String?)
+    }
+
+    /// A reading for trends, taken during a step (`recordReading`).
+    public struct StepReading: Sendable {
+        public var battery: UInt8?
+        public var rssi: Int16?
+        public var firmware: String?
+        public init(battery: UInt8?, rssi: Int16?, firmware: String?) {
+            self.battery = battery
+            self.rssi = rssi
+            self.firmware = firmware
+        }
+    }
+
+    /// Ends step `id` in one transaction, in this order: what the beacon
+    /// told during it (`observed`, and `reading` of the same device), the
+    /// step's outcome, then `next` — the next step's `running` row, or the
+    /// remaining steps `skipped`. With the ledger, their entries are
+    /// appended at the commit (the `running` row makes none). Nothing of it
+    /// is stored unless all of it is.
+    /// - Returns: the `running` row's id for `.begin`, else nil.
+    /// - Throws: `SQLiteError` (a sealed row: the ledger's trigger refuses
+    ///   to change it), or `InventoryStepError` when there is no outcome row
+    ///   `id`; nothing of it is then stored.
+    @discardableResult
+    public func endStep(
+        _ id: Int64, _ end: StepEnd, observed: DeviceRecord? = nil, reading: StepReading? = nil,
+        next: StepNext = .none
+    ) throws -> Int64? {
+        try database.inTransaction {
+            if let observed {
+                try recordDevice(observed)
+                if let reading {
+                    try recordReading(
+                        address: observed.address, at: observed.seenAt, battery: reading.battery, rssi: reading.rssi,
+                        firmware: reading.firmware)
+                }
+            }
+            let now = Self.timestamp(Date())
+            let changed = try database.run(
+                """
+                UPDATE outcomes SET status = ?, detail = ?, error = ?, before = ?, after = ?, ended_at = ?,
+                    duration_ms = ?, retries = ?
+                WHERE id = ?
+                """,
+                [
+                    .text(end.status.rawValue), SQLiteValue(end.detail), SQLiteValue(end.error),
+                    SQLiteValue(end.before), SQLiteValue(end.after), .text(now),
+                    SQLiteValue(end.durationMilliseconds), .integer(Int64(end.retries)), .integer(id),
+                ])
+            guard changed == 1 else { throw InventoryStepError(id: id) }
+            switch next {
+            case .none:
+                return nil
+            case .begin(let step):
+                try database.run(
+                    """
+                    INSERT INTO outcomes(run_id, device, step, status, started_at)
+                    SELECT run_id, device, ?, 'running', ? FROM outcomes WHERE id = ?
+                    """, [.text(step), .text(now), .integer(id)])
+                return database.lastInsertRowID
+            case .skip(let steps, let reason):
+                for step in steps {
+                    try database.run(
+                        """
+                        INSERT INTO outcomes(run_id, device, step, status, detail, started_at, ended_at)
+                        SELECT run_id, device, ?, 'skipped', ?, ?, ? FROM outcomes WHERE id = ?
+                        """, [.text(step), SQLiteValue(reason), .text(now), .text(now), .integer(id)])
+                }
+                return nil
+            }
+        }
+    }
+
+    /// Records an outcome that is finished when first written (one row,
+    /// one commit): a step with nothing in flight to be found after a kill.
+    @discardableResult
+    public func recordStep(run: Int64, device: String?, step: String, _ end: StepEnd) throws -> Int64 {
+        let now = Self.timestamp(Date())
+        try database.run(
+            """
+            INSERT INTO outcomes(run_id, device, step, status, detail, error, before, after, started_at, ended_at,
+                duration_ms, retries)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            [
+                .integer(run), SQLiteValue(device), .text(step), .text(end.status.rawValue), SQLiteValue(end.detail),
+                SQLiteValue(end.error), SQLiteValue(end.before), SQLiteValue(end.after), .text(now), .text(now),
+                SQLiteValue(end.durationMilliseconds), .integer(Int64(end.retries)),
+            ])
+        return database.lastInsertRowID
     }
 
     /// Records that a step's attempt failed and will be tried again: the
@@ -488,6 +639,12 @@ public actor Inventory {
         return "\(parts.tm_year + 1900)-\(two(parts.tm_mon + 1))-\(two(parts.tm_mday))T"
             + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)).\(millis)Z"
     }
+}
+
+/// `Inventory.endStep` was given a row that is not there.
+public struct InventoryStepError: Error, CustomStringConvertible {
+    public var id: Int64
+    public var description: String { "no outcome row \(id) to end" }
 }
 
 /// What is known of a device at one moment; nil fields are unknown.

@@ -121,6 +121,30 @@ public final class Database {
         didSet { ledger?.install(on: self) }
     }
 
+    /// Transactions that wrote and were committed on this connection since
+    /// it opened (`sqlite3_commit_hook`, one call per COMMIT or write in
+    /// autocommit mode), for `BEACONBENCH_STATS` (benchmarks). The hook runs
+    /// before the commit completes: a commit that then fails (SQLITE_BUSY,
+    /// SQLITE_FULL) is counted too — rare, and never in the benches. One the
+    /// ledger refuses (changes not yet appended) is not.
+    public private(set) var commits = 0
+
+    /// Installs the connection's commit hook: it counts `commits` and asks
+    /// the ledger, when set, whether a change has no entry yet (the commit
+    /// is then turned into a rollback).
+    private func installCommitHook() {
+        sqlite3_commit_hook(
+            handle,
+            { context in
+                guard let context else { return 0 }
+                let database = Unmanaged<Database>.fromOpaque(context).takeUnretainedValue()
+                // Non-zero turns the commit into a rollback.
+                if database.ledger?.hasPending == true { return 1 }
+                database.commits += 1
+                return 0
+            }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
     /// Opens `path` for reading and writing with WAL, foreign keys and a
     /// busy timeout. A new file is created here, mode 0600 whatever the
     /// umask and never through a symbolic link (SQLite gives the `-wal` and
@@ -171,6 +195,7 @@ public final class Database {
             sqlite3_close_v2(handle)
             throw error
         }
+        if !readOnly { installCommitHook() }
     }
 
     /// Runs `body` again while it fails SQLITE_BUSY, for up to `milliseconds`.
@@ -394,6 +419,9 @@ public final class Database {
     }
 
     deinit {
+        // The hook holds this object unretained; a connection kept open by
+        // a statement not finalized yet must not call it.
+        sqlite3_commit_hook(handle, nil, nil)
         sqlite3_close_v2(handle)
     }
 

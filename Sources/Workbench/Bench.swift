@@ -627,11 +627,14 @@ public actor Bench {
         for address in unknown where !Task.isCancelled {
             var result = WatchResult(address: address, state: .failed)
             result.reason = FleetRunner.notSeenReason
-            if let run, let id = try? await inventory.beginStep(run: run, device: nil, step: "watch") {
-                try? await inventory.finishStep(
-                    id, .failed,
-                    detail: "\(address.uppercased()): not seen in \(FleetRunner.secondsText(seenTimeout)) of discovery",
-                    error: FleetRunner.notSeenReason)
+            if let run {
+                _ = try? await inventory.recordStep(
+                    run: run, device: nil, step: "watch",
+                    .init(
+                        .failed,
+                        detail:
+                            "\(address.uppercased()): not seen in \(FleetRunner.secondsText(seenTimeout)) of discovery",
+                        error: FleetRunner.notSeenReason))
             }
             results[address] = result
         }

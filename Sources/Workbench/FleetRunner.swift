@@ -244,9 +244,9 @@ public actor FleetRunner {
         recap.reason = Self.notSeenReason
         let detail = "\(address.uppercased()): not seen in \(Self.secondsText(seenTimeout)) of discovery"
         do {
-            try await record {
-                let id = try await inventory.beginStep(run: run, device: nil, step: "find")
-                try await inventory.finishStep(id, .failed, detail: detail, error: Self.notSeenReason)
+            _ = try await record {
+                try await inventory.recordStep(
+                    run: run, device: nil, step: "find", .init(.failed, detail: detail, error: Self.notSeenReason))
             }
         } catch {
             recap.reason = Self.notSeenReason + "; \(error)"
@@ -278,18 +278,30 @@ public actor FleetRunner {
     /// Inventory calls whose failure stops the run.
     private nonisolated var recorder: InventoryRecorder { InventoryRecorder { await self.stop($0) } }
 
-    /// What a step may use of the run, on `beacon`.
-    private nonisolated func context(_ beacon: SBeacon, for step: DeviceStep) -> StepContext {
+    /// What a step may use of the run, on `beacon`; what it remembers is
+    /// kept in `remembered` for its end.
+    private nonisolated func context(
+        _ beacon: SBeacon, for step: DeviceStep, remembered: RememberedFacts
+    ) -> StepContext {
         StepContext(
             address: beacon.address, dryRun: dryRun, profiles: profiles, inventory: inventory, recorder: recorder,
-            identities: identities, declared: step.step.records)
+            identities: identities, declared: step.step.records, remembered: remembered)
     }
 
     private nonisolated func turn(_ address: String, _ steps: [DeviceStep]) async -> Turn {
         let device = address.uppercased()
+        // The `connect` row is begun in the claim's commit, unless a link
+        // left up is to be taken down first (its `disconnect` row comes
+        // before; `runSteps`).
+        let connected = await client.device(address: address)?.connected ?? false
+        let leftUp = !dryRun && connected
         let claim: Inventory.Claim
+        let connectRow: Int64?
         do {
-            claim = try await record { try await inventory.claimDevice(device, run: run) }
+            (claim, connectRow) = try await record {
+                try await inventory.claimDevice(
+                    device, run: run, beginning: leftUp || Task.isCancelled ? nil : "connect")
+            }
         } catch {
             var recap = DeviceRecap(address: address)
             recap.notStarted = true
@@ -310,6 +322,9 @@ public actor FleetRunner {
         case .claimed(let from): previous = from
         }
         if Task.isCancelled {
+            if let connectRow {
+                try? await inventory.finishStep(connectRow, .interrupted, error: "interrupted: the run was interrupted")
+            }
             try? await inventory.releaseDevice(device, run: run)
             var recap = DeviceRecap(address: address)
             recap.notStarted = true
@@ -317,7 +332,7 @@ public actor FleetRunner {
             return .done(recap)
         }
         progress(.started(address: address))
-        let recap = await runSteps(address, steps, previousHolder: previous)
+        let recap = await runSteps(address, steps, previousHolder: previous, connectRow: connectRow)
         try? await inventory.releaseDevice(device, run: run)
         progress(.finished(recap))
         return .done(recap)
@@ -349,9 +364,8 @@ public actor FleetRunner {
             guard try await client.disconnect(address: address) else { return }
             let text = "disconnected: it was left connected by \(who)"
             progress(.note(address: address, text))
-            if let id = try? await inventory.beginStep(run: run, device: address.uppercased(), step: "disconnect") {
-                try? await inventory.finishStep(id, .ok, detail: text)
-            }
+            _ = try? await inventory.recordStep(
+                run: run, device: address.uppercased(), step: "disconnect", .init(.ok, detail: text))
         } catch {
             progress(.note(address: address, "could not take down the link left by \(who): \(error)"))
         }
@@ -420,14 +434,17 @@ public actor FleetRunner {
         return id
     }
 
+    /// A device's turn, its claim held: `connectRow`, when given, is its
+    /// `connect` row, begun with the claim.
     private nonisolated func runSteps(
-        _ address: String, _ steps: [DeviceStep], previousHolder: ClaimHolder?
+        _ address: String, _ steps: [DeviceStep], previousHolder: ClaimHolder?, connectRow: Int64?
     ) async -> DeviceRecap {
         var recap = DeviceRecap(address: address)
         // A link this process did not make (this run holds the device's
         // claim, and works on a device once at a time).
         if !dryRun { await disconnectLeftLink(address, from: previousHolder) }
         var tally = Tally()
+        if let connectRow { tally.rows[Tally.connectKey] = connectRow }
         let began = ContinuousClock.now
         var attempts = 1
         var fruitless = 0
@@ -583,17 +600,28 @@ public actor FleetRunner {
             tally.connecting = false
             await recovery.connectSucceeded(address, adapterPath: adapterPath, linksAtStart: linksAtStart)
             let beacon = try await SBeacon(session, observer: { observations.add($0) })
+            tally.inFlight = nil
             if !tally.connected, let id = tally.rows[Tally.connectKey] {
                 let retries = tally.retries[Tally.connectKey] ?? 0
-                try await record {
-                    try await inventory.finishStep(
-                        id, .ok,
-                        detail: retries > 0 ? "after \(retries) failed attempt\(retries == 1 ? "" : "s")" : nil,
-                        retries: retries)
+                // The first step's row is begun in the connect's commit.
+                let first =
+                    tally.completed < steps.count && tally.rows[tally.completed] == nil && tally.skipping == nil
+                    ? tally.completed : nil
+                let begun = try await record {
+                    try await inventory.endStep(
+                        id,
+                        .init(
+                            .ok,
+                            detail: retries > 0 ? "after \(retries) failed attempt\(retries == 1 ? "" : "s")" : nil,
+                            retries: retries),
+                        next: first.map { .begin(steps[$0].name) } ?? .none)
                 }
                 tally.connected = true
+                if let first, let begun {
+                    tally.rows[first] = begun
+                    tally.inFlight = first
+                }
             }
-            tally.inFlight = nil
             for index in steps.indices where index >= tally.completed {
                 try await performStep(index, of: steps, address, on: beacon, observations, &tally)
             }
@@ -628,6 +656,12 @@ public actor FleetRunner {
     /// One step on the link, its outcome committed; what the beacon told
     /// during it is recorded, also when it fails (less what its failure
     /// makes untrue). A `require` not met skips the rest.
+    ///
+    /// A step that succeeds ends in one transaction (`Inventory.endStep`):
+    /// what the beacon told, its outcome, and the next step's `running`
+    /// row — which becomes the row in flight, so every failure path charges
+    /// it as if it had begun it — or, after a `require` not met, the
+    /// remaining steps `skipped`.
     private nonisolated func performStep(
         _ index: Int, of steps: [DeviceStep], _ address: String, on beacon: SBeacon, _ observations: Observations,
         _ tally: inout Tally
@@ -645,21 +679,30 @@ public actor FleetRunner {
         tally.inFlight = index
         let started = ContinuousClock.now
         let result: StepResult
+        let remembered = RememberedFacts()
         do {
-            result = try await step.step.perform(on: beacon, context(beacon, for: step))
+            result = try await step.step.perform(on: beacon, context(beacon, for: step, remembered: remembered))
         } catch {
-            try await keep(Self.stillTrue(observations.take(), after: step), of: address)
+            try await keep(
+                Self.stillTrue(observations.take(), after: step), of: address, remembered: remembered.take())
             if !(error is InventoryFailure) {
                 progress(.step(address: address, step: step.name, status: .failed, detail: "\(error)"))
             }
             throw error
         }
-        try await keep(observations.take(), of: address)
+        let (device, reading) = await observed(observations.take(), of: address, remembered: remembered.take())
         let (status, detail) = (result.status, result.detail)
-        try await record {
-            try await inventory.finishStep(
-                id, status, detail: detail, durationMilliseconds: Self.milliseconds(since: started),
-                retries: tally.retries[index] ?? 0)
+        let stops = status == .skipped && step.step.skippedStopsTheDevice
+        let later = index + 1 < steps.count ? Array(steps[(index + 1)...]) : []
+        let next: Inventory.StepNext =
+            stops
+            ? .skip(later.map(\.name), reason: detail)
+            : later.isEmpty || tally.rows[index + 1] != nil ? .none : .begin(later[0].name)
+        let end = Inventory.StepEnd(
+            status, detail: detail, durationMilliseconds: Self.milliseconds(since: started),
+            retries: tally.retries[index] ?? 0)
+        let begun = try await record {
+            try await inventory.endStep(id, end, observed: device, reading: reading, next: next)
         }
         tally.inFlight = nil
         progress(.step(address: address, step: step.name, status: status, detail: detail))
@@ -672,6 +715,17 @@ public actor FleetRunner {
                 tally.skipReason = detail
             }
         }
+        if stops {
+            // Their rows were written with this step's.
+            for skipped in later {
+                progress(.step(address: address, step: skipped.name, status: .skipped, detail: detail))
+            }
+            for skipped in later.indices { tally.record(index + 1 + skipped, .skipped) }
+            tally.completed = steps.count
+        } else if case .begin = next, let begun {
+            tally.rows[index + 1] = begun
+            tally.inFlight = index + 1
+        }
     }
 
     /// What a failed step read that the beacon may no longer hold: the
@@ -683,11 +737,19 @@ public actor FleetRunner {
         failed.step.onFailure.stillTrue(observations)
     }
 
-    /// Records what was read from a beacon: its facts in `devices`, and a
-    /// reading (battery, firmware) for trends.
-    private nonisolated func keep(_ observations: [SBeacon.Observation], of address: String) async throws {
-        guard !observations.isEmpty else { return }
-        var record = DeviceRecord(address: address)
+    /// What was read from a beacon, as the inventory stores it: its facts
+    /// (for `devices`: what the step remembered, and over it what the
+    /// beacon told) and, with a battery level or firmware told, a reading
+    /// for trends; nil when there is nothing.
+    private nonisolated func observed(
+        _ observations: [SBeacon.Observation], of address: String, remembered: DeviceRecord? = nil
+    ) async -> (DeviceRecord?, Inventory.StepReading?) {
+        // Seen now, when the step ends (what it remembered was filled in
+        // during it).
+        var remembered = remembered
+        remembered?.seenAt = Date()
+        guard !observations.isEmpty else { return (remembered, nil) }
+        var record = remembered ?? DeviceRecord(address: address)
         for observation in observations {
             switch observation {
             case .identity(let identity): record.identity = identity
@@ -698,14 +760,29 @@ public actor FleetRunner {
             case .firmware(let firmware): record.firmware = firmware
             }
         }
-        let reading = record
-        try await self.record { try await inventory.recordDevice(reading) }
-        if reading.battery != nil || reading.firmware != nil {
-            let rssi = await client.device(address: address)?.rssi
+        guard record.battery != nil || record.firmware != nil else { return (record, nil) }
+        let rssi = await client.device(address: address)?.rssi
+        return (
+            record,
+            Inventory.StepReading(
+                battery: record.battery, rssi: record.battery == nil ? nil : rssi,
+                firmware: record.firmware?.description)
+        )
+    }
+
+    /// Records what was read from a beacon during a step that failed (a
+    /// step that succeeds records it with its outcome, `performStep`).
+    private nonisolated func keep(
+        _ observations: [SBeacon.Observation], of address: String, remembered: DeviceRecord?
+    ) async throws {
+        let (device, reading) = await observed(observations, of: address, remembered: remembered)
+        guard let device else { return }
+        try await self.record { try await inventory.recordDevice(device) }
+        if let reading {
             try await self.record {
                 try await inventory.recordReading(
-                    address: address, at: Date(), battery: reading.battery, rssi: reading.battery == nil ? nil : rssi,
-                    firmware: reading.firmware?.description)
+                    address: device.address, at: Date(), battery: reading.battery, rssi: reading.rssi,
+                    firmware: reading.firmware)
             }
         }
     }
@@ -745,6 +822,29 @@ final class Observations: Sendable {
         list.withLock { list in
             defer { list = [] }
             return list
+        }
+    }
+}
+
+/// What a step learnt of its device (`StepContext.remember`), kept until
+/// the step's end is recorded.
+final class RememberedFacts: Sendable {
+    private let record = Mutex<DeviceRecord?>(nil)
+
+    /// Adds to what is kept: `fill`'s fields over those filled before.
+    func fill(_ address: String, _ fill: (inout DeviceRecord) -> Void) {
+        record.withLock { record in
+            var device = record ?? DeviceRecord(address: address)
+            fill(&device)
+            record = device
+        }
+    }
+
+    /// What was kept, and nothing from now on.
+    func take() -> DeviceRecord? {
+        record.withLock { record in
+            defer { record = nil }
+            return record
         }
     }
 }

@@ -524,9 +524,9 @@ public actor RecoveryCoordinator {
         records.append(record)
         let inventory = self.inventory
         guard let run = self.run else { return }
-        if let id = try? await inventory.beginStep(run: run, device: record.device, step: "recover") {
-            try? await inventory.finishStep(id, record.ok ? .ok : .failed, detail: record.detail, error: record.error)
-        }
+        _ = try? await inventory.recordStep(
+            run: run, device: record.device, step: "recover",
+            .init(record.ok ? .ok : .failed, detail: record.detail, error: record.error))
     }
 
     static func seconds(_ duration: Duration) -> Double {

@@ -4,18 +4,24 @@ import Profiles
 import SBeaconProtocol
 
 /// `beaconbench-bench inventory-writer PATH`: begins a run and records step
-/// outcomes one committed transaction at a time, printing `committed N`
-/// after each commit, until killed. The crash-safety test kills it with
-/// SIGKILL at random moments and checks what the file holds.
+/// outcomes as a fleet run does: the first step's `running` row, then each
+/// step's end and the next one's `running` row in one transaction
+/// (`Inventory.endStep`), printing `committed N` after the N-th step's end
+/// is committed, until killed. The crash-safety test kills it with SIGKILL
+/// at random moments and checks what the file holds.
 func inventoryWriter(path: String) async throws -> Never {
     let inventory = try Inventory(path: path)
     let run = try await inventory.beginRun(.init(command: "inventory-writer", operatorName: "crash-test"))
     print("run \(run)")
     fflush(nil)
     var committed = 0
+    var step = try await inventory.beginStep(run: run, device: nil, step: "step 0")
     while true {
-        let step = try await inventory.beginStep(run: run, device: nil, step: "step \(committed)")
-        try await inventory.finishStep(step, .ok, detail: String(repeating: "x", count: committed % 500))
+        let next = try await inventory.endStep(
+            step, .init(.ok, detail: String(repeating: "x", count: committed % 500)),
+            next: .begin("step \(committed + 1)"))
+        guard let next else { fatalError("endStep began no row") }
+        step = next
         committed += 1
         print("committed \(committed)")
         fflush(nil)
@@ -60,6 +66,19 @@ func inventoryBenchmark() async throws -> [Measurement] {
             scenario: "inventory: live steps (begin + finish, 2 commits each)", calls: single, seconds: elapsed,
             callsPerSecond: Double(single) / elapsed))
 
+    // As a fleet run writes them: a step's end with the next one's begin.
+    started = ContinuousClock.now
+    var step = try await inventory.beginStep(run: run, device: nil, step: "step 0")
+    for index in 0..<single {
+        step = try await inventory.endStep(step, .init(.ok), next: .begin("step \(index + 1)")) ?? step
+    }
+    elapsed = seconds(ContinuousClock.now - started)
+    try await inventory.finishStep(step, .ok)
+    results.append(
+        Measurement(
+            scenario: "inventory: live steps (end + next begin, 1 commit each)", calls: single, seconds: elapsed,
+            callsPerSecond: Double(single) / elapsed))
+
     // An audit of 10,000 devices over 1,000,000 outcome rows.
     let deviceCount = 10_000
     for number in 0..<deviceCount {
@@ -75,7 +94,7 @@ func inventoryBenchmark() async throws -> [Measurement] {
         device.profile = ["car", "van", "truck"][number % 3]
         try await inventory.recordDevice(device)
     }
-    let outcomesNeeded = 1_000_000 - (batches * 1000 + single)
+    let outcomesNeeded = 1_000_000 - (batches * 1000 + 2 * single + 1)
     for _ in 0..<(outcomesNeeded / 1000) { try await inventory.recordOutcomes(run: run, batch) }
     let profiles = try shippedProfiles()
     let audits = 5

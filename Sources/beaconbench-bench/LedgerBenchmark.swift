@@ -34,12 +34,19 @@ struct LedgerCostResult: Codable {
         var sealedEntries: Int
         /// The kept entries by table and operation (`devices update`).
         var keptByKind: [String: Int] = [:]
+        /// SQLite commits of the run on its inventory (`BEACONBENCH_STATS`,
+        /// Database.commits), and per beacon.
+        var commits = 0
+        var commitsPerDevice: Double { Double(commits) / Double(max(1, beacons)) }
+        var beacons = 0
     }
     var beacons: Int
     var provisioning: [ProvisioningSample] = []
     var cpuPerDeviceWith = 0.0
     var cpuPerDeviceWithout = 0.0
     var cpuRatio = 0.0
+    /// SQLite commits per device, the median of the runs with the ledger.
+    var commitsPerDevice = 0.0
     var fileBytesWith = 0
     var fileBytesWithout = 0
     var sizeRatio = 0.0
@@ -220,10 +227,12 @@ func ledgerProvisioningSample(count: Int, ledger: Bool) async throws -> LedgerCo
         arguments: ["--count", String(count), "--fresh", "--adapters", "1", "--latency", "none"])
     defer { simulator.stop() }
     let inventoryPath = directory + "/inventory.sqlite"
+    let statsPath = directory + "/stats.jsonl"
     let run = try runMeasured(
         "/usr/bin/env",
         [
-            "BEACONBENCH_LEDGER=\(ledger ? "on" : "off")", try sibling("beaconbench"), "--bus", simulator.bus.address,
+            "BEACONBENCH_LEDGER=\(ledger ? "on" : "off")", "BEACONBENCH_STATS=\(statsPath)",
+            try sibling("beaconbench"), "--bus", simulator.bus.address,
             "--inventory", inventoryPath, "--json", "run", repository + "/batches/provision-new.batch", "--set",
             "scan=3s",
         ], in: directory)
@@ -236,6 +245,14 @@ func ledgerProvisioningSample(count: Int, ledger: Bool) async throws -> LedgerCo
                 $0["kind"] as? String == "summary" ? $0 : nil
             }
         }.first ?? [:]
+    // `{"run":1,"commits":N}`: the one run's line, written at its end.
+    let statsLines = ((try? String(contentsOfFile: statsPath, encoding: .utf8)) ?? "").split(separator: "\n")
+    struct Stats: Decodable { var run: Int64, commits: Int }
+    guard statsLines.count == 1,
+        let commits = try? JSONDecoder().decode(Stats.self, from: Data(statsLines[0].utf8)).commits
+    else {
+        throw LocalBusError("BEACONBENCH_STATS wrote \(statsLines) (one line of one run expected)")
+    }
     // The inventory as the run left it, read by the sqlite3 CLI (opening
     // it with Inventory for writing would begin a ledger in the one without).
     _ = try await sqliteCLI(inventoryPath, "PRAGMA wal_checkpoint(TRUNCATE)")
@@ -279,7 +296,7 @@ func ledgerProvisioningSample(count: Int, ledger: Bool) async throws -> LedgerCo
         wallSeconds: run.wallSeconds, peakRSSMiB: run.peakRSSMiB, writtenBytes: run.writtenBytes,
         fileBytes: fileBytes, ledgerTableBytes: ledgerBytes, changed: summary["changed"] as? Int ?? 0,
         skipped: summary["skipped"] as? Int ?? 0, failed: summary["failed"] as? Int ?? 0, keptEntries: counts[0],
-        sealedEntries: counts[1], keptByKind: kinds)
+        sealedEntries: counts[1], keptByKind: kinds, commits: commits, beacons: count)
 }
 
 /// An inventory opened in this process with the ledger on or off. The
@@ -326,12 +343,15 @@ func ledgerAppendCosts(rounds: Int = 3) async throws -> [LedgerCostResult.Append
             }
         ),
         (
-            "sealed: live steps (beginStep, then finishStep: 2 commits)",
+            "sealed: live steps (endStep with the next step begun: 1 commit each)",
             { inventory, run in
+                // As a fleet run writes them (one device's steps in a row).
+                var step = try await inventory.beginStep(run: run, device: BigLedger.address(0), step: "info")
                 for index in 0..<rows {
-                    let step = try await inventory.beginStep(
-                        run: run, device: BigLedger.address(index % 100), step: "info")
-                    try await inventory.finishStep(step, .ok, detail: "read", durationMilliseconds: 4)
+                    let next: Inventory.StepNext = index + 1 < rows ? .begin("info") : .none
+                    step =
+                        try await inventory.endStep(
+                            step, .init(.ok, detail: "read", durationMilliseconds: 4), next: next) ?? step
                 }
             }
         ),
@@ -420,6 +440,7 @@ func ledgerBenchmark(count: Int = 100, rounds: Int = 5) async throws -> LedgerCo
     result.cpuPerDeviceWith = median(with.map(\.cpuMillisecondsPerDevice))
     result.cpuPerDeviceWithout = median(without.map(\.cpuMillisecondsPerDevice))
     result.cpuRatio = result.cpuPerDeviceWith / result.cpuPerDeviceWithout
+    result.commitsPerDevice = median(with.map(\.commitsPerDevice))
     result.fileBytesWith = Int(median(with.map { Double($0.fileBytes) }))
     result.fileBytesWithout = Int(median(without.map { Double($0.fileBytes) }))
     result.sizeRatio = Double(result.fileBytesWith) / Double(result.fileBytesWithout)
@@ -520,6 +541,12 @@ func ledgerRows(_ result: LedgerCostResult) -> [Row] {
                 "\(format(result.cpuPerDeviceWith, 2)) ms with, \(format(result.cpuPerDeviceWithout, 2)) ms without: \(format(result.cpuRatio, 3))",
             goal: "≤ 1.10", met: result.cpuRatio <= 1.10),
         Row(
+            scenario:
+                "SQLite commits per device, provisioning \(result.beacons), no latency (BEACONBENCH_STATS, median)",
+            value:
+                "\(format(result.commitsPerDevice, 1)) (27.0 before one commit per step, docs/benchmarks.md)",
+            goal: "≤ 12 (one per step)", met: result.commitsPerDevice <= 12),
+        Row(
             scenario: "ledger: inventory size after that run (checkpointed file)",
             value:
                 "\(kib(result.fileBytesWith)) with, \(kib(result.fileBytesWithout)) without: \(format(result.sizeRatio, 3))",
@@ -568,6 +595,7 @@ func printLedgerDetails(_ result: LedgerCostResult) {
                 + " (\(format(sample.cpuMillisecondsPerDevice, 2)) ms/device), wall \(format(sample.wallSeconds, 1)) s,"
                 + " RSS \(format(sample.peakRSSMiB, 1)) MiB, written \(format(sample.writtenBytes / 1024, 0)) KiB,"
                 + " file \(sample.fileBytes) B (ledger tables \(sample.ledgerTableBytes) B),"
+                + " \(sample.commits) commits (\(format(sample.commitsPerDevice, 1))/device),"
                 + " entries \(sample.keptEntries) kept + \(sample.sealedEntries) sealed"
                 + " (\(sample.keptByKind.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")));"
                 + " \(sample.changed) changed, \(sample.skipped) skipped, \(sample.failed) failed")

@@ -152,6 +152,29 @@ struct CrashTests {
                 if hook != nil {
                     #expect(itsRun.first?.first?.text == "interrupted", "kill \(kill) at \(hook ?? ""): \(itsRun)")
                 }
+                // Each device's steps are found once in a run, and at most
+                // one of them in flight (the step held, or the one begun
+                // with its predecessor's end); the held step is among them.
+                if let runID = try await inventory.query(
+                    "SELECT id FROM runs WHERE pid = ?", [.integer(Int64(child.pid))]
+                ).first?.first?.integer {
+                    let twice = try await inventory.query(
+                        "SELECT device, step, count(*) FROM outcomes WHERE run_id = ? GROUP BY 1, 2 HAVING count(*) > 1",
+                        [.integer(runID)])
+                    #expect(twice.isEmpty, "kill \(kill): steps recorded twice: \(twice)")
+                    let inFlight = try await inventory.query(
+                        "SELECT device, count(*) FROM outcomes WHERE run_id = ? AND status = 'interrupted' GROUP BY 1 HAVING count(*) > 1",
+                        [.integer(runID)])
+                    #expect(inFlight.isEmpty, "kill \(kill): devices with two steps in flight: \(inFlight)")
+                    if let hook {
+                        let heldSteps =
+                            try await inventory.query(
+                                "SELECT count(*) FROM outcomes WHERE run_id = ? AND status = 'interrupted' AND (step = 'connect') = ?",
+                                [.integer(runID), .integer(hook == "connect.requested" ? 1 : 0)]
+                            ).first?.first?.integer ?? 0
+                        #expect(heldSteps >= 1, "kill \(kill) at \(hook): the held step is not found interrupted")
+                    }
+                }
                 if wasKilled, let status = itsRun.first?.first?.text, status != "finished" {
                     #expect(status == "interrupted", "kill \(kill)")
                     killedRuns += 1

@@ -172,6 +172,134 @@ struct InventoryTests {
         #expect(try await inventory.query("SELECT samples FROM incidents").first == [.text("[[1,-1,900],[2,2,2]]")])
     }
 
+    /// A step's end, what was observed and what follows it commit together:
+    /// the next step's `running` row (no ledger entry until it ends), or the
+    /// remaining steps `skipped`; or nothing at all when any of it fails.
+    @Test func endStepCommitsTheOutcomeWithWhatFollowsOrNothing() async throws {
+        let path = try Self.temporaryPath()
+        let inventory = try Inventory(path: path)
+        let run = try await inventory.beginRun(.init(command: "steps", operatorName: "ana"))
+        try await inventory.recordDevice(DeviceRecord(address: "C1:00:00:00:00:01"))
+        func entries() async throws -> Int { try await inventory.ledgerTreeHead().size }
+        func rows() async throws -> [[SQLiteValue]] {
+            try await inventory.query(
+                "SELECT id, step, status, detail, started_at IS NOT NULL, ended_at IS NULL, ledger_seq IS NULL FROM outcomes ORDER BY id"
+            )
+        }
+        let first = try await inventory.beginStep(run: run, device: "C1:00:00:00:00:01", step: "a")
+        var commits = await inventory.commits
+        var size = try await entries()
+
+        // .begin: the outcome, the device's facts, a reading and the next row, in one commit.
+        var seen = DeviceRecord(address: "C1:00:00:00:00:01")
+        seen.battery = 77
+        let second = try await inventory.endStep(
+            first, .init(.changed, detail: "done", durationMilliseconds: 3), observed: seen,
+            reading: .init(battery: 77, rssi: -60, firmware: nil), next: .begin("b"))
+        #expect(await inventory.commits == commits + 1)
+        #expect(second == first + 1)
+        // Entries: the device's update, the reading, the outcome; none for the running row.
+        #expect(try await entries() == size + 3)
+        #expect(
+            try await rows() == [
+                [.integer(first), .text("a"), .text("changed"), .text("done"), .integer(1), .integer(0), .integer(0)],
+                [.integer(first + 1), .text("b"), .text("running"), .null, .integer(1), .integer(1), .integer(1)],
+            ])
+        #expect(
+            try await inventory.query("SELECT run_id, device FROM outcomes WHERE id = ?", [.integer(first + 1)])
+                == [[.integer(run), .text("C1:00:00:00:00:01")]])
+        #expect(try await inventory.query("SELECT battery FROM devices") == [[.integer(77)]])
+        #expect(try await inventory.query("SELECT battery, rssi FROM readings") == [[.integer(77), .integer(-60)]])
+
+        // .skip: the remaining steps finished `skipped` with the reason, in the same commit.
+        commits = await inventory.commits
+        size = try await entries()
+        let none = try await inventory.endStep(
+            try #require(second), .init(.skipped, detail: "battery 10 %"),
+            next: .skip(["c", "d"], reason: "battery 10 %"))
+        #expect(none == nil)
+        #expect(await inventory.commits == commits + 1)
+        #expect(try await entries() == size + 3)
+        let skipped = try await inventory.query(
+            "SELECT step, status, detail, started_at = ended_at, duration_ms FROM outcomes WHERE id > ? ORDER BY id",
+            [.integer(first + 1)])
+        #expect(
+            skipped == [
+                [.text("c"), .text("skipped"), .text("battery 10 %"), .integer(1), .null],
+                [.text("d"), .text("skipped"), .text("battery 10 %"), .integer(1), .null],
+            ])
+
+        // .none: the outcome alone.
+        let last = try await inventory.beginStep(run: run, device: "C1:00:00:00:00:01", step: "e")
+        #expect(try await inventory.endStep(last, .init(.failed, error: "gone", retries: 2)) == nil)
+        #expect(
+            try await inventory.query("SELECT status, error, retries FROM outcomes WHERE id = ?", [.integer(last)])
+                == [[.text("failed"), .text("gone"), .integer(2)]])
+
+        // A failure inside it stores nothing: ending a sealed row again is
+        // refused by its trigger, and the device's facts and the next row
+        // written before in that transaction go with it.
+        commits = await inventory.commits
+        size = try await entries()
+        let count = try await inventory.query("SELECT count(*) FROM outcomes")
+        var other = DeviceRecord(address: "C1:00:00:00:00:02")
+        other.battery = 12
+        await #expect(throws: SQLiteError.self) {
+            try await inventory.endStep(first, .init(.ok), observed: other, next: .begin("again"))
+        }
+        await #expect(throws: InventoryStepError.self) {
+            try await inventory.endStep(9999, .init(.ok), observed: other, next: .begin("again"))
+        }
+        #expect(await inventory.commits == commits)
+        #expect(try await entries() == size)
+        #expect(try await inventory.query("SELECT count(*) FROM outcomes") == count)
+        #expect(
+            try await inventory.query("SELECT count(*) FROM devices WHERE address = 'C1:00:00:00:00:02'") == [
+                [.integer(0)]
+            ])
+
+        // recordStep: one finished row, one commit.
+        commits = await inventory.commits
+        let found = try await inventory.recordStep(
+            run: run, device: nil, step: "find", .init(.failed, detail: "not seen", error: "not seen"))
+        #expect(await inventory.commits == commits + 1)
+        #expect(
+            try await inventory.query(
+                "SELECT step, status, error, started_at = ended_at, ledger_seq IS NOT NULL FROM outcomes WHERE id = ?",
+                [.integer(found)]) == [[.text("find"), .text("failed"), .text("not seen"), .integer(1), .integer(1)]])
+        #expect(try await inventory.verifyLedger().ok)
+    }
+
+    /// A claim may begin the device's first step in its own commit; a
+    /// device another live process holds gets no row.
+    @Test func aClaimBeginsTheFirstStepInItsCommit() async throws {
+        let path = try Self.temporaryPath()
+        let inventory = try Inventory(path: path)
+        let run = try await inventory.beginRun(.init(command: "claims", operatorName: "ana"))
+        let commits = await inventory.commits
+        let (claim, row) = try await inventory.claimDevice("c1:00:00:00:00:09", run: run, beginning: "connect")
+        #expect(claim == .claimed(from: nil))
+        #expect(await inventory.commits == commits + 1)
+        let id = try #require(row)
+        #expect(
+            try await inventory.query("SELECT run_id, device, step, status FROM outcomes WHERE id = ?", [.integer(id)])
+                == [[.integer(run), .text("C1:00:00:00:00:09"), .text("connect"), .text("running")]])
+        // Another run of a live process (this one) holds it: no claim, no row.
+        let other = try await inventory.beginRun(.init(command: "other", operatorName: "bo"))
+        let (held, none) = try await inventory.claimDevice("C1:00:00:00:00:09", run: other, beginning: "connect")
+        guard case .heldBy(let holder) = held else {
+            Issue.record("claimed twice: \(held)")
+            return
+        }
+        #expect(holder.run == run && none == nil)
+        #expect(try await inventory.query("SELECT count(*) FROM outcomes") == [[.integer(1)]])
+        try await inventory.endRun(run, .interrupted)
+        #expect(
+            try await inventory.query("SELECT status FROM outcomes WHERE id = ?", [.integer(id)])
+                == [[.text("interrupted")]])
+        #expect(try await inventory.verifyLedger().ok)
+    }
+
     @Test func aKilledWriterLosesNothingCommittedAndIsMarkedInterrupted() async throws {
         let writer = builtProduct("beaconbench-bench")
         var random = SystemRandomNumberGenerator()
@@ -221,11 +349,62 @@ struct InventoryTests {
                     .integer == 0)
             let runs = try await inventory.query("SELECT status FROM runs").compactMap { $0.first?.text }
             #expect(runs.allSatisfy { $0 == "interrupted" }, "round \(round): \(runs)")
+            // The writer's next step is begun with the last one's end: once
+            // a step has ended there is always exactly one step in flight,
+            // found `interrupted`; `ok` rows are those reported, or one more
+            // (killed after a commit, before its line).
+            let interrupted =
+                try await inventory.query("SELECT count(*) FROM outcomes WHERE status = 'interrupted'")
+                .first?.first?.integer ?? -1
+            if committed >= 1 {
+                #expect(interrupted == 1, "round \(round): \(committed) committed, \(interrupted) interrupted")
+            } else {
+                #expect(interrupted <= 1, "round \(round): \(interrupted) interrupted before the first end")
+            }
+            #expect(
+                finished == Int64(committed) || finished == Int64(committed) + 1,
+                "round \(round): \(committed) reported committed, \(finished) stored")
+            // In order, none lost: ids 1…n, step k named `step k-1`.
+            let ids =
+                try await inventory.query(
+                    "SELECT count(*), coalesce(min(id), 1), coalesce(max(id), 0), sum(step <> 'step ' || (id - 1)) FROM outcomes"
+                ).first ?? []
+            #expect(ids.count == 4 && ids[1] == .integer(1) && ids[2] == ids[0], "round \(round): \(ids)")
+            #expect(ids.count == 4 && (ids[3] == .integer(0) || ids[3] == .null), "round \(round): \(ids)")
             // The ledger holds every change committed, and only those: a kill
             // never leaves a change without its entry or an entry without it.
             let ledger = try await inventory.verifyLedger()
             #expect(ledger.ok, "round \(round): \(ledger.findings.prefix(3))")
         }
+    }
+
+    /// `commits` counts the transactions that wrote (with the ledger on or
+    /// off), not reads; `BEACONBENCH_STATS` lines say it.
+    @Test func commitsAreCountedOncePerTransactionThatWrote() async throws {
+        for ledger in [true, false] {
+            let path = try Self.temporaryPath()
+            let inventory = try Inventory(path: path, readOnly: false, recordsLedger: ledger)
+            let opened = await inventory.commits
+            #expect(opened > 0, "the migration commits")
+            let run = try await inventory.beginRun(.init(command: "count", operatorName: "ana"))
+            #expect(await inventory.commits == opened + 1, "ledger \(ledger)")
+            try await inventory.recordOutcomes(
+                run: run, [(nil, "a", .ok, nil), (nil, "b", .ok, nil), (nil, "c", .skipped, "why")])
+            #expect(await inventory.commits == opened + 2, "ledger \(ledger): three rows, one transaction")
+            _ = try await inventory.query("SELECT count(*) FROM outcomes")
+            #expect(await inventory.commits == opened + 2, "ledger \(ledger): a read commits nothing")
+            let step = try await inventory.beginStep(run: run, device: nil, step: "d")
+            try await inventory.finishStep(step, .ok)
+            #expect(await inventory.commits == opened + 4, "ledger \(ledger): begin, then finish")
+            try await inventory.endRun(run, .finished)
+            #expect(await inventory.commits == opened + 5, "ledger \(ledger)")
+        }
+        let stats = try Self.temporaryPath() + ".stats"
+        Inventory.appendStats(run: 3, commits: 41, to: stats)
+        Inventory.appendStats(run: 4, commits: 52, to: stats)
+        #expect(
+            try String(contentsOfFile: stats, encoding: .utf8)
+                == "{\"run\":3,\"commits\":41}\n{\"run\":4,\"commits\":52}\n")
     }
 
     /// `BEACONBENCH_LEDGER=off` (benchmarks only): the rows are written, no

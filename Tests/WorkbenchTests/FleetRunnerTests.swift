@@ -75,12 +75,17 @@ struct FleetRunnerTests {
                     #expect(truth.identity.major == 100)
                     #expect(truth.calibration.calibrated)
                     provisioned.append(state.address)
+                    // What the steps remembered (the profile applied, when it
+                    // calibrated) is recorded with their outcomes.
                     let stored = try await inventory.query(
-                        "SELECT config_braking, major, minor FROM devices WHERE address = ?", [.text(state.address)])
+                        "SELECT config_braking, major, minor, profile, calibrated_at IS NOT NULL FROM devices WHERE address = ?",
+                        [.text(state.address)])
                     #expect(
-                        stored.first == [
+                        stored.first?.prefix(4) == [
                             .integer(Int64(car.config.braking)), .integer(100), .integer(Int64(truth.identity.minor)),
+                            .text("car"),
                         ])
+                    if !state.calibration.calibrated { #expect(stored.first?.last == .integer(1), "\(state.address)") }
                 }
             }
             #expect(!provisioned.isEmpty, "\(recaps.map { $0.reason ?? "" })")
@@ -102,6 +107,44 @@ struct FleetRunnerTests {
             #expect(before.map(\.config) == after.map(\.config))
             #expect(before.map(\.identity) == after.map(\.identity))
             #expect(before.map(\.calibration) == after.map(\.calibration))
+        }
+    }
+
+    /// A `require` not met writes the device's remaining steps `skipped`,
+    /// with its reason, in its own commit: the run costs the same commits
+    /// with five steps after it as with none. Each step's row is begun in
+    /// the commit that ends the one before, so nothing is left running.
+    @Test func aRequireNotMetSkipsTheRestInItsOwnCommit() async throws {
+        try await withBench(count: 1, seed: 3) { bench throws in
+            let inventory = try Self.inventory()
+            let address = try #require(bench.fleet.first?.address)
+            let car = Self.profiles["car"]!
+            // No battery holds more than 100 %.
+            let alone: [DeviceStep] = [.requireBattery(atLeast: 101)]
+            let followed: [DeviceStep] = alone + [.syncTime, .calibrate, .apply(car), .verify(car), .info]
+            var costs: [Int] = []
+            var runs: [Int64] = []
+            for steps in [alone, followed] {
+                let run = try await inventory.beginRun(.init(command: "require"))
+                runs.append(run)
+                let before = await inventory.commits
+                let recaps = await FleetRunner(client: bench.client, inventory: inventory, run: run, concurrency: 1)
+                    .run(steps, on: [address])
+                costs.append(await inventory.commits - before)
+                #expect(recaps.first?.skipped == steps.count && recaps.first?.failed == 0, "\(recaps)")
+            }
+            #expect(costs[0] == costs[1], "commits: \(costs[0]) for the require alone, \(costs[1]) with five after it")
+            let rows = try await inventory.query(
+                "SELECT step, status, detail FROM outcomes WHERE run_id = ? ORDER BY id", [.integer(runs[1])])
+            #expect(rows.map { $0[0].text ?? "" } == ["connect"] + followed.map(\.name))
+            #expect(rows.dropFirst().allSatisfy { $0[1] == .text("skipped") }, "\(rows)")
+            let reason = try #require(rows.dropFirst().first?[2].text)
+            #expect(reason.contains("battery"), "\(reason)")
+            #expect(rows.dropFirst().allSatisfy { $0[2] == .text(reason) }, "\(rows)")
+            #expect(
+                try await inventory.query("SELECT count(*) FROM outcomes WHERE status = 'running'").first?.first?
+                    .integer == 0)
+            #expect(try await inventory.verifyLedger().ok)
         }
     }
 

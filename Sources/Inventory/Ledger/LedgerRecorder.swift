@@ -6,7 +6,8 @@ import Ledger
 /// (SQLite's preupdate hook) and, before the transaction commits, appends
 /// the entries that describe them (`flush`), so a change and its entry are
 /// committed together or not at all. A commit with changes not yet in the
-/// ledger is refused (the commit hook): no write can forget its entry.
+/// ledger is refused (the connection's commit hook asks `hasPending`): no
+/// write can forget its entry.
 final class LedgerRecorder {
     private struct RowRef: Hashable {
         /// The table's index in `LedgerTable.all`.
@@ -49,13 +50,8 @@ final class LedgerRecorder {
                 guard let context else { return }
                 Unmanaged<LedgerRecorder>.fromOpaque(context).takeUnretainedValue().discard()
             }, context)
-        sqlite3_commit_hook(
-            database.handle,
-            { context in
-                guard let context else { return 0 }
-                // Non-zero turns the commit into a rollback.
-                return Unmanaged<LedgerRecorder>.fromOpaque(context).takeUnretainedValue().hasPending ? 1 : 0
-            }, context)
+        // The commit hook is the connection's (Database.installCommitHook):
+        // it refuses a commit while `hasPending`.
     }
 
     private func noteChange(

@@ -18,7 +18,10 @@ struct AuditLiveStep: FleetStep {
     func perform(on beacon: SBeacon, _ context: StepContext) async throws -> StepResult {
         let address = beacon.address
         let info = try await beacon.readInfo()
-        try await context.record(.device) { try await $0.recordDevice(InfoStep.record(address, info)) }
+        // (Recorded with the step's outcome; what is read back below —
+        // the assigned profile, the identity meant — is not in it.)
+        let record = InfoStep.record(address, info)
+        try await context.remember(.device) { $0 = record }
         let profiles = profile.map { [$0.name: $0] } ?? context.profiles
         var subject = AuditSubject(address: address, info: info)
         subject.assignedProfile = try await context.read { try await $0.device(address)?.profile }

@@ -101,6 +101,9 @@ public struct StepContext: Sendable {
     let identities: IdentityReserver
     /// What the step declares it records (`FleetStep.records`).
     let declared: Set<StepRecord>
+    /// Where `remember` keeps what it learns until the step ends, when the
+    /// runner records it with the step's outcome (nil: at once).
+    var remembered: RememberedFacts? = nil
 
     /// Records something in the inventory; its failure stops the run.
     func record<T: Sendable>(
@@ -115,12 +118,19 @@ public struct StepContext: Sendable {
         try await recorder { try await body(inventory) }
     }
 
-    /// Records what a step learnt of the device beyond what it read (the
-    /// profile applied, when it calibrated); the fields left nil keep what
-    /// the inventory holds.
+    /// Records what a step learnt of the device beyond what the reads
+    /// themselves tell (the profile applied, when it calibrated, what
+    /// `info` read as a whole); the fields left nil keep what the inventory
+    /// holds. In a fleet run it is committed with the step's outcome
+    /// (`remembered`), whether the step then succeeds or fails.
     func remember(
         _ what: StepRecord, file: StaticString = #file, line: UInt = #line, _ fill: (inout DeviceRecord) -> Void
     ) async throws {
+        if let remembered {
+            assert(declared.contains(what), "the step records \(what) but does not declare it", file: file, line: line)
+            remembered.fill(address, fill)
+            return
+        }
         var device = DeviceRecord(address: address)
         fill(&device)
         let filled = device

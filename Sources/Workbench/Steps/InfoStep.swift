@@ -16,7 +16,8 @@ struct InfoStep: FleetStep {
         let info = try await beacon.readInfo()
         // The description and the calibration's real time, beside what
         // the reads themselves record.
-        try await context.record(.device) { try await $0.recordDevice(Self.record(context.address, info)) }
+        let record = Self.record(context.address, info)
+        try await context.remember(.device) { $0 = record }
         return StepResult(.ok, Self.describe(info))
     }
 
