@@ -41,14 +41,25 @@ public enum BeaconbenchMain {
             return ExitStatus.badInput.rawValue
         }
         let terminal = Terminal(for: invocation)
+        // An unsafe directory (another's, or writable by others) is an
+        // error naming it and the fix (ProfileDirectory).
+        let source = ProfileSource {
+            try ProfileLoader.loadAll(from: Paths.profileDirectories(invocation.profileDirectories))
+        }
+        let interactive = invocation.mode == .interactive && isatty(0) == 1
         let profiles: [String: Profile]
-        do {
-            // An unsafe directory (another's, or writable by others) is an
-            // error naming it and the fix (ProfileDirectory).
-            profiles = try ProfileLoader.loadAll(from: Paths.profileDirectories(invocation.profileDirectories))
-        } catch {
-            terminal.error("\(error)")
-            return ExitStatus.badInput.rawValue
+        if interactive {
+            // The REPL reads them at its first line: not before the prompt.
+            profiles = [:]
+        } else {
+            // A batch (or one command) is checked against every profile
+            // before anything is done.
+            do {
+                profiles = try source.load()
+            } catch {
+                terminal.error("\(error)")
+                return ExitStatus.badInput.rawValue
+            }
         }
         let interrupts = Interrupts()
         switch invocation.mode {
@@ -76,8 +87,9 @@ public enum BeaconbenchMain {
                 terminal: terminal,
                 profiles: profiles, label: line, digest: nil, interrupts: interrupts)
         default:
-            if isatty(0) == 1 {
-                let session = Session(invocation: invocation, terminal: terminal, profiles: profiles, runLabel: "repl")
+            if interactive {
+                let session = Session(
+                    invocation: invocation, terminal: terminal, profileSource: source, runLabel: "repl")
                 await session.setInteractive()
                 let repl = REPL(session: session, terminal: terminal, historyPath: Paths.history())
                 await repl.run(interrupts: interrupts)

@@ -29,6 +29,9 @@ final class REPL: Sendable {
         // Every line written while the prompt is up goes above it.
         terminal.setPromptHook { [editor] text, descriptor in editor.printAbove(text, descriptor: descriptor) }
         defer { terminal.setPromptHook(nil) }
+        // Tab on a profile's name before the first line loads them.
+        Completion.loadProfiles = { [session] in ((try? session.profileSource.load()) ?? [:]).keys.sorted() }
+        defer { Completion.loadProfiles = nil }
         while true {
             let facts = await session.promptFacts()
             Completion.update(
@@ -44,6 +47,17 @@ final class REPL: Sendable {
             let trimmed = line.trimmingCharacters(in: .whitespaces)
             if trimmed.isEmpty { continue }
             editor.remember(trimmed, in: history)
+            // The profiles, read at the first line rather than before the
+            // prompt; one that cannot be read ends the session as it
+            // ended the start before (the error names the file and key).
+            do {
+                _ = try session.profileSource.load()
+            } catch {
+                terminal.error("\(error)")
+                await session.note(.badInput)
+                await editor.close()
+                break
+            }
             let parser = BatchParser(
                 file: "<repl>", overrides: [:], profiles: session.profiles,
                 variables: await session.variables)

@@ -16,7 +16,11 @@ import Workbench
 public actor Session {
     public let invocation: Invocation
     public nonisolated let terminal: Terminal
-    public let profiles: [String: Profile]
+    /// The profiles: a batch's are loaded before it is checked; the
+    /// REPL's at its first line (`ProfileSource`), not before the prompt.
+    public nonisolated let profileSource: ProfileSource
+    /// The profiles loaded so far (all of them once `profileSource` has loaded).
+    public nonisolated var profiles: [String: Profile] { profileSource.loaded }
     /// What the run is recorded as in the inventory (`run FILE`, `repl`, …).
     let runLabel: String
     let runDigest: String?
@@ -65,9 +69,18 @@ public actor Session {
         invocation: Invocation, terminal: Terminal, profiles: [String: Profile], runLabel: String,
         runDigest: String? = nil
     ) {
+        self.init(
+            invocation: invocation, terminal: terminal, profileSource: ProfileSource(profiles), runLabel: runLabel,
+            runDigest: runDigest)
+    }
+
+    public init(
+        invocation: Invocation, terminal: Terminal, profileSource: ProfileSource, runLabel: String,
+        runDigest: String? = nil
+    ) {
         self.invocation = invocation
         self.terminal = terminal
-        self.profiles = profiles
+        self.profileSource = profileSource
         self.runLabel = runLabel
         self.runDigest = runDigest
         output = Renderer(terminal: terminal)
