@@ -94,7 +94,7 @@ let package = Package(
         .target(name: "Profiles", dependencies: ["SBeaconProtocol", "SafeText"]),
         // Pushing a bench's inventory to a shared PostgreSQL server.
         .target(
-            name: "InventorySync", dependencies: ["Inventory", "CPostgres", "Ledger"],
+            name: "InventorySync", dependencies: ["Inventory", "CPostgres", "Ledger", "SafeText"],
             swiftSettings: [.unsafeFlags(["-Xcc", "-I/usr/include/postgresql"])]),
         // The fleet report: an inventory's numbers as one self-contained HTML page.
         // Its style sheet and script are Assets/report.css and report.js,
@@ -104,7 +104,7 @@ let package = Package(
             exclude: ["Assets"]),
         .target(
             name: "Workbench",
-            dependencies: ["BlueZClient", "SBeaconProtocol", "Inventory", "Profiles"]
+            dependencies: ["BlueZClient", "SBeaconProtocol", "Inventory", "Profiles", "SafeText", "LocalBus"]
         ),
         .target(
             name: "Console",
@@ -115,7 +115,7 @@ let package = Package(
         .target(name: "BeaconSimulator", dependencies: ["DBusBinding", "SBeaconProtocol", "SafeText"]),
         // A private dbus-daemon and the simulator as child processes, for
         // `beaconbench --sim`, the benchmarks and the tests.
-        .target(name: "LocalBus"),
+        .target(name: "LocalBus", dependencies: ["SafeText"]),
 
         // MARK: Thin executables.
         .executableTarget(
