@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import SBeaconProtocol
 
 /// Threshold overrides: the thresholds an assignment sets over its

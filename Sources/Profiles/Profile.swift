@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import SBeaconProtocol
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A named threshold profile: what a car's, a van's or a truck's beacon
 /// must hold, and what it must meet. One JSON file per profile in
