@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Ledger
 import Profiles
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// beaconbench from the command line to its exit status: the executable
 /// only calls `run`.
@@ -177,7 +181,7 @@ public enum BeaconbenchMain {
 
     static func quoted(_ word: String) -> String {
         guard word.contains(where: { $0 == " " || $0 == "\t" || $0 == "#" || $0 == "\"" }) else { return word }
-        return "\"" + word.replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        return "\"" + word.replacingEvery("\"", with: "\\\"") + "\""
     }
 }
 

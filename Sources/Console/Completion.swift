@@ -1,6 +1,10 @@
 import CReadline
-import Foundation
+import FoundationEssentials
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Tab completion: commands, their options and subcommands, profile names,
 /// selectors, and the addresses, MAC endings and minors of beacons seen.

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import InventorySync
 import LocalBus
@@ -7,6 +7,10 @@ import SBeaconProtocol
 import SafeText
 import Synchronization
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// One use of beaconbench: a REPL session, a batch, or one command. Holds
 /// what commands share — profiles, variables, the selection, the bench
@@ -512,7 +516,7 @@ public actor Session {
 
     static func seconds(_ value: Double) -> String {
         if value == value.rounded(), let whole = Int(exactly: value) { return "\(whole) s" }
-        return String(format: "%.1f s", value)
+        return CFormat.string("%.1f s", value)
     }
 
     // MARK: For the REPL
