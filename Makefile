@@ -29,6 +29,7 @@ bench:
 
 lint:
 	swift format lint --strict --recursive Package.swift Sources Tests
+	./scripts/lint-imports
 
 format:
 	swift format --in-place --recursive Package.swift Sources Tests

@@ -15,6 +15,22 @@
 //   BeaconSimulator stands in for bluetoothd and a fleet of beacons.
 import PackageDescription
 
+// libdbus-1's headers: the one C library whose headers are not in
+// /usr/include. Given to the two targets that import CDBus (DBusBinding
+// imports it `internal`, so no other target needs them) rather than by
+// pkg-config, whose `-L/usr/lib/…` would come first in every link and
+// keep the `beaconbench` executable from its static libraries (CStatic).
+#if arch(arm64)
+    let multiarch = "aarch64-linux-gnu"
+#else
+    let multiarch = "x86_64-linux-gnu"
+#endif
+let dbusHeaders: [SwiftSetting] = [
+    .unsafeFlags([
+        "-Xcc", "-I/usr/include/dbus-1.0", "-Xcc", "-I/usr/lib/\(multiarch)/dbus-1.0/include",
+    ])
+]
+
 let package = Package(
     name: "beaconbench",
     platforms: [.macOS(.v15)],
@@ -25,14 +41,14 @@ let package = Package(
     ],
     targets: [
         // MARK: C libraries from Debian, one system-library target each.
+        // Headers from /usr/include, linked by their module maps (`link`);
+        // no pkg-config (see dbusHeaders above).
         .systemLibrary(
             name: "CDBus",
-            pkgConfig: "dbus-1",
             providers: [.apt(["libdbus-1-dev"])]
         ),
         .systemLibrary(
             name: "CSQLite",
-            pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
         // libpq's declarations (libpq-dev), its functions loaded on first
@@ -50,17 +66,23 @@ let package = Package(
         // with DecompressionStream).
         .systemLibrary(
             name: "CZlib",
-            pkgConfig: "zlib",
             providers: [.apt(["zlib1g-dev"])]
         ),
         .systemLibrary(
             name: "CReadline",
-            pkgConfig: "readline",
             providers: [.apt(["libreadline-dev"])]
         ),
+        // The `beaconbench` executable links libdbus-1, SQLite, zlib and
+        // readline (with libtinfo) statically: Sources/CStatic/link holds a
+        // linker script per library (`libdbus-1.so` reading
+        // `INPUT(libdbus-1.a)`…), found first by `-ldbus-1` and the others;
+        // sd_stubs.c stands in for the two libsystemd functions libdbus-1.a
+        // names. Nothing more to load at start (docs/benchmarks.md,
+        // "Start-up"); the library product and the tests link as before.
+        .target(name: "CStatic", exclude: ["link"]),
 
         // MARK: Layers.
-        .target(name: "DBusBinding", dependencies: ["CDBus"]),
+        .target(name: "DBusBinding", dependencies: ["CDBus"], swiftSettings: dbusHeaders),
         .target(name: "BlueZClient", dependencies: ["DBusBinding"]),
         .target(name: "SBeaconProtocol"),
         // Text from outside (devices, files) made safe for a terminal, a
@@ -72,7 +94,7 @@ let package = Package(
         .target(name: "Profiles", dependencies: ["SBeaconProtocol", "SafeText"]),
         // Pushing a bench's inventory to a shared PostgreSQL server.
         .target(
-            name: "InventorySync", dependencies: ["Inventory", "CPostgres", "Ledger"],
+            name: "InventorySync", dependencies: ["Inventory", "CPostgres", "Ledger", "SafeText"],
             swiftSettings: [.unsafeFlags(["-Xcc", "-I/usr/include/postgresql"])]),
         // The fleet report: an inventory's numbers as one self-contained HTML page.
         // Its style sheet and script are Assets/report.css and report.js,
@@ -82,7 +104,7 @@ let package = Package(
             exclude: ["Assets"]),
         .target(
             name: "Workbench",
-            dependencies: ["BlueZClient", "SBeaconProtocol", "Inventory", "Profiles"]
+            dependencies: ["BlueZClient", "SBeaconProtocol", "Inventory", "Profiles", "SafeText", "LocalBus"]
         ),
         .target(
             name: "Console",
@@ -93,10 +115,12 @@ let package = Package(
         .target(name: "BeaconSimulator", dependencies: ["DBusBinding", "SBeaconProtocol", "SafeText"]),
         // A private dbus-daemon and the simulator as child processes, for
         // `beaconbench --sim`, the benchmarks and the tests.
-        .target(name: "LocalBus"),
+        .target(name: "LocalBus", dependencies: ["SafeText"]),
 
         // MARK: Thin executables.
-        .executableTarget(name: "beaconbench", dependencies: ["Console"]),
+        .executableTarget(
+            name: "beaconbench", dependencies: ["Console", "CStatic"],
+            linkerSettings: [.unsafeFlags(["-L" + Context.packageDirectory + "/Sources/CStatic/link"])]),
         .executableTarget(name: "beaconbench-sim", dependencies: ["BeaconSimulator"]),
         // libFuzzer targets (scripts/fuzz) or, built normally, a replayer of
         // saved inputs (the test suite runs it over Tests/Fuzz).
@@ -114,7 +138,8 @@ let package = Package(
 
         // MARK: Tests and what they share.
         .target(name: "TestSupport", dependencies: ["DBusBinding", "LocalBus"]),
-        .testTarget(name: "DBusBindingTests", dependencies: ["DBusBinding", "TestSupport", "CDBus"]),
+        .testTarget(
+            name: "DBusBindingTests", dependencies: ["DBusBinding", "TestSupport", "CDBus"], swiftSettings: dbusHeaders),
         .testTarget(name: "SBeaconProtocolTests", dependencies: ["SBeaconProtocol"]),
         .testTarget(name: "LedgerTests", dependencies: ["Ledger"]),
         .testTarget(name: "InventoryTests", dependencies: ["Inventory", "Profiles", "SBeaconProtocol", "TestSupport"]),

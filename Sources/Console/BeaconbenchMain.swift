@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Ledger
 import Profiles
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// beaconbench from the command line to its exit status: the executable
 /// only calls `run`.
@@ -41,14 +45,25 @@ public enum BeaconbenchMain {
             return ExitStatus.badInput.rawValue
         }
         let terminal = Terminal(for: invocation)
+        // An unsafe directory (another's, or writable by others) is an
+        // error naming it and the fix (ProfileDirectory).
+        let source = ProfileSource {
+            try ProfileLoader.loadAll(from: Paths.profileDirectories(invocation.profileDirectories))
+        }
+        let interactive = invocation.mode == .interactive && isatty(0) == 1
         let profiles: [String: Profile]
-        do {
-            // An unsafe directory (another's, or writable by others) is an
-            // error naming it and the fix (ProfileDirectory).
-            profiles = try ProfileLoader.loadAll(from: Paths.profileDirectories(invocation.profileDirectories))
-        } catch {
-            terminal.error("\(error)")
-            return ExitStatus.badInput.rawValue
+        if interactive {
+            // The REPL reads them at its first line: not before the prompt.
+            profiles = [:]
+        } else {
+            // A batch (or one command) is checked against every profile
+            // before anything is done.
+            do {
+                profiles = try source.load()
+            } catch {
+                terminal.error("\(error)")
+                return ExitStatus.badInput.rawValue
+            }
         }
         let interrupts = Interrupts()
         switch invocation.mode {
@@ -76,8 +91,9 @@ public enum BeaconbenchMain {
                 terminal: terminal,
                 profiles: profiles, label: line, digest: nil, interrupts: interrupts)
         default:
-            if isatty(0) == 1 {
-                let session = Session(invocation: invocation, terminal: terminal, profiles: profiles, runLabel: "repl")
+            if interactive {
+                let session = Session(
+                    invocation: invocation, terminal: terminal, profileSource: source, runLabel: "repl")
                 await session.setInteractive()
                 let repl = REPL(session: session, terminal: terminal, historyPath: Paths.history())
                 await repl.run(interrupts: interrupts)
@@ -165,7 +181,7 @@ public enum BeaconbenchMain {
 
     static func quoted(_ word: String) -> String {
         guard word.contains(where: { $0 == " " || $0 == "\t" || $0 == "#" || $0 == "\"" }) else { return word }
-        return "\"" + word.replacingOccurrences(of: "\"", with: "\\\"") + "\""
+        return "\"" + word.replacingEvery("\"", with: "\\\"") + "\""
     }
 }
 

@@ -1,6 +1,10 @@
 import CReadline
-import Foundation
+import FoundationEssentials
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Tab completion: commands, their options and subcommands, profile names,
 /// selectors, and the addresses, MAC endings and minors of beacons seen.
@@ -13,6 +17,9 @@ enum Completion {
     nonisolated(unsafe) static var minors: [String] = []
     nonisolated(unsafe) static var variables: [String] = []
     nonisolated(unsafe) static var matches: [String] = []
+    /// Loads the profiles when they are not yet (the REPL reads them at
+    /// its first line, not before the prompt): their names.
+    nonisolated(unsafe) static var loadProfiles: (@Sendable () -> [String])?
 
     static func update(profiles: [String], seen: [SeenBeacon], variables: [String]) {
         self.profiles = profiles.sorted()
@@ -62,6 +69,9 @@ enum Completion {
     /// The values completed for a kind: fixed words, profiles, variables,
     /// commands, the devices seen.
     static func values(_ kind: ValueKind, prefix: String) -> [String] {
+        if profiles.isEmpty, let loadProfiles, kind == .profile || kind == .selector || kind == .identityKey {
+            profiles = loadProfiles()
+        }
         switch kind {
         case .profile: return profiles
         case .variable: return variables

@@ -1,6 +1,11 @@
-import Foundation
+import FoundationEssentials
 import SBeaconProtocol
+import SafeText
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Text the result types share: a beacon's status words, times, a
 /// bench's short id. What each result looks like is its own
@@ -44,13 +49,12 @@ enum Format {
         var now = time_t(Date().timeIntervalSince1970)
         var parts = tm()
         localtime_r(&now, &parts)
-        return String(format: "%02d:%02d:%02d", parts.tm_hour, parts.tm_min, parts.tm_sec)
+        return CFormat.string("%02d:%02d:%02d", parts.tm_hour, parts.tm_min, parts.tm_sec)
     }
 
     /// An instant in UTC, ISO 8601: `2026-12-02T06:06:18Z`.
     static func timestamp(_ date: Date) -> String {
-        ISO8601DateFormatter.string(
-            from: date, timeZone: TimeZone(identifier: "UTC")!, formatOptions: [.withInternetDateTime])
+        date.ISO8601Format()
     }
 
     /// A bench id as tables show it: its first eight characters.

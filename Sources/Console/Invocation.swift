@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import InventorySync
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The command line, parsed: global options (each with an environment
 /// variable) and what to do.

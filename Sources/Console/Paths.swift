@@ -1,10 +1,34 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Where beaconbench keeps its files (XDG base directories).
 enum Paths {
     static var environment: [String: String] { ProcessInfo.processInfo.environment }
 
-    static var home: String { environment["HOME"] ?? NSHomeDirectory() }
+    static var home: String { environment["HOME"] ?? passwdHome() }
+
+    /// The user's home directory from the password database (what
+    /// Foundation's `NSHomeDirectory()` answered when HOME is unset).
+    static func passwdHome() -> String {
+        guard let entry = getpwuid(getuid()), let directory = entry.pointee.pw_dir else { return "/" }
+        return String(cString: directory)
+    }
+
+    /// The directory `path` is in, as NSString's
+    /// `deletingLastPathComponent` gave it: `/a/b/` → `/a`, `/a` → `/`,
+    /// `name` → ``.
+    static func parent(of path: String) -> String {
+        var trimmed = Substring(path)
+        while trimmed.count > 1, trimmed.last == "/" { trimmed.removeLast() }
+        guard let slash = trimmed.lastIndex(of: "/") else { return "" }
+        if slash == trimmed.startIndex { return "/" }
+        var parent = trimmed[..<slash]
+        while parent.count > 1, parent.last == "/" { parent.removeLast() }
+        return String(parent)
+    }
 
     static func xdg(_ variable: String, _ fallback: String) -> String {
         if let value = environment[variable], value.hasPrefix("/") { return value + "/beaconbench" }

@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Synchronization
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Shows a fleet run as it goes. On a terminal that can be redrawn
 /// (`Terminal.redraws`: not TERM=dumb, standard error a terminal): one line

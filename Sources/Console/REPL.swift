@@ -1,7 +1,13 @@
 import CReadline
-import Foundation
+import Dispatch
+import FoundationEssentials
+import LocalBus
 import SafeText
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The interactive console: GNU readline with completion and a history
 /// file, a prompt with the adapter and the devices seen and selected,
@@ -29,6 +35,9 @@ final class REPL: Sendable {
         // Every line written while the prompt is up goes above it.
         terminal.setPromptHook { [editor] text, descriptor in editor.printAbove(text, descriptor: descriptor) }
         defer { terminal.setPromptHook(nil) }
+        // Tab on a profile's name before the first line loads them.
+        Completion.loadProfiles = { [session] in ((try? session.profileSource.load()) ?? [:]).keys.sorted() }
+        defer { Completion.loadProfiles = nil }
         while true {
             let facts = await session.promptFacts()
             Completion.update(
@@ -41,9 +50,20 @@ final class REPL: Sendable {
                 terminal.message("")
                 break
             }
-            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            let trimmed = line.trimmingBlanks()
             if trimmed.isEmpty { continue }
             editor.remember(trimmed, in: history)
+            // The profiles, read at the first line rather than before the
+            // prompt; one that cannot be read ends the session as it
+            // ended the start before (the error names the file and key).
+            do {
+                _ = try session.profileSource.load()
+            } catch {
+                terminal.error("\(error)")
+                await session.note(.badInput)
+                await editor.close()
+                break
+            }
             let parser = BatchParser(
                 file: "<repl>", overrides: [:], profiles: session.profiles,
                 variables: await session.variables)
@@ -94,7 +114,7 @@ final class REPL: Sendable {
     static func caretColumn(prompt: String, line: String, column: Int) -> Int {
         let leading = line.prefix { $0 == " " || $0 == "\t" }
         let trimmed = line.dropFirst(leading.count)
-        return visibleLength(prompt) + TextWidth.columns(of: leading.replacingOccurrences(of: "\t", with: " "))
+        return visibleLength(prompt) + TextWidth.columns(of: String(leading).replacingEvery("\t", with: " "))
             + TextWidth.columns(of: trimmed.prefix(max(0, column - 1)))
     }
 }
@@ -192,7 +212,7 @@ final class LineEditor: Sendable {
 
     private func poke() {
         var byte: UInt8 = 1
-        _ = Foundation.write(wake.write, &byte, 1)
+        _ = Glibc.write(wake.write, &byte, 1)
     }
 
     /// One line, or nil at end of input (Ctrl-D).
@@ -204,9 +224,7 @@ final class LineEditor: Sendable {
                 return !shared.started
             }
             if start {
-                let thread = Thread { [self] in self.serve() }
-                thread.stackSize = 1 << 20
-                thread.start()
+                detachThread(stackSize: 1 << 20) { [self] in self.serve() }
             }
             poke()
         }
@@ -293,7 +311,7 @@ final class LineEditor: Sendable {
 
     private func serviceRequests(reading: Bool) {
         var byte = [UInt8](repeating: 0, count: 64)
-        while Foundation.read(wake.read, &byte, 64) > 0 {}
+        while Glibc.read(wake.read, &byte, 64) > 0 {}
         guard reading else { return }
         let pending = shared.withLock { shared in
             defer { shared.requests = [] }

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import InventorySync
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Passwords are never visible to other processes after start-up. The way
 /// to give one is libpq's own (PGPASSWORD, `~/.pgpass`, a PGSERVICE entry);

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import InventorySync
 import LocalBus
@@ -8,6 +8,10 @@ import SafeText
 import Synchronization
 import Workbench
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// One use of beaconbench: a REPL session, a batch, or one command. Holds
 /// what commands share — profiles, variables, the selection, the bench
 /// (opened at the first command that needs the radio), the inventory
@@ -16,7 +20,11 @@ import Workbench
 public actor Session {
     public let invocation: Invocation
     public nonisolated let terminal: Terminal
-    public let profiles: [String: Profile]
+    /// The profiles: a batch's are loaded before it is checked; the
+    /// REPL's at its first line (`ProfileSource`), not before the prompt.
+    public nonisolated let profileSource: ProfileSource
+    /// The profiles loaded so far (all of them once `profileSource` has loaded).
+    public nonisolated var profiles: [String: Profile] { profileSource.loaded }
     /// What the run is recorded as in the inventory (`run FILE`, `repl`, …).
     let runLabel: String
     let runDigest: String?
@@ -65,9 +73,18 @@ public actor Session {
         invocation: Invocation, terminal: Terminal, profiles: [String: Profile], runLabel: String,
         runDigest: String? = nil
     ) {
+        self.init(
+            invocation: invocation, terminal: terminal, profileSource: ProfileSource(profiles), runLabel: runLabel,
+            runDigest: runDigest)
+    }
+
+    public init(
+        invocation: Invocation, terminal: Terminal, profileSource: ProfileSource, runLabel: String,
+        runDigest: String? = nil
+    ) {
         self.invocation = invocation
         self.terminal = terminal
-        self.profiles = profiles
+        self.profileSource = profileSource
         self.runLabel = runLabel
         self.runDigest = runDigest
         output = Renderer(terminal: terminal)
@@ -499,7 +516,7 @@ public actor Session {
 
     static func seconds(_ value: Double) -> String {
         if value == value.rounded(), let whole = Int(exactly: value) { return "\(whole) s" }
-        return String(format: "%.1f s", value)
+        return CFormat.string("%.1f s", value)
     }
 
     // MARK: For the REPL

@@ -1,6 +1,11 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
 import LocalBus
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// SIGTERM, SIGHUP and SIGPIPE (standard output or error closed, as under
 /// `| head -1`): beaconbench stops what it started (the private bus and

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import SafeText
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Where the console's words go: results to standard output, messages and
 /// progress to standard error; colour only on a terminal that is not dumb,
@@ -210,7 +214,7 @@ public final class Terminal: Sendable {
     static func emit(_ descriptor: Int32, _ text: String) {
         var bytes = Array(text.utf8)[...]
         while !bytes.isEmpty {
-            let written = bytes.withUnsafeBytes { Foundation.write(descriptor, $0.baseAddress, $0.count) }
+            let written = bytes.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
             if written < 0 {
                 if errno == EINTR { continue }
                 return

@@ -1,4 +1,4 @@
-import CDBus
+internal import CDBus
 
 /// The seam: every call into libdbus-1, and the macros Swift cannot import,
 /// in one file (as swift-system's `Syscalls.swift` holds every system call).

@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Charts as SVG, drawn by the tool: no script draws them, so they print,
 /// work with scripts off and hold only escaped text. Colours come from

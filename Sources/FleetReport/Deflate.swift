@@ -1,5 +1,9 @@
 import CZlib
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// zlib's deflate (`compress2`), the one call into the C library: the
 /// fleet report's device table travels deflated and base64-encoded, and

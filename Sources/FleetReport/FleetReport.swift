@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Profiles
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A fleet report's numbers, computed from an inventory: what the HTML
 /// page draws (`ReportPage`). Everything is an aggregate, except the

@@ -47,9 +47,9 @@ public enum HTML {
         guard
             json.utf8.contains(where: { $0 == UInt8(ascii: "&") || $0 == UInt8(ascii: "<") || $0 == UInt8(ascii: ">") })
         else { return json }
-        return json.replacingOccurrences(of: "&", with: "\\u0026")
-            .replacingOccurrences(of: "<", with: "\\u003c")
-            .replacingOccurrences(of: ">", with: "\\u003e")
+        return json.replacingEvery("&", with: "\\u0026")
+            .replacingEvery("<", with: "\\u003c")
+            .replacingEvery(">", with: "\\u003e")
     }
 
     /// An integer with thousands separators: `100,000`.

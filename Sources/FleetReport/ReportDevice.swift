@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import SBeaconProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Which devices a report covers: the offline selectors of `select`
 /// (those that need the radio, `new` and `in-range`, are refused by the

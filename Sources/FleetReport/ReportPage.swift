@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The report as one self-contained HTML page: charts as SVG, each with
 /// its numbers in a table, and a device table that a small inline script

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Inventory
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// UTC days, weeks, hours and quarters, with arithmetic on epoch seconds.
 enum UTC {

@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A process working on a device: the run, host and pid of its claim.
 public struct ClaimHolder: Sendable, Equatable, CustomStringConvertible {

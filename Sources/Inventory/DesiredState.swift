@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Profiles
 import SBeaconProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// What a device is meant to hold: a profile, an identity rule and
 /// per-device threshold overrides (schema 5, table `assignments`). Recorded

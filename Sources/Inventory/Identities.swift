@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import SBeaconProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Which identity a device is meant to get, and why.
 public struct IdentityPlan: Sendable, Equatable {

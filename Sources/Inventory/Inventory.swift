@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import SBeaconProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The bench's memory: devices, runs, each step's outcome, readings and
 /// pulled records, in one SQLite file. One actor owns the connection.

@@ -1,7 +1,11 @@
 import CSQLite
-import Foundation
+import FoundationEssentials
 import Profiles
 import SBeaconProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 extension Inventory {
     /// Every device as the inventory knows it, for an offline audit: one

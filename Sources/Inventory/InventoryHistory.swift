@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// One battery reading (`readings`), for trends.
 public struct BatteryReading: Sendable, Equatable {

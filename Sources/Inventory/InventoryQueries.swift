@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import SBeaconProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A step outcome as recorded, for `log` and `inventory show`.
 public struct OutcomeRecord: Sendable, Equatable, Codable {

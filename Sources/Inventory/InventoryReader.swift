@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Profiles
 import SBeaconProtocol
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// What the read commands (`inventory`, `log`, `audit` from the inventory)
 /// need of an inventory: a bench's own SQLite file (`Inventory`), or the
@@ -142,7 +146,9 @@ public enum DeviceRows {
             check.add(meant.findings)
         }
         if row.count > 21, let benches = check.text(row[21], "benches") {
-            subject.benches = benches.trimmingCharacters(in: CharacterSet(charactersIn: "{}")).split(separator: ",")
+            subject.benches = String(
+                benches.drop { $0 == "{" || $0 == "}" }.reversed().drop { $0 == "{" || $0 == "}" }.reversed()
+            ).split(separator: ",")
                 .map { Visible.text($0.prefix(8), limit: 8) }
         }
         // The audit names each failure as a finding of the device.

@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The kinds of records a pull step stores: trips (`trips`),
 /// driving-behaviour events (`events`) and incidents (`incidents`).

@@ -65,7 +65,7 @@ public enum SQLiteValue: Sendable, Hashable, ExpressibleByStringLiteral, Express
         case .integer(let v): String(v)
         case .real(let v): String(v)
         case .text(let v): v
-        case .blob(let v): v.map { String(format: "%02x", $0) }.joined()
+        case .blob(let v): v.map { CFormat.string("%02x", $0) }.joined()
         }
     }
 }

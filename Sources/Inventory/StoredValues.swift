@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Profiles
 import SBeaconProtocol
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Values read back from storage are input: a bench's SQLite file can be
 /// edited by anyone who can write it, and the shared server holds what
@@ -212,7 +216,7 @@ public enum StoredRule: Sendable {
         case .real(let number): "\(number) (real)"
         case .text(let text): "'" + Visible.text(text, limit: 48) + "'"
         case .blob(let bytes):
-            "x'" + bytes.prefix(16).map { String(format: "%02x", $0) }.joined()
+            "x'" + bytes.prefix(16).map { CFormat.string("%02x", $0) }.joined()
                 + (bytes.count > 16 ? "…' (blob, \(bytes.count) bytes)" : "' (blob)")
         }
     }

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Pushes a bench's SQLite inventory to a shared PostgreSQL server.
 ///
@@ -223,7 +227,7 @@ public enum InventorySync {
             """, [benchID])
         try server.exec(
             "UPDATE benches SET last_sync = $2 WHERE bench_id = $1",
-            [benchID, ISO8601DateFormatter().string(from: Date())])
+            [benchID, Date().ISO8601Format()])
         return report
     }
 

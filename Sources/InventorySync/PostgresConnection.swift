@@ -1,6 +1,11 @@
 import CPostgres
-import Foundation
+import FoundationEssentials
 import Inventory
+import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Why a sync could not be done; never holds a password (libpq's messages
 /// do not, and the connection string is never repeated).
@@ -36,7 +41,7 @@ public struct SyncError: Error, Sendable, CustomStringConvertible {
 public final class SyncStop: @unchecked Sendable {
     // `reason` and `cancels` only under `lock`; a PGcancel is used and
     // freed only under it (PQcancel is thread-safe).
-    private let lock = NSLock()
+    private let lock = PlainLock()
     private var reason: String?
     private var cancels: [ObjectIdentifier: OpaquePointer] = [:]
 
@@ -116,7 +121,7 @@ final class PostgresConnection {
         }
         guard let connection else { throw SyncError("libpq could not allocate a connection") }
         guard PQstatus(connection) == CONNECTION_OK else {
-            let message = String(cString: PQerrorMessage(connection)).trimmingCharacters(in: .whitespacesAndNewlines)
+            let message = String(cString: PQerrorMessage(connection)).trimmingWhitespace()
             // A refusal (wrong password, no such database or role) is not
             // worth trying again; an unreachable server may come back.
             let refused =
@@ -215,7 +220,7 @@ final class PostgresConnection {
         default:
             // Cancelled by a stop: that, not the server's "canceling statement".
             try stop?.check()
-            let message = String(cString: PQresultErrorMessage(result)).trimmingCharacters(in: .whitespacesAndNewlines)
+            let message = String(cString: PQresultErrorMessage(result)).trimmingWhitespace()
             if PQstatus(handle) != CONNECTION_OK {
                 throw SyncError(
                     "lost the connection to the server: \(message.isEmpty ? lastError : message)",
@@ -255,8 +260,8 @@ final class PostgresConnection {
         while let keyword = option.pointee.keyword {
             let name = String(cString: keyword)
             if let value = option.pointee.val, name != "password" {
-                let text = String(cString: value).replacingOccurrences(of: "\\", with: "\\\\")
-                    .replacingOccurrences(of: "'", with: "\\'")
+                let text = String(cString: value).replacingEvery("\\", with: "\\\\")
+                    .replacingEvery("'", with: "\\'")
                 pairs.append("\(name)='\(text)'")
             }
             option += 1
@@ -265,7 +270,7 @@ final class PostgresConnection {
     }
 
     var lastError: String {
-        String(cString: PQerrorMessage(handle)).trimmingCharacters(in: .whitespacesAndNewlines)
+        String(cString: PQerrorMessage(handle)).trimmingWhitespace()
     }
 
     /// `body` in one transaction: committed when it returns, rolled back
@@ -333,7 +338,7 @@ public enum ConnectionPasswords {
         // Longest first, so that a password inside another goes with it.
         let secrets = ranges(in: bytes).map { String(decoding: bytes[$0], as: UTF8.self) }.filter { $0.count >= 3 }
         for secret in secrets.sorted(by: { $0.count > $1.count }) {
-            text = text.replacingOccurrences(of: secret, with: "***")
+            text = text.replacingEvery(secret, with: "***")
         }
         return text
     }
@@ -416,5 +421,23 @@ public enum ConnectionPasswords {
             index = max(end, index + 1)
         }
         return found
+    }
+}
+
+/// A mutex for a few fields, as Foundation's `NSLock` was used here.
+final class PlainLock: @unchecked Sendable {
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+
+    init() { pthread_mutex_init(mutex, nil) }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body()
     }
 }

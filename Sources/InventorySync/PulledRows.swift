@@ -1,8 +1,12 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Profiles
 import SBeaconProtocol
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A row the shared server holds that failed the checks local input gets:
 /// not applied here, left on the server as it is, and named in `sync`'s
@@ -105,9 +109,9 @@ public enum PulledRows {
         // To the second through Foundation and back: a date that does not
         // exist comes back as another.
         let seconds = String(decoding: bytes[0..<19], as: UTF8.self) + "Z"
-        let formatter = ISO8601DateFormatter()
-        guard let date = formatter.date(from: seconds) else { return false }
-        return formatter.string(from: date) == seconds
+        let style = Date.ISO8601FormatStyle()
+        guard let date = try? style.parse(seconds) else { return false }
+        return style.format(date) == seconds
     }
 
     static func timestamp(_ text: String?, _ field: String, optional: Bool) throws(Problem) -> String? {

@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Profiles
 import SBeaconProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Desired state on the shared server (server schema 5): one assignment per
 /// device fleet-wide (`fleet_assignments`), made by the office

@@ -1,6 +1,11 @@
-import Foundation
+import Dispatch
+import FoundationEssentials
 import Inventory
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The shared server as the fleet's identity registry (`identity_claims`):
 /// a bench claims a device's major.minor there, under an advisory lock per
@@ -133,7 +138,7 @@ public final class ServerIdentities: SharedIdentities, Sendable {
                 VALUES ($1, $2, $3, $4, $5)
                 ON CONFLICT (address) DO UPDATE SET major = excluded.major, minor = excluded.minor,
                     bench_id = excluded.bench_id, claimed_at = excluded.claimed_at
-                """, [majorText, String(chosen), address, bench, ISO8601DateFormatter().string(from: Date())])
+                """, [majorText, String(chosen), address, bench, Date().ISO8601Format()])
             return chosen
         }
     }

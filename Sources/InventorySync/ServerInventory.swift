@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Profiles
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The shared PostgreSQL inventory that benches sync to, read as one
 /// fleet: `--inventory postgresql://…` for `inventory`, `log` and `audit`.
@@ -125,10 +129,9 @@ public actor ServerInventory: InventoryReader {
     /// The inventory's timestamp form (`2026-11-30T09:41:07.123Z`), which
     /// the benches' rows hold as text.
     static func timestamp(_ date: Date) -> String {
-        let formatter = ISO8601DateFormatter()
-        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         let milliseconds = (date.timeIntervalSince1970 * 1000).rounded(.down) / 1000
-        return formatter.string(from: Date(timeIntervalSince1970: milliseconds))
+        return Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(
+            Date(timeIntervalSince1970: milliseconds))
     }
 
     /// Pulled records of every bench, newest first (as `Inventory.records`):

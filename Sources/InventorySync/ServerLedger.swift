@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Ledger
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Every bench's ledger on the shared server (docs/ledger.md, "Several
 /// benches"): `sync` pushes the bench's entries and checkpoints after

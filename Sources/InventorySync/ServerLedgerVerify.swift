@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Ledger
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A rewrite the server refused (`ledger_rewrites`): a bench whose ledger
 /// did not extend the one the server held.

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Inventory
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The server's schema and the statements that fill it: every local table
 /// with the bench's id in front of its key, so that rows from many benches

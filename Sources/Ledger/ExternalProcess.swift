@@ -1,4 +1,10 @@
-import Foundation
+import CCrypto
+import Dispatch
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Runs a program (ssh-keygen) with a time limit: its input from a file,
 /// its output and errors into files read back bounded. Files, not pipes:
@@ -21,45 +27,58 @@ enum ExternalProcess {
         _ executable: String, _ arguments: [String], input: [UInt8], in directory: TemporaryDirectory,
         timeout: Duration
     ) throws(LedgerError) -> Result {
-        let name = (executable as NSString).lastPathComponent
+        let name = executable.split(separator: "/").last.map(String.init) ?? executable
         let inputPath = try directory.write("stdin", input)
         let outputPath = try directory.write("stdout", [])
         let errorsPath = try directory.write("stderr", [])
-        guard let inputHandle = FileHandle(forReadingAtPath: inputPath),
-            let outputHandle = FileHandle(forWritingAtPath: outputPath),
-            let errorsHandle = FileHandle(forWritingAtPath: errorsPath)
-        else { throw LedgerError("cannot open the files for \(name)'s input and output in \(directory.path)") }
-        defer {
-            try? inputHandle.close()
-            try? outputHandle.close()
-            try? errorsHandle.close()
+        // posix_spawn, its standard descriptors opened on the three files
+        // in the child, in `directory` (no Foundation `Process`).
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, inputPath, O_RDONLY, 0)
+        posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_TRUNC, 0)
+        posix_spawn_file_actions_addopen(&actions, 2, errorsPath, O_WRONLY | O_TRUNC, 0)
+        posix_spawn_file_actions_addchdir_np(&actions, directory.path)
+        let argv = ([executable] + arguments).map { strdup($0) } + [nil]
+        defer { for pointer in argv { free(pointer) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, executable, &actions, nil, argv, environ)
+        let child = pid
+        guard spawned == 0 else {
+            throw LedgerError(
+                "cannot run \(executable): \(LedgerError.quoted(String(cString: strerror(spawned))))")
         }
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.currentDirectoryURL = URL(fileURLWithPath: directory.path)
-        process.standardInput = inputHandle
-        process.standardOutput = outputHandle
-        process.standardError = errorsHandle
+        // Its exit, waited for on a thread of the global queue; this
+        // thread waits on the semaphore with the time limit.
         let ended = DispatchSemaphore(value: 0)
-        process.terminationHandler = { _ in ended.signal() }
-        do {
-            try process.run()
-        } catch {
-            throw LedgerError("cannot run \(executable): \(LedgerError.quoted(String(describing: error)))")
+        let exit = ExitBox()
+        DispatchQueue.global().async {
+            var status: Int32 = 0
+            while waitpid(child, &status, 0) == -1 && errno == EINTR {}
+            exit.status = status
+            ended.signal()
         }
         let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
         if ended.wait(timeout: .now() + seconds) == .timedOut {
-            process.terminate()
+            kill(child, SIGTERM)
             if ended.wait(timeout: .now() + 2) == .timedOut {
-                kill(process.processIdentifier, SIGKILL)
+                kill(child, SIGKILL)
                 _ = ended.wait(timeout: .now() + 5)
             }
             throw LedgerError("\(name) did not end within \(timeout) and was killed")
         }
+        // As Foundation's Process reported it: the exit code, or the signal.
+        let status = exit.status & 0x7F == 0 ? (exit.status >> 8) & 0xFF : exit.status & 0x7F
         return Result(
-            status: process.terminationStatus, output: directory.read("stdout", limit: maxOutput),
+            status: status, output: directory.read("stdout", limit: maxOutput),
             errors: directory.read("stderr", limit: maxOutput))
+    }
+
+    /// The waited-for status, written by the waiting thread before it
+    /// signals and read after the signal.
+    private final class ExitBox: @unchecked Sendable {
+        var status: Int32 = 0
     }
 }
 
@@ -91,8 +110,26 @@ final class TemporaryDirectory {
 
     /// At most `limit` bytes of `name`.
     func read(_ name: String, limit: Int) -> [UInt8] {
-        guard let handle = FileHandle(forReadingAtPath: path + "/" + name) else { return [] }
-        defer { try? handle.close() }
-        return Array((try? handle.read(upToCount: limit)) ?? Data())
+        (try? readFile(path + "/" + name, limit: limit)) ?? []
     }
+}
+
+/// At most `limit` bytes from the start of the file at `path`; nil when it
+/// cannot be opened, an error naming the cause when it cannot be read.
+func readFile(_ path: String, limit: Int) throws(LedgerError) -> [UInt8]? {
+    let descriptor = open(path, O_RDONLY | O_CLOEXEC)
+    guard descriptor >= 0 else { return nil }
+    defer { close(descriptor) }
+    var bytes = [UInt8](repeating: 0, count: limit)
+    var count = 0
+    while count < limit {
+        let got = bytes.withUnsafeMutableBytes { read(descriptor, $0.baseAddress! + count, limit - count) }
+        if got == 0 { break }
+        if got < 0 {
+            if errno == EINTR { continue }
+            throw LedgerError(String(cString: strerror(errno)))
+        }
+        count += got
+    }
+    return Array(bytes[..<count])
 }

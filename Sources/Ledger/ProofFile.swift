@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A per-device proof file (`beaconbench ledger prove DEVICE --out FILE`):
 /// one JSON file holding a signed checkpoint and the device's entries with
@@ -72,18 +76,15 @@ public enum ProofFile {
     /// The bytes of the file at `path`, at most `maxFile` of them: a larger
     /// file is refused without reading it whole.
     public static func read(path: String) throws(LedgerError) -> [UInt8] {
-        guard let handle = FileHandle(forReadingAtPath: path) else {
-            throw LedgerError("cannot open \(LedgerError.quoted(path)) for reading")
+        let read: [UInt8]?
+        do { read = try readFile(path, limit: maxFile + 1) } catch {
+            throw LedgerError("cannot read \(LedgerError.quoted(path)): \(LedgerError.quoted(error.message))")
         }
-        defer { try? handle.close() }
-        let data: Data
-        do { data = try handle.read(upToCount: maxFile + 1) ?? Data() } catch {
-            throw LedgerError("cannot read \(LedgerError.quoted(path)): \(LedgerError.quoted("\(error)"))")
-        }
+        guard let data = read else { throw LedgerError("cannot open \(LedgerError.quoted(path)) for reading") }
         guard data.count <= maxFile else {
             throw LedgerError("\(LedgerError.quoted(path)) is larger than \(maxFile) bytes")
         }
-        return Array(data)
+        return data
     }
 
     /// Checks a proof file as docs/ledger.md's "Checking a proof file"

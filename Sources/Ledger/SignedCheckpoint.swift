@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Checkpoints signed with the operator's SSH key by stock OpenSSH
 /// (`ssh-keygen -Y sign`, namespace `beaconbench-ledger`), as signed notes

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// What this process started and must not leave behind: the private buses
 /// and simulators running now. `PrivateBus.start` and

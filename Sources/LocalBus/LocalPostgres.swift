@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A PostgreSQL server of one's own, from Debian's packages: initdb into a
 /// temporary directory, listening only on a Unix socket there, no
@@ -106,7 +111,7 @@ public final class LocalPostgres: Sendable {
 
     /// One number from the server.
     public func count(_ sql: String) throws -> Int {
-        let text = try psql(sql).trimmingCharacters(in: .whitespacesAndNewlines)
+        let text = try psql(sql).trimmingWhitespace()
         guard let value = Int(text) else { throw LocalBusError("psql: not a number: \(text)") }
         return value
     }

@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 // Everything in this module that waits (for a process to exit, for a
 // daemon to say it is ready, for psql) blocks the thread it runs on.
@@ -13,15 +17,38 @@ import Foundation
 /// The cooperative pool is never held while it blocks.
 public func onThreadOfItsOwn<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(with: Result { try body() }) }
+        detachThread { continuation.resume(with: Result { try body() }) }
     }
 }
 
 /// The same for a `body` that cannot fail.
 public func onThreadOfItsOwn<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
     await withCheckedContinuation { continuation in
-        Thread.detachNewThread { continuation.resume(returning: body()) }
+        detachThread { continuation.resume(returning: body()) }
     }
+}
+
+/// Runs `body` on a new detached thread (pthread; Foundation's `Thread`
+/// did the same), with a stack of `stackSize` bytes (else the default).
+public func detachThread(stackSize: Int? = nil, _ body: @escaping @Sendable () -> Void) {
+    final class Body {
+        let run: @Sendable () -> Void
+        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+    }
+    let argument = Unmanaged.passRetained(Body(body)).toOpaque()
+    var attributes = pthread_attr_t()
+    pthread_attr_init(&attributes)
+    defer { pthread_attr_destroy(&attributes) }
+    pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+    if let stackSize { pthread_attr_setstacksize(&attributes, stackSize) }
+    var thread = pthread_t()
+    let created = pthread_create(
+        &thread, &attributes,
+        { raw in
+            Unmanaged<Body>.fromOpaque(raw!).takeRetainedValue().run()
+            return nil
+        }, argument)
+    precondition(created == 0, "cannot start a thread: \(String(cString: strerror(created)))")
 }
 
 extension CleanUp.Stoppable {

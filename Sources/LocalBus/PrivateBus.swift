@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A `dbus-daemon` of the test's own, on a socket in a temporary directory
 /// that only this user can enter, admitting only this user's connections.

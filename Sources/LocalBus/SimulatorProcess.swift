@@ -1,5 +1,10 @@
-import Foundation
+import FoundationEssentials
+import SafeText
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A private `dbus-daemon` with `beaconbench-sim` serving on it: what
 /// `beaconbench --sim N`, the benchmarks and the end-to-end tests run
@@ -87,7 +92,7 @@ public final class SimulatorProcess: Sendable {
             usleep(5_000)
         }
         let message = (try? String(contentsOfFile: errors, encoding: .utf8))?
-            .trimmingCharacters(in: .whitespacesAndNewlines)
+            .trimmingWhitespace()
         process.terminate()
         bus.stop()
         close(lifeline)

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import SBeaconProtocol
 import SafeText
 
@@ -110,7 +110,7 @@ public enum AuditFinding: Sendable, Equatable, Codable, CustomStringConvertible 
         case .calibrationImplausible(let magnitude): "calibration vector |g| = \(magnitude) mG is outside 1000 ± 150 mG"
         case .configDiffers(let field, let holds, let profile): "\(field) is \(holds), the profile says \(profile)"
         case .configCRCDiffers(let holds, let profile):
-            "advertised config CRC \(String(format: "%04x", holds)) is not the profile's \(String(format: "%04x", profile))"
+            "advertised config CRC \(CFormat.string("%04x", holds)) is not the profile's \(CFormat.string("%04x", profile))"
         case .neverReadBack: "its config was never read back"
         case .notSeen(let days): "not seen for \(days) days"
         case .identityDiffers(let holds, let meant): "identity is \(holds), it was meant to be \(meant)"

@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import SBeaconProtocol
 
 /// Threshold overrides: the thresholds an assignment sets over its
@@ -40,7 +40,7 @@ extension ProfileLoader {
         }
         let reader = Reader(file: source)
         do {
-            let value = try JSONSerialization.jsonObject(with: Data(bytes), options: [])
+            let value = try JSONValue.parse(bytes)
             let object = try reader.object(value, "", allowed: overrideKeys.map(\.name))
             var found: [String: UInt16] = [:]
             for rule in overrideKeys {

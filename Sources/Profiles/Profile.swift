@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import SBeaconProtocol
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A named threshold profile: what a car's, a van's or a truck's beacon
 /// must hold, and what it must meet. One JSON file per profile in
@@ -159,12 +163,11 @@ public enum ProfileLoader {
             throw ProfileError(
                 file: path, keyPath: "", message: failure.reason, line: failure.line, column: failure.column)
         }
-        let object: Any
+        let object: JSONValue
         do {
-            object = try JSONSerialization.jsonObject(with: data, options: [])
+            object = try JSONValue.parse(Array(data))
         } catch {
-            throw ProfileError(
-                file: path, keyPath: "", message: "is not valid JSON (\(Self.jsonErrorText(error, data)))")
+            throw ProfileError(file: path, keyPath: "", message: "is not valid JSON (\(error.reason))")
         }
         var reader = Reader(file: path)
         return try reader.profile(named: name, from: object)
@@ -210,33 +213,16 @@ public enum ProfileLoader {
         return profiles
     }
 
-    static func jsonErrorText(_ error: any Error, _ data: Data) -> String {
-        if let failure = JSONSyntax.firstError(in: Array(data)) {
-            return "line \(failure.line), column \(failure.column): \(failure.reason)"
-        }
-        let nsError = error as NSError
-        if let index = nsError.userInfo["NSJSONSerializationErrorIndex"] as? Int {
-            let prefix = data.prefix(index)
-            let line = prefix.filter { $0 == UInt8(ascii: "\n") }.count + 1
-            let column = index - (prefix.lastIndex(of: UInt8(ascii: "\n")).map { $0 + 1 } ?? 0) + 1
-            return "line \(line), column \(column)"
-        }
-        return (nsError.userInfo["NSDebugDescription"] as? String) ?? nsError.localizedDescription
-    }
-
     /// Walks the JSON with the key path at hand, for messages.
     struct Reader {
         let file: String
-
-        /// Foundation's JSON booleans are their own NSNumber class.
-        static func isBoolean(_ value: Any) -> Bool { String(describing: type(of: value)).contains("Boolean") }
 
         func fail(_ path: String, _ message: String) -> ProfileError {
             ProfileError(file: file, keyPath: path, message: message)
         }
 
-        func object(_ value: Any, _ path: String, allowed: [String]) throws -> [String: Any] {
-            guard let object = value as? [String: Any] else { throw fail(path, "must be an object") }
+        func object(_ value: JSONValue, _ path: String, allowed: [String]) throws -> [String: JSONValue] {
+            guard case .object(let object) = value else { throw fail(path, "must be an object") }
             for key in object.keys.sorted() where !allowed.contains(key) {
                 // The key is from the file: `ProfileError` shows it bounded.
                 throw fail(
@@ -247,17 +233,17 @@ public enum ProfileLoader {
         }
 
         func number(
-            _ object: [String: Any], _ key: String, _ path: String, in range: ClosedRange<Int>, unit: String
+            _ object: [String: JSONValue], _ key: String, _ path: String, in range: ClosedRange<Int>, unit: String
         )
             throws -> Int?
         {
             guard let value = object[key] else { return nil }
             let keyPath = path.isEmpty ? key : "\(path).\(key)"
-            // JSON booleans arrive as NSNumber too: they are refused here.
-            guard let number = value as? NSNumber, !Self.isBoolean(value) else {
+            guard case .number(let literal) = value else {
                 throw fail(keyPath, "must be a whole number in \(range.lowerBound)–\(range.upperBound)\(unit)")
             }
-            let whole = number.doubleValue
+            let number = JSONValue.describe(number: literal)
+            let whole = JSONValue.double(literal)
             guard whole.rounded() == whole else {
                 throw fail(keyPath, "\(number) is not a whole number (\(range.lowerBound)–\(range.upperBound)\(unit))")
             }
@@ -272,23 +258,23 @@ public enum ProfileLoader {
             return value
         }
 
-        func string(_ object: [String: Any], _ key: String, _ path: String) throws -> String? {
+        func string(_ object: [String: JSONValue], _ key: String, _ path: String) throws -> String? {
             guard let value = object[key] else { return nil }
-            guard let text = value as? String else {
+            guard case .string(let text) = value else {
                 throw fail(path.isEmpty ? key : "\(path).\(key)", "must be a string")
             }
             return text
         }
 
-        func bool(_ object: [String: Any], _ key: String, _ path: String) throws -> Bool? {
+        func bool(_ object: [String: JSONValue], _ key: String, _ path: String) throws -> Bool? {
             guard let value = object[key] else { return nil }
-            guard Self.isBoolean(value), let number = value as? NSNumber else {
+            guard case .bool(let truth) = value else {
                 throw fail(path.isEmpty ? key : "\(path).\(key)", "must be true or false")
             }
-            return number.boolValue
+            return truth
         }
 
-        mutating func profile(named name: String, from value: Any) throws -> Profile {
+        mutating func profile(named name: String, from value: JSONValue) throws -> Profile {
             let top = try object(
                 value, "", allowed: ["description", "driving_behaviour", "requirements", "identity"])
             let description = try required(
@@ -317,23 +303,24 @@ public enum ProfileLoader {
                     try number(driving, "duration_ms", "driving_behaviour", in: 1...10000, unit: " ms"),
                     "driving_behaviour.duration_ms", "1–10000 ms"))
             let enabledValue = try required(driving["enabled"], "driving_behaviour.enabled", "a list of DB, HP, LP")
-            guard let enabledList = enabledValue as? [Any] else {
+            guard case .array(let enabledList) = enabledValue else {
                 throw fail("driving_behaviour.enabled", "must be a list of DB, HP, LP")
             }
             var enable: DrivingBehaviourConfig.EnableFlags = []
             for (index, item) in enabledList.enumerated() {
                 let flag: DrivingBehaviourConfig.EnableFlags? =
-                    switch item as? String {
-                    case "DB": .detection
-                    case "HP": .highPassFilter
-                    case "LP": .lowPassFilter
+                    switch item {
+                    case .string("DB"): .detection
+                    case .string("HP"): .highPassFilter
+                    case .string("LP"): .lowPassFilter
                     default: nil
                     }
                 guard let flag else {
-                    throw fail("driving_behaviour.enabled[\(index)]", "\(quoted("\(item)")) is not one of DB, HP, LP")
+                    throw fail(
+                        "driving_behaviour.enabled[\(index)]", "\(quoted(item.messageText)) is not one of DB, HP, LP")
                 }
                 guard !enable.contains(flag) else {
-                    throw fail("driving_behaviour.enabled[\(index)]", "\(quoted("\(item)")) is listed twice")
+                    throw fail("driving_behaviour.enabled[\(index)]", "\(quoted(item.messageText)) is listed twice")
                 }
                 enable.insert(flag)
             }

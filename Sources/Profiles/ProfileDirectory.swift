@@ -1,4 +1,4 @@
-import Foundation
+import FoundationEssentials
 import SafeText
 
 #if canImport(Glibc)
@@ -104,7 +104,8 @@ public enum ProfileDirectory {
         defer { free(resolved) }
         var path = String(cString: resolved)
         while path != "/", !path.isEmpty {
-            path = (path as NSString).deletingLastPathComponent
+            // Its parent ("/a/b" → "/a", "/a" → "/").
+            path = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? ""
             if path.isEmpty { break }
             var info = stat()
             guard lstat(path, &info) == 0 else { continue }

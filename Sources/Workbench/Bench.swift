@@ -1,10 +1,14 @@
 import BlueZClient
 import DBusBinding
-import Foundation
+import FoundationEssentials
 import Inventory
 import Profiles
 import SBeaconProtocol
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A beacon as the adverts show it, without connecting.
 public struct SeenBeacon: Sendable, Equatable {

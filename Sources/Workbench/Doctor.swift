@@ -1,6 +1,12 @@
 import BlueZClient
 import DBusBinding
-import Foundation
+import FoundationEssentials
+import LocalBus
+import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// One finding of `Doctor.check`: what was checked, how it stands, what
 /// was found, and what to do about it.
@@ -43,7 +49,7 @@ public enum Doctor {
         // Runs a program and waits for it: on a thread of its own, never on
         // Swift's cooperative pool (as many threads as cores).
         let version = await withCheckedContinuation { continuation in
-            Thread.detachNewThread { continuation.resume(returning: bluetoothdVersion()) }
+            detachThread { continuation.resume(returning: bluetoothdVersion()) }
         }
 
         // The bus.
@@ -221,32 +227,47 @@ public enum Doctor {
 
     /// Runs `binary --version` (2 s at most) and keeps its first line.
     static func runVersion(_ binary: String) -> String? {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: binary)
-        process.arguments = ["--version"]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        process.standardInput = FileHandle.nullDevice
-        do { try process.run() } catch { return nil }
-        let deadline = Date().addingTimeInterval(2)
-        while process.isRunning, Date() < deadline { usleep(10_000) }
-        if process.isRunning {
-            process.terminate()
+        // posix_spawn: standard output into a pipe, the rest /dev/null.
+        var ends: [Int32] = [0, 0]
+        guard pipe(&ends) == 0 else { return nil }
+        for end in ends { _ = fcntl(end, F_SETFD, FD_CLOEXEC) }
+        let descriptor = ends[0]
+        defer { close(descriptor) }
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, ends[1], 1)
+        posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+        let argv = [strdup(binary), strdup("--version"), nil]
+        defer { for pointer in argv { free(pointer) } }
+        var pid: pid_t = 0
+        let spawned = posix_spawn(&pid, binary, &actions, nil, argv, environ)
+        close(ends[1])
+        guard spawned == 0 else { return nil }
+        var status: Int32 = 0
+        let deadline = ContinuousClock.now + .seconds(2)
+        var ended = waitpid(pid, &status, WNOHANG) == pid
+        while !ended, ContinuousClock.now < deadline {
+            usleep(10_000)
+            ended = waitpid(pid, &status, WNOHANG) == pid
+        }
+        if !ended {
+            kill(pid, SIGTERM)
+            waitpid(pid, &status, 0)
             return nil
         }
         // What it wrote is in the pipe by now. Read what is there without
         // waiting for end of file: another child of this process may hold
         // the pipe's write end (an inherited descriptor), and then the end
         // of file would come only when that child ends.
-        let descriptor = output.fileHandleForReading.fileDescriptor
         _ = fcntl(descriptor, F_SETFL, fcntl(descriptor, F_GETFL) | O_NONBLOCK)
         var buffer = [UInt8](repeating: 0, count: 200)
         let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
         let text = String(decoding: buffer.prefix(max(0, count)), as: UTF8.self)
         let line = text.split(whereSeparator: \.isNewline).first.map(String.init)?
-            .trimmingCharacters(in: .whitespaces)
-        guard process.terminationStatus == 0, let line, !line.isEmpty,
+            .trimmingBlanks()
+        guard status & 0x7F == 0, (status >> 8) & 0xFF == 0, let line, !line.isEmpty,
             line.allSatisfy({ $0.isNumber || $0 == "." })
         else { return nil }
         return line

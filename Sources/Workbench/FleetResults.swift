@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Inventory
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// What happened to one device in a fleet run. The counts are of steps;
 /// `result` is the device's verdict, which the recap's summary counts.

@@ -1,10 +1,15 @@
 import BlueZClient
 import DBusBinding
-import Foundation
+import FoundationEssentials
 import Inventory
 import Profiles
 import SBeaconProtocol
+import SafeText
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Runs device steps over many beacons at once: each device's steps in
 /// order, several devices at once (connects are serialised per adapter by
@@ -790,7 +795,7 @@ public actor FleetRunner {
     /// `10 s`, `1.5 s`.
     static func secondsText(_ duration: Duration) -> String {
         let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-        return String(format: "%g s", seconds)
+        return CFormat.string("%g s", seconds)
     }
 
     static func milliseconds(since start: ContinuousClock.Instant) -> Int64 {

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Profiles
 import SBeaconProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 extension AuditSubject {
     /// An audit subject from a live read of a connected beacon.

@@ -1,7 +1,12 @@
 import BlueZClient
 import DBusBinding
-import Foundation
+import FoundationEssentials
 import Inventory
+import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// One recovery done (or tried) in a run: an outcome row in the inventory
 /// (step `recover`, status `ok` or `failed`, `detail` what was done and
@@ -534,8 +539,11 @@ public actor RecoveryCoordinator {
     }
 
     static func clock(_ date: Date, seconds: Bool = true) -> String {
-        let formatter = DateFormatter()
-        formatter.dateFormat = seconds ? "HH:mm:ss" : "HH:mm"
-        return formatter.string(from: date)
+        var instant = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        localtime_r(&instant, &parts)
+        return seconds
+            ? CFormat.string("%02d:%02d:%02d", parts.tm_hour, parts.tm_min, parts.tm_sec)
+            : CFormat.string("%02d:%02d", parts.tm_hour, parts.tm_min)
     }
 }

@@ -1,9 +1,14 @@
 import BlueZClient
 import DBusBinding
-import Foundation
+import FoundationEssentials
 import Inventory
 import Profiles
 import SBeaconProtocol
+import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// How the install-bench station works (`station`).
 public struct StationOptions: Sendable {
@@ -96,7 +101,7 @@ public struct StationTally: Sendable, Equatable {
     public var text: String {
         "\(done) done: "
             + StationResult.Verdict.allCases.filter { ($0 != .interrupted && $0 != .missed) || self[$0] > 0 }
-            .map { "\(self[$0]) \($0.rawValue.replacingOccurrences(of: "-", with: " "))" }.joined(separator: ", ")
+            .map { "\(self[$0]) \($0.rawValue.replacingEvery("-", with: " "))" }.joined(separator: ", ")
     }
 }
 

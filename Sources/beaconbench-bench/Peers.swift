@@ -75,16 +75,6 @@ struct PeerListening: Codable {
     var perSignalRatio: Double
 }
 
-struct PeerStartup: Codable {
-    var runs: Int
-    var beaconbenchVersionMilliseconds: Double
-    var bluetoothctlVersionMilliseconds: Double
-    var beaconbenchPromptMilliseconds: Double
-    var bluetoothctlPromptMilliseconds: Double
-    var versionRatio: Double
-    var promptRatio: Double
-}
-
 /// The bleak script as first written: the scan stopped before the fleet
 /// is worked on, BlueZ' TemporaryTimeout left at 30 s, a realistic radio.
 struct PeerVanishing: Codable {
@@ -103,7 +93,6 @@ struct PeersResult: Codable {
     var provisioning: PeerProvisioning?
     var vanishing: PeerVanishing?
     var listening: PeerListening?
-    var startup: PeerStartup?
 }
 
 struct PeerOptions {
@@ -111,12 +100,11 @@ struct PeerOptions {
     var listenCount = 2000
     var listenSeconds = 60.0
     var runs = 3
-    var startupRuns = 15
     /// Beacons of the TemporaryTimeout check (0: none).
     var vanishCount = 100
 
     static let quick = PeerOptions(
-        count: 100, listenCount: 2000, listenSeconds: 15, runs: 3, startupRuns: 9, vanishCount: 0)
+        count: 100, listenCount: 2000, listenSeconds: 15, runs: 3, vanishCount: 0)
 }
 
 /// The Python that has bleak: `BENCH_PYTHON`, else the first `python3` on
@@ -338,41 +326,6 @@ func peerListening(
         perSignalRatio: runs[0].microsecondsPerSignal / max(1e-9, runs[1].microsecondsPerSignal))
 }
 
-/// `--version` of both, and the time to each one's prompt on a pty with a
-/// simulated bluetoothd (10 beacons) on the bus both use; medians of `runs`.
-func peerStartup(runs: Int) async throws -> PeerStartup {
-    let directory = try scratchDirectory()
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    let simulator = try await SimulatorProcess.start(
-        executable: try sibling("beaconbench-sim"), arguments: ["--count", "10"])
-    defer { simulator.stop() }
-    let beaconbench = try sibling("beaconbench")
-    let bluetoothctl = ["/usr/bin/bluetoothctl", "/bin/bluetoothctl"].first {
-        FileManager.default.isExecutableFile(atPath: $0)
-    }
-    guard let bluetoothctl else { throw LocalBusError("bluetoothctl is not installed (apt-get install bluez)") }
-    var times: [String: [Double]] = [:]
-    for _ in 0..<runs {
-        times["bb version", default: []].append(
-            try runMeasured(beaconbench, ["--version"], in: directory).wallSeconds * 1000)
-        times["bt version", default: []].append(
-            try runMeasured(bluetoothctl, ["--version"], in: directory).wallSeconds * 1000)
-        times["bb prompt", default: []].append(
-            try timeToPrompt(
-                beaconbench, directory, arguments: ["--bus", simulator.bus.address], prompt: "]> ") * 1000)
-        times["bt prompt", default: []].append(
-            try timeToPrompt(
-                bluetoothctl, directory, arguments: [], prompt: "[bluetooth]# ",
-                environment: ["DBUS_SYSTEM_BUS_ADDRESS": simulator.bus.address]) * 1000)
-    }
-    let m = { (key: String) in median(times[key] ?? []) }
-    return PeerStartup(
-        runs: runs, beaconbenchVersionMilliseconds: m("bb version"), bluetoothctlVersionMilliseconds: m("bt version"),
-        beaconbenchPromptMilliseconds: m("bb prompt"), bluetoothctlPromptMilliseconds: m("bt prompt"),
-        versionRatio: m("bb version") / max(1e-9, m("bt version")),
-        promptRatio: m("bb prompt") / max(1e-9, m("bt prompt")))
-}
-
 func peersBenchmark(_ options: PeerOptions) async throws -> PeersResult {
     func log(_ text: String) { FileHandle.standardError.write(Data("… \(text)\n".utf8)) }
     let python = try await peerPython()
@@ -388,8 +341,6 @@ func peersBenchmark(_ options: PeerOptions) async throws -> PeersResult {
     log("peers: listening to \(options.listenCount) beacons at 1 Hz for \(format(options.listenSeconds, 0)) s")
     result.listening = try await peerListening(
         count: options.listenCount, seconds: options.listenSeconds, python: python)
-    log("peers: start-up against bluetoothctl")
-    result.startup = try await peerStartup(runs: options.startupRuns)
     return result
 }
 
@@ -439,22 +390,6 @@ func peerRows(_ result: PeersResult) -> [Row] {
                     + "= \(format(l.perSignalRatio, 2)) ×"
                     + steady(l),
                 goal: "≤ 10 µs", met: l.beaconbench.microsecondsPerSignal <= 10))
-    }
-    if let s = result.startup {
-        rows.append(
-            Row(
-                scenario: "peers: --version, median of \(s.runs)",
-                value:
-                    "beaconbench \(format(s.beaconbenchVersionMilliseconds)) ms, "
-                    + "bluetoothctl \(format(s.bluetoothctlVersionMilliseconds)) ms = \(format(s.versionRatio, 2)) ×",
-                goal: "≤ 5 ms", met: s.beaconbenchVersionMilliseconds <= 5))
-        rows.append(
-            Row(
-                scenario: "peers: time to the prompt on a pty, median of \(s.runs)",
-                value:
-                    "beaconbench \(format(s.beaconbenchPromptMilliseconds)) ms, "
-                    + "bluetoothctl \(format(s.bluetoothctlPromptMilliseconds)) ms = \(format(s.promptRatio, 2)) ×",
-                goal: "≤ 8 ms", met: s.beaconbenchPromptMilliseconds <= 8))
     }
     return rows
 }

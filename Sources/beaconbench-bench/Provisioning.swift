@@ -183,25 +183,6 @@ func passiveAuditRun(count: Int) async throws -> PassiveAuditResult {
         commandSeconds: run.wallSeconds)
 }
 
-struct StartupResult: Codable {
-    var versionMilliseconds: Double
-    var promptMilliseconds: Double
-}
-
-/// `beaconbench --version`, and the time until the REPL's prompt appears on
-/// a pseudo-terminal; medians of `runs`.
-func startupRun(runs: Int = 15) throws -> StartupResult {
-    let directory = try scratchDirectory()
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    let executable = try sibling("beaconbench")
-    var versions: [Double] = []
-    for _ in 0..<runs { versions.append(try runMeasured(executable, ["--version"], in: directory).wallSeconds) }
-    var prompts: [Double] = []
-    for _ in 0..<runs { prompts.append(try timeToPrompt(executable, directory)) }
-    let median = { (values: [Double]) in values.sorted()[values.count / 2] * 1000 }
-    return StartupResult(versionMilliseconds: median(versions), promptMilliseconds: median(prompts))
-}
-
 /// Starts the REPL on a fresh pty and reads until `]> ` (or `prompt`, in
 /// the output with its colours and readline's markers taken out).
 /// `arguments` default to beaconbench's `--inventory` in `directory`;

@@ -2,8 +2,9 @@
 // `scripts/bench` (release build). Each scenario starts its own private
 // dbus-daemon; nothing touches the machine's buses.
 //
-//   beaconbench-bench all|dbus|inventory|sync|peers|faults|ledger [--quick] [--seconds S] [--json FILE]
+//   beaconbench-bench all|dbus|inventory|sync|peers|faults|ledger|startup [--quick] [--seconds S] [--json FILE]
 //   beaconbench-bench wire-decode [ITERATIONS [slow|fast]]  (one signal's decode, fast against libdbus)
+//       startup: [--runs R] [--beaconbench PATH]  (--version and the prompt beside bluetoothctl; Startup.swift)
 //       ledger: [--count N] [--runs R]  (the ledger's cost, with and without it; LedgerBenchmark.swift)
 //       faults: [--count N] [--runs R] [--mode NAME]…  (issue 26's modes against no faults; Faults.swift)
 //       peers: [--count N] [--listen-count N] [--listen-seconds S] [--runs N] [--vanish-count N]
@@ -300,18 +301,11 @@ func allBenchmarks(
                 goal: eight ? "≥ 30000/s" : "-", met: eight ? measurement.callsPerSecond >= 30_000 : nil))
     }
 
-    // 6. Start-up.
-    log("start-up")
-    let startup = try startupRun()
+    // 6. Start-up, beside bluetoothctl.
+    log("start-up against bluetoothctl")
+    let startup = try await startupBenchmark(runs: quick ? 11 : 21)
     report.startup = startup
-    report.rows.append(
-        Row(
-            scenario: "beaconbench --version", value: "\(format(startup.versionMilliseconds)) ms", goal: "≤ 5 ms",
-            met: startup.versionMilliseconds <= 5))
-    report.rows.append(
-        Row(
-            scenario: "time to the REPL prompt", value: "\(format(startup.promptMilliseconds)) ms", goal: "≤ 8 ms",
-            met: startup.promptMilliseconds <= 8))
+    report.rows += startupRows(startup)
 
     return report
 }
@@ -342,8 +336,10 @@ var peerOptions: PeerOptions?
 var faultCount: Int?
 var faultRuns: Int?
 var faultModeNames: [String]?
+var beaconbenchPath: String?
 let usage =
-    "usage: beaconbench-bench all|dbus|inventory|sync|peers|faults|ledger [--quick] [--seconds S] [--json FILE]\n"
+    "usage: beaconbench-bench all|dbus|inventory|sync|peers|faults|ledger|startup [--quick] [--seconds S] [--json FILE]\n"
+    + "       [--runs R] [--beaconbench PATH]   (startup: R rounds, alternating; PATH: another beaconbench)\n"
     + "       [--count N] [--runs R] [--mode NAME]…   (faults)\n"
     + "       [--count N] [--runs R]   (ledger: N beacons provisioned R times with and R without)\n"
     + "       [--count N] [--listen-count N] [--listen-seconds S] [--runs N] [--vanish-count N]   (peers)\n"
@@ -374,6 +370,10 @@ while !arguments.isEmpty {
         let runs = Int(number())
         faultRuns = runs
         peerOptions = (peerOptions ?? PeerOptions()).with { $0.runs = runs }
+    case "--beaconbench":
+        guard let path = arguments.first else { fail("--beaconbench wants an executable") }
+        arguments.removeFirst()
+        beaconbenchPath = path
     case "--mode":
         guard let name = arguments.first else { fail("--mode wants a mode's name (e.g. \"1 stale\")") }
         arguments.removeFirst()
@@ -428,6 +428,10 @@ case "ledger":
     printRows(ledgerRows(result))
     printLedgerDetails(result)
     if let jsonPath { try encoder.encode(result).write(to: URL(fileURLWithPath: jsonPath)) }
+case "startup":
+    let result = try await startupBenchmark(runs: faultRuns ?? 21, beaconbench: beaconbenchPath)
+    printRows(startupRows(result))
+    if let jsonPath { try encoder.encode(result).write(to: URL(fileURLWithPath: jsonPath)) }
 case "ledger-append":
     // Part (d) of `ledger` alone (for profiling: perf record -g …).
     for append in try await ledgerAppendCosts(rounds: faultRuns ?? 3) {
@@ -447,6 +451,8 @@ case "dbus", "inventory":
     if let jsonPath { try encoder.encode(results).write(to: URL(fileURLWithPath: jsonPath)) }
 default:
     FileHandle.standardError.write(
-        Data("error: unknown scenario '\(scenario)' (known: all, dbus, inventory, sync, peers, faults, ledger)\n".utf8))
+        Data(
+            "error: unknown scenario '\(scenario)' (known: all, dbus, inventory, sync, peers, faults, ledger, startup)\n"
+                .utf8))
     exit(1)
 }

@@ -6,6 +6,14 @@ import Testing
 /// reads as a person at a terminal would).
 @Suite("the REPL on a terminal", .serialized, .timeLimit(.minutes(5)))
 struct ReplTests {
+    enum ProfileTests {
+        static let good = """
+            {"description": "x",
+             "driving_behaviour": {"cornering_mg": 300, "braking_mg": 300, "acceleration_mg": 300, "duration_ms": 500, "enabled": ["DB"]},
+             "requirements": {"minimum_battery_percent": 20, "minimum_firmware": "1.0.7", "calibration_required": false}}
+            """
+    }
+
     struct Transcript: Decodable {
         var ok: Bool
         var step: Int
@@ -14,7 +22,9 @@ struct ReplTests {
     }
 
     /// Types `steps` into `beaconbench --bus … --inventory …` on a pty.
-    static func drive(_ bench: ConsoleFixture, _ steps: [[String: Any]]) async throws -> Transcript {
+    static func drive(
+        _ bench: ConsoleFixture, _ steps: [[String: Any]], arguments: [String] = []
+    ) async throws -> Transcript {
         let script = bench.directory + "/script-\(UUID().uuidString).json"
         try JSONSerialization.data(withJSONObject: steps).write(to: URL(fileURLWithPath: script))
         let driver = ConsoleFixture.repository + "/Tests/Peers/repl_driver.py"
@@ -23,7 +33,7 @@ struct ReplTests {
             [
                 driver, script, "--", builtProduct("beaconbench"), "--bus", bench.busAddress, "--inventory",
                 bench.inventoryPath,
-            ], environment: bench.environment, timeout: 600)
+            ] + arguments, environment: bench.environment, timeout: 600)
         return try JSONDecoder().decode(Transcript.self, from: Data(output.stdout.utf8))
     }
 
@@ -72,6 +82,48 @@ struct ReplTests {
                 ])
             #expect(second.ok, "stopped at step \(second.step): \(second.transcript)")
             #expect(second.status == 0)
+        }
+    }
+
+    /// The profiles are read at the first line, not before the prompt
+    /// (docs/benchmarks.md, "Start-up"); a broken one still ends the
+    /// session with the message a batch gets (file, key, rule), status 1.
+    @Test func profilesAreReadAtTheFirstLineAndABrokenOneEndsTheSession() async throws {
+        try await withNewFleet(count: 1) { bench in
+            let directory = bench.directory + "/more-profiles"
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: directory)
+            let broken = directory + "/heavy.json"
+            try #"""
+            {"description": "x",
+             "driving_behaviour": {"cornering_mg": 300, "braking_mg": 6000, "acceleration_mg": 300, "duration_ms": 500, "enabled": ["DB"]},
+             "requirements": {"minimum_battery_percent": 20, "minimum_firmware": "1.0.7", "calibration_required": false}}
+            """#.write(toFile: broken, atomically: true, encoding: .utf8)
+            try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: broken)
+            let result = try await Self.drive(
+                bench,
+                [
+                    ["expect": "]> "],
+                    ["send": "profiles\n"],
+                    ["expect": "\(broken): driving_behaviour.braking_mg: 6000 is outside 50–5000 mG"],
+                    ["eof": true],
+                ], arguments: ["--profiles", directory])
+            #expect(result.ok, "stopped at step \(result.step): \(result.transcript)")
+            #expect(result.status == 1, "\(result.transcript)")
+            // A good one is there at the first line (and Tab completes it).
+            try FileManager.default.removeItem(atPath: broken)
+            try ProfileTests.good.write(toFile: directory + "/light.json", atomically: true, encoding: .utf8)
+            try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: directory + "/light.json")
+            let good = try await Self.drive(
+                bench,
+                [
+                    ["expect": "]> "],
+                    ["send": "profiles show lig\t"], ["expect": "show light "],
+                    ["send": "\n"], ["expect": "cornering     300 mG"], ["expect": "]> "],
+                    ["eof": true],
+                ], arguments: ["--profiles", directory])
+            #expect(good.ok, "stopped at step \(good.step): \(good.transcript)")
+            #expect(good.status == 0)
         }
     }
 

@@ -1,7 +1,8 @@
 import Foundation
-import Profiles
 import SBeaconProtocol
 import Testing
+
+@testable import Profiles
 
 @Suite("Profiles: the shipped ones load, broken ones are named precisely", .timeLimit(.minutes(2)))
 struct ProfileTests {
@@ -115,5 +116,56 @@ struct ProfileTests {
             let error = #expect(throws: ProfileError.self) { try ProfileLoader.load(path) }
             #expect(error?.description == "\(path): \(message)", "case \(index)")
         }
+    }
+
+    /// Profiles are parsed without Foundation (JSONValue); a number in a
+    /// message reads as the NSNumber of Foundation's parser read.
+    @Test func numbersInMessagesReadAsFoundationPrintedThem() throws {
+        let literals = [
+            "300", "300.5", "0.1", "12.345678901234567", "99999999999999999999", "-0.5", "300.0", "1.10", "-0",
+            "9223372036854775807", "9223372036854775808", "-9223372036854775809", "0.30000000000000004", "6000",
+            "2.50", "123456789012.5", "0.000001", "100000000000000000000000.5",
+        ]
+        for literal in literals {
+            let array = try #require(JSONSerialization.jsonObject(with: Data("[\(literal)]".utf8)) as? [Any])
+            #expect(JSONValue.describe(number: literal) == "\(array[0])", "\(literal)")
+        }
+        // And a list item that is not a string, as `"\(item)"` printed it.
+        let items = #"[true, false, 5, null, 1.5, "s"]"#
+        let foundation = try #require(JSONSerialization.jsonObject(with: Data(items.utf8)) as? [Any])
+        guard case .array(let mine) = try JSONValue.parse(Array(items.utf8)) else {
+            Issue.record("not an array")
+            return
+        }
+        #expect(mine.map(\.messageText) == foundation.map { "\($0)" })
+    }
+
+    /// What JSONSyntax lets pass but Foundation's parser refused (a bare
+    /// value, an unknown escape, bytes that are not UTF-8) is refused with
+    /// the words Foundation's parser used.
+    @Test func textFoundationRefusedIsRefusedInItsWords() throws {
+        let texts: [[UInt8]] = [
+            Array("3".utf8), Array(#""x""#.utf8), Array("null".utf8), Array(#"{"a": "\x"}"#.utf8),
+            Array(#"{"a": "\u12"}"#.utf8), Array(#"{"a": "b"#.utf8) + [0xFF] + Array(#""}"#.utf8),
+            Array(#"{"a": "\ud800"}"#.utf8),
+        ]
+        for text in texts {
+            var expected = ""
+            do {
+                _ = try JSONSerialization.jsonObject(with: Data(text), options: [])
+                Issue.record("Foundation took \(text)")
+            } catch {
+                expected = (error as NSError).userInfo["NSDebugDescription"] as? String ?? ""
+            }
+            guard JSONSyntax.firstError(in: text) == nil else { continue }
+            let error = #expect(throws: ProfileError.self) {
+                try ProfileLoader.parse(Data(text), name: "x", file: "x.json")
+            }
+            #expect(error?.message == "is not valid JSON (\(expected))", "\(text)")
+        }
+        // Escapes are decoded as Foundation decoded them.
+        let escaped = #"{"a": "\u00e9\/\n\ud83d\ude00"}"#
+        let foundation = try #require(JSONSerialization.jsonObject(with: Data(escaped.utf8)) as? [String: String])
+        #expect(try JSONValue.parse(Array(escaped.utf8)) == .object(["a": .string(foundation["a"] ?? "")]))
     }
 }

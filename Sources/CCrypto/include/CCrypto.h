@@ -4,6 +4,13 @@
 // first use (libcrypto.c): linking it would cost every start of beaconbench
 // the loading of a 4.5 MB library that only the ledger and digests need.
 #include <stddef.h>
+#include <spawn.h>
+
+/// glibc's (2.29 and later), which <spawn.h> declares only under
+/// _GNU_SOURCE: the ledger's ExternalProcess runs ssh-keygen in its
+/// temporary directory with it (Foundation's Process did the same).
+extern int posix_spawn_file_actions_addchdir_np(posix_spawn_file_actions_t *__restrict actions,
+                                                const char *__restrict path);
 
 /// Loads libcrypto.so.3 if it is not loaded yet: 1 when it is there and
 /// has SHA-256, 0 when not (then beaconbench_sha256 fails).

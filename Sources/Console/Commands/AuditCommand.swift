@@ -1,8 +1,12 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import InventorySync
 import Profiles
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `audit [PROFILE] [--live|--passive]`: devices judged against profiles,
 /// from the inventory (default), live (a device step), or adverts alone.

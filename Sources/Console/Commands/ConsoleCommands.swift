@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `set NAME VALUE`: a variable for `${NAME}` in later lines.
 public struct SetCommand: ConsoleCommand {
@@ -139,7 +143,7 @@ extension Session {
                         fix: "move it aside (a new one is made), or give --inventory another file"))
             }
         } else {
-            let parent = (path as NSString).deletingLastPathComponent
+            let parent = Paths.parent(of: path)
             checks.append(
                 DoctorCheck(
                     name: "inventory", status: .ok,

@@ -1,9 +1,13 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import InventorySync
 import Profiles
 import SBeaconProtocol
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `assign PROFILE [major=N|profile] [minor=auto|keep|N] [cornering=MG …] DEVICE…`:
 /// the desired state of devices, recorded without touching a beacon.

@@ -1,9 +1,13 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Profiles
 import SBeaconProtocol
 import Synchronization
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 // Steps the fleet runner carries out on each device named on the line or
 // selected; consecutive ones in a batch form one pipeline per device.

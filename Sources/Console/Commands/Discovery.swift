@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Synchronization
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `scan [DURATION] [--rssi DBM]`: discover beacons for a while.
 public struct ScanCommand: ConsoleCommand {

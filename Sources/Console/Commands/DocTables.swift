@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The tables of docs/batch-language.md ("the commands") and docs/json.md
 /// ("which command writes which kinds"), made from the command table so
@@ -49,14 +54,14 @@ public enum DocTables {
     /// nil when the page has no such markers.
     public static func replacing(_ name: String, in text: String, with table: String) -> String? {
         let (begin, end) = markers(name)
-        guard let start = text.range(of: begin + "\n"),
-            let stop = text.range(of: end, range: start.upperBound..<text.endIndex)
+        guard let start = text.firstRange(of: begin + "\n"),
+            let stop = text[start.upperBound...].firstRange(of: end)
         else { return nil }
         return String(text[..<start.upperBound]) + table + "\n" + String(text[stop.lowerBound...])
     }
 
     /// A Markdown table cell: `|` escaped.
     static func cell(_ text: String) -> String {
-        text.replacingOccurrences(of: "|", with: "\\|")
+        text.replacingEvery("|", with: "\\|")
     }
 }

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import InventorySync
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `inventory list`: every device the inventory knows.
 public struct InventoryListCommand: ConsoleCommand {

@@ -1,8 +1,12 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Ledger
 import LocalBus
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 // The ledger (docs/ledger.md): verify it, sign a checkpoint of it, prove a
 // device's entries, check a proof file.
@@ -249,7 +253,7 @@ extension Session {
     /// `~/.ssh/id_ed25519` and `user@host`.
     static func signingKey(_ key: String?, _ signer: String?) -> (key: String, signer: String) {
         let environment = ProcessInfo.processInfo.environment
-        let home = environment["HOME"] ?? NSHomeDirectory()
+        let home = environment["HOME"] ?? Paths.passwdHome()
         let key = key ?? environment["BEACONBENCH_LEDGER_KEY"] ?? home + "/.ssh/id_ed25519"
         let user = environment["USER"] ?? "operator"
         let host = ProcessInfo.processInfo.hostName.split(separator: ".").first.map(String.init) ?? "bench"

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import SafeText
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// A value checked against its `ValueKind`.
 public enum ParsedValue: Sendable, Hashable {

@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `help` and the man page, both from the command table.
 enum Manual {
@@ -18,7 +23,7 @@ enum Manual {
             if spec.synopsis.count > width {
                 lines += [spec.synopsis, String(repeating: " ", count: width + 2) + spec.summary]
             } else {
-                lines.append(spec.synopsis.padding(toLength: width + 2, withPad: " ", startingAt: 0) + spec.summary)
+                lines.append(spec.synopsis.padded(to: width + 2) + spec.summary)
             }
         }
         lines += [
@@ -39,7 +44,7 @@ enum Manual {
             lines.append("options:")
             for option in options {
                 lines.append(
-                    "  " + optionText(option).padding(toLength: width + 2, withPad: " ", startingAt: 0) + option.summary
+                    "  " + optionText(option).padded(to: width + 2) + option.summary
                 )
             }
         }
@@ -131,7 +136,7 @@ enum Manual {
             case "\\": escaped += "\\e"
             case "-": escaped += "\\-"
             case _ where scalar.isASCII: escaped.unicodeScalars.append(scalar)
-            default: escaped += "\\[u" + String(format: "%04X", scalar.value) + "]"
+            default: escaped += "\\[u" + CFormat.string("%04X", scalar.value) + "]"
             }
         }
         if escaped.hasPrefix(".") || escaped.hasPrefix("'") { escaped = "\\&" + escaped }

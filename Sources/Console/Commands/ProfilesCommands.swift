@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Profiles
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `profiles list`: the profiles loaded.
 public struct ProfilesListCommand: ConsoleCommand {

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The filters `records list` and `records export` share.
 struct RecordFilters {

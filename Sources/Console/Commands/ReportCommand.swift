@@ -1,9 +1,13 @@
 import FleetReport
-import Foundation
+import FoundationEssentials
 import Inventory
 import InventorySync
 import SafeText
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `report [SELECTOR…] [--out FILE] [--since TIME]`: the fleet as one
 /// self-contained HTML page of charts and tables (FleetReport).

@@ -134,5 +134,5 @@ enum ShellCompletion {
         return lines.joined(separator: "\n") + "\n"
     }
 
-    static func quote(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "\\'") + "'" }
+    static func quote(_ text: String) -> String { "'" + text.replacingEvery("'", with: "\\'") + "'" }
 }

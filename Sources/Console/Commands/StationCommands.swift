@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Profiles
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `station [--profile P] [--rssi-min DBM] [--for DURATION] [--count N]`:
 /// the install bench, long-running.

@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The one grammar of the numbers, durations and times a person writes —
 /// on the command line, in a batch, at the REPL (docs/batch-language.md,

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Inventory
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Provisioning activity per day (or week) and bench, and each bench's pace.
 extension FleetReport {

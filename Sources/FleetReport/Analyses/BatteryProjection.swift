@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Inventory
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// When a beacon's battery is expected to fall below its profile's
 /// minimum: a least-squares line through its readings.

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Profiles
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The fleet's battery over time, each device's projection and the
 /// devices below their minimum by the quarter's end.

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Profiles
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Calibration age and the calibration vector's magnitude.
 extension FleetReport {

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Profiles
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The device table: one row per chosen device, with its finding codes,
 /// the days to its projected crossing, its calibration's age and |g|.

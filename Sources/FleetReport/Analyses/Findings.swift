@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Profiles
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The offline audit's findings: counts per code, config drift, duplicate identities.
 extension FleetReport {

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import SBeaconProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Firmware versions per profile.
 extension FleetReport {

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Inventory
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Failed and skipped steps, grouped by reason.
 extension FleetReport {
@@ -29,7 +33,7 @@ extension FleetReport {
     static func reason(_ text: String) -> String {
         let line = text.split(whereSeparator: \.isNewline).first.map(String.init) ?? ""
         var cut = String(line.prefix(200))
-        while let range = cut.range(of: #"([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}"#, options: .regularExpression) {
+        while let range = cut.firstRange(of: /([0-9A-Fa-f]{2}:){5}[0-9A-Fa-f]{2}/) {
             cut.replaceSubrange(range, with: "ADDRESS")
         }
         var output = ""

@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Provisioning activity per bench, and step failures and skips by reason
 /// (Analyses/Activity.swift, Analyses/Problems.swift).

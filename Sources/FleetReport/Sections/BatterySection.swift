@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The battery: the distribution of last levels, the fleet over time, and the
 /// devices projected to fall below their profile's minimum (Analyses/Battery*.swift).

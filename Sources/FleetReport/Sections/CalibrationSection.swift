@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Calibration age and the calibration vector's magnitude (Analyses/Calibration.swift).
 struct CalibrationSection: ReportSection {

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Profiles
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The device table: every chosen device, sorted, filtered and paged by the
 /// page's script (Assets/report.js) from the data block (`tableJSON`); rows

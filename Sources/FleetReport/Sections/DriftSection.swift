@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Config drift: thresholds read back that differ from the profile's (Analyses/Findings.swift).
 struct DriftSection: ReportSection {

@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The offline audit's findings by kind, and duplicate identities (Analyses/Findings.swift).
 struct FindingsSection: ReportSection {

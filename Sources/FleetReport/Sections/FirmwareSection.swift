@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Firmware versions per profile (Analyses/Firmware.swift).
 struct FirmwareSection: ReportSection {

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Ledger
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The tree as the inventory keeps it: its size and root.
 public struct LedgerTreeHead: Sendable, Equatable {

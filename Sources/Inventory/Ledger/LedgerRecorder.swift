@@ -1,6 +1,10 @@
 import CSQLite
-import Foundation
+import FoundationEssentials
 import Ledger
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// Sees every change the inventory's connection makes to a covered table
 /// (SQLite's preupdate hook) and, before the transaction commits, appends

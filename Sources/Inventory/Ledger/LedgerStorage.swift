@@ -1,4 +1,8 @@
-import Foundation
+import FoundationEssentials
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// How an entry that is not a sealed row is kept in `ledger.entry`: not
 /// its JSON, which repeats every column's name and spells every time out,

@@ -1,5 +1,9 @@
-import Foundation
+import FoundationEssentials
 import Ledger
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The tables the ledger covers: what the inventory says about beacons
 /// (docs/ledger.md, "Entries"). `meta` and `claims` (a run's hold on a

@@ -77,8 +77,8 @@ struct LedgerVerifier {
         var found: [String: String] = [:]
         for migration in Schema.migrations {
             var rest = Substring(migration.sql)
-            while let start = rest.range(of: "CREATE TRIGGER ") {
-                guard let end = rest[start.upperBound...].range(of: " END;") else { break }
+            while let start = rest.firstRange(of: "CREATE TRIGGER ") {
+                guard let end = rest[start.upperBound...].firstRange(of: " END;") else { break }
                 let text = rest[start.lowerBound..<rest.index(end.upperBound, offsetBy: -1)]
                 let name = text.dropFirst("CREATE TRIGGER ".count).prefix { !$0.isWhitespace }
                 found[String(name)] = String(text)

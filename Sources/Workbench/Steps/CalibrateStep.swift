@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import Profiles
 import SBeaconProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `calibrate`: calibrates a beacon at rest, unless it holds a plausible
 /// calibration already (idempotent).

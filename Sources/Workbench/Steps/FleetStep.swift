@@ -1,8 +1,12 @@
 import BlueZClient
-import Foundation
+import FoundationEssentials
 import Inventory
 import Profiles
 import SBeaconProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// One kind of device step of a fleet run: what it is called, what it
 /// reads and writes on a beacon, what its failure makes the inventory

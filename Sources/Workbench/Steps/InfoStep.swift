@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import SBeaconProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `info`: reads everything a technician checks at a glance, records it,
 /// and says it in one line.

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import SBeaconProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// `trips`, `events`, `incidents`: pulls one kind of record, stores it
 /// (with the time offset that dates it), then clears the beacon's copy

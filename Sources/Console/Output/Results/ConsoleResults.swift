@@ -1,8 +1,12 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import InventorySync
 import SafeText
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 // The console's own: `help`, `doctor`, `report`, `sync`, stored values.
 
@@ -105,7 +109,7 @@ struct ReportWritten: SingleResult {
             .result(
                 "report: \(devices) of \(fleet) devices, \(withFindings) with findings,"
                     + " \(crossingThisQuarter) below their battery minimum by the quarter's end"
-                    + " → \(path) (\(bytes / 1024) KiB, \(String(format: "%.1f", seconds)) s)")
+                    + " → \(path) (\(bytes / 1024) KiB, \(CFormat.string("%.1f", seconds)) s)")
         ]
     }
 }

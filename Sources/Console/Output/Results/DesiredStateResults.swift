@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import SafeText
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 // Desired state: `assign`, `drift`, and the install bench (`station`).
 
@@ -90,13 +94,13 @@ struct StationLine: SingleResult {
         case .missed: mark = terminal.styled("?", .red)
         case .failed, .takenAway, .interrupted: mark = terminal.styled("✘", .red)
         }
-        let verdict = result.verdict.rawValue.padding(toLength: 11, withPad: " ", startingAt: 0)
+        let verdict = result.verdict.rawValue.padded(to: 11)
         let styledVerdict = result.succeeded ? terminal.styled(verdict, .green) : terminal.styled(verdict, .red)
         let reason = result.reason.map { "  \($0)" } ?? ""
         let identity = result.identity.map { " → \($0)" } ?? ""
         return [
             .result(
-                "\(mark) \(result.address)  \(styledVerdict) \(result.target)\(identity)  \(String(format: "%.1f", result.seconds)) s\(reason)  [\(tally.text)]"
+                "\(mark) \(result.address)  \(styledVerdict) \(result.target)\(identity)  \(CFormat.string("%.1f", result.seconds)) s\(reason)  [\(tally.text)]"
             )
         ]
     }
@@ -147,7 +151,7 @@ struct StationSummary: ResultValue {
     var fields: [(String, JSONValue)] {
         [("done", .int(done)), ("seconds", .number(seconds))]
             + StationResult.Verdict.allCases.map { verdict -> (String, JSONValue) in
-                (verdict.rawValue.replacingOccurrences(of: "-", with: "_"), .int(counts[verdict, default: 0]))
+                (verdict.rawValue.replacingEvery("-", with: "_"), .int(counts[verdict, default: 0]))
             }
     }
 }

@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import SBeaconProtocol
 import SafeText
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 // Discovery and selection: `scan`, `devices`, `select`.
 
@@ -27,7 +31,7 @@ struct SeenBeaconRow: TableRow {
             ("major", .optional(identity?.major)), ("minor", .optional(identity?.minor)),
             ("battery", .optional(summary?.battery)), ("firmware", .optional(summary?.firmware.description)),
             ("status", summary == nil ? .null : .string(Format.status(summary))),
-            ("config_crc", .optional(summary.map { String(format: "%04x", $0.configCRC) })),
+            ("config_crc", .optional(summary.map { CFormat.string("%04x", $0.configCRC) })),
             ("profile", .optional(profile)), ("selected", .bool(selected)),
         ]
     }

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 // The inventory: its devices, their outcomes, `inventory export`, `forget`.
 
@@ -124,7 +128,7 @@ struct OutcomeRow: TableRow {
     static func columns(for rows: [Self]) -> [Column<Self>] {
         let columns: [Column<Self>] = [
             Column("started (UTC)") {
-                String($0.outcome.startedAt.prefix(19)).replacingOccurrences(of: "T", with: " ")
+                String($0.outcome.startedAt.prefix(19)).replacingEvery("T", with: " ")
             },
             Column("run") { String($0.outcome.run) }, Column("device") { $0.outcome.device ?? "-" },
             Column("step") { $0.outcome.step }, Column("status") { $0.outcome.status },

@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Profiles
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 // `profiles list|show|check`.
 
@@ -18,7 +22,7 @@ struct ProfileRow: TableRow {
             ("name", .string(profile.name)), ("description", .string(profile.description)),
             ("cornering", .int(config.cornering)), ("braking", .int(config.braking)),
             ("acceleration", .int(config.acceleration)), ("duration", .int(config.duration)),
-            ("enable", .string(Auditor.flags(config.enable))), ("crc", .string(String(format: "%04x", config.crc))),
+            ("enable", .string(Auditor.flags(config.enable))), ("crc", .string(CFormat.string("%04x", config.crc))),
             ("minimum_battery", .int(requirements.minimumBatteryPercent)),
             ("minimum_firmware", .string(requirements.minimumFirmware.description)),
             ("identity_major", .optional(profile.identity?.major)),
@@ -55,7 +59,7 @@ struct ProfileDetail: SingleResult {
             "  acceleration  \(config.acceleration) mG",
             "  duration      \(config.duration) ms",
             "  enable        \(Auditor.flags(config.enable))",
-            "  config crc    \(String(format: "%04x", config.crc))",
+            "  config crc    \(CFormat.string("%04x", config.crc))",
             "  requires      battery ≥ \(requirements.minimumBatteryPercent) %, firmware ≥ \(requirements.minimumFirmware)"
                 + (requirements.calibrationRequired ? ", calibrated" : "")
                 + (requirements.maximumCalibrationAgeDays.map { " within \($0) days" } ?? ""),
@@ -75,7 +79,7 @@ struct ProfileCheck: SingleResult {
 
     init(_ profile: Profile) {
         name = profile.name
-        crc = String(format: "%04x", profile.config.crc)
+        crc = CFormat.string("%04x", profile.config.crc)
     }
 
     var kind: ResultKind { .profileCheck }

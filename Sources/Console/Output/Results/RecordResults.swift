@@ -1,6 +1,10 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import SafeText
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 // Pulled records: `records list|export`, and what a pull brought.
 

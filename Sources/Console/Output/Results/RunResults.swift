@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import Inventory
 import SafeText
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 // A run of device steps: its steps and notes as they come, then its recap.
 

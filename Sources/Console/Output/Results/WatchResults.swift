@@ -1,7 +1,11 @@
-import Foundation
+import FoundationEssentials
 import SBeaconProtocol
 import SafeText
 import Workbench
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 // `watch`: events as they come, then the count.
 
