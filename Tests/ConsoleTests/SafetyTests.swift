@@ -8,9 +8,8 @@ struct SafetyTests {
     /// through the same code (the replayer is beaconbench-fuzz built
     /// normally; scripts/fuzz builds it with libFuzzer).
     @Test(arguments: [
-        "batch", "profile", "records", "adverts", "dbus-value", "dbus-wire", "display", "csv", "expansion", "gatt-text",
-        "grammar",
-        "rows", "stored-row",
+        "batch", "profile", "records", "adverts", "dbus-value", "dbus-wire", "display", "csv", "expansion",
+        "gatt-text", "grammar", "rows", "stored-row",
     ])
     func savedFuzzInputsStillPass(target: String) async throws {
         let fuzz = ConsoleFixture.repository + "/Tests/Fuzz"

@@ -180,6 +180,22 @@ struct WireDecoderTests {
         #expect(verdict == (valid ? .generic : .refused), "\(sender)")
     }
 
+    /// Signatures whose brackets cross: libdbus 1.14.10 refuses them (the
+    /// fuzzer found the first), as a `g` value and as a variant's.
+    @Test(arguments: ["ia{s(adb}v)ab", "a{i(ii})", "(a{ii)}", "a{s(i})", "(i}", "a{i)"])
+    func crossedBracketsAreRefused(signature: String) throws {
+        let asValue = WireEncoder.signal(
+            path: "/x", interface: "a.b", member: "M", body: [.signature(Signature(unchecked: signature, types: []))])
+        #expect(try WireDifferential.check(asValue).get() == .refused)
+        let good = try Self.changed(["P": .dictionary(key: .int32, value: .int32, [])])
+        #expect(try WireDifferential.check(good).get() == .fast(.propertiesChanged))
+        for crossed in ["a{i)}", "(a{i)"] {
+            let inVariant = good.replacingVariantSignature("a{ii}", with: crossed)
+            #expect(inVariant != good)
+            #expect(try WireDifferential.check(inVariant).get() == .refused, "\(crossed)")
+        }
+    }
+
     @Test func internTablesAreBounded() {
         let table = InternTable(names: ["a", "b"], maximumNames: 3, maximumNameBytes: 4)
         func id(_ s: String) -> InternTable.ID? { table.id(s) }

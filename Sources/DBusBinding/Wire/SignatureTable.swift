@@ -124,9 +124,13 @@ public enum SignatureTable {
                 guard structDepth <= 32 else {
                     throw .invalid("signature: structs nested too deeply", at: offset + index)
                 }
-                stack.push()
+                stack.push(kind: 1)
             case UInt8(ascii: ")"):
-                guard structDepth > 0 else {
+                // 1.14.10 also refuses a `)` that closes a dict entry (the
+                // copy of the validator this was first written from did
+                // not: the fuzzer found `ia{s(adb}v)ab`, which 1.14.10
+                // refuses as "Dict entry ended but not started").
+                guard structDepth > 0, stack.topKind == 1 else {
                     throw .invalid("signature: struct ended but not started", at: offset + index)
                 }
                 guard last != UInt8(ascii: "(") else { throw .invalid("signature: empty struct", at: offset + index) }
@@ -140,9 +144,9 @@ public enum SignatureTable {
                 guard dictDepth <= 32 else {
                     throw .invalid("signature: dict entries nested too deeply", at: offset + index)
                 }
-                stack.push()
+                stack.push(kind: 2)
             case UInt8(ascii: "}"):
-                guard dictDepth > 0 else {
+                guard dictDepth > 0, stack.topKind == 2 else {
                     throw .invalid("signature: dict entry ended but not started", at: offset + index)
                 }
                 dictDepth -= 1
@@ -183,10 +187,15 @@ public enum SignatureTable {
     private struct ElementCounts {
         var depth = 0
         var inline = InlineCounts()
+        /// Per level: 1 for a struct, 2 for a dict entry (0 the top).
+        var kinds = InlineCounts()
 
-        mutating func push() {
+        var topKind: UInt8 { kinds[depth] }
+
+        mutating func push(kind: UInt8) {
             depth += 1
             inline[depth] = 0
+            kinds[depth] = kind
         }
         mutating func pop() -> Int {
             let value = Int(inline[depth])
