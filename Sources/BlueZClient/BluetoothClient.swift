@@ -421,28 +421,24 @@ public actor BluetoothClient {
 
     /// A property or interface name as text, made once per interned name.
     private func name(_ wire: WireName) -> String {
-        guard let id = wire.id else { return wire.string }
-        let index = Int(id.rawValue)
-        if index < nameStrings.count, let known = nameStrings[index] { return known }
-        if index >= nameStrings.count {
-            nameStrings.append(contentsOf: repeatElement(nil, count: index + 1 - nameStrings.count))
-        }
-        let text = wire.string
-        nameStrings[index] = text
-        return text
+        Self.interned(wire, in: &nameStrings) { $0.string }
     }
 
     /// An object path, made once per interned path.
     private func objectPath(_ wire: WireName) -> ObjectPath {
-        guard let id = wire.id else { return wire.objectPath }
+        Self.interned(wire, in: &pathValues) { $0.objectPath }
+    }
+
+    /// What `make` gives for an interned name, kept by its id (made anew
+    /// each time for a name the table had no room for).
+    private static func interned<Value>(_ wire: WireName, in kept: inout [Value?], make: (WireName) -> Value) -> Value {
+        guard let id = wire.id else { return make(wire) }
         let index = Int(id.rawValue)
-        if index < pathValues.count, let known = pathValues[index] { return known }
-        if index >= pathValues.count {
-            pathValues.append(contentsOf: repeatElement(nil, count: index + 1 - pathValues.count))
-        }
-        let path = wire.objectPath
-        pathValues[index] = path
-        return path
+        if index < kept.count, let known = kept[index] { return known }
+        if index >= kept.count { kept.append(contentsOf: repeatElement(nil, count: index + 1 - kept.count)) }
+        let value = make(wire)
+        kept[index] = value
+        return value
     }
 
     /// Whether a value sent is the one held (compared in place: nothing

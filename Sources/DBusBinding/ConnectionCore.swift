@@ -335,16 +335,7 @@ actor ConnectionCore {
         switch LibDBus.messageGetType(message) {
         case LibDBus.MessageType.methodReturn, LibDBus.MessageType.error:
             guard let call = calls.complete(serial: LibDBus.messageGetReplySerial(message)) else { return }
-            do {
-                let reply = try BusMessage(message)
-                if reply.kind == .error {
-                    call.continuation.resume(throwing: reply.asError)
-                } else {
-                    call.continuation.resume(returning: reply)
-                }
-            } catch {
-                call.continuation.resume(throwing: error)
-            }
+            call.complete(with: Result { try BusMessage(message) })
         case LibDBus.MessageType.signal:
             routeSignal(message)
         case LibDBus.MessageType.methodCall:

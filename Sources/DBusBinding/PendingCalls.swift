@@ -13,6 +13,16 @@ final class PendingCalls: Sendable {
         var deadline: UInt64
         var call: MethodCall
         var timeout: Duration
+
+        /// Resumes the caller with the reply read (an error reply throws
+        /// its error), or with why it could not be read.
+        func complete(with reply: Result<BusMessage, any Error>) {
+            switch reply {
+            case .success(let message) where message.kind == .error: continuation.resume(throwing: message.asError)
+            case .success(let message): continuation.resume(returning: message)
+            case .failure(let error): continuation.resume(throwing: error)
+            }
+        }
     }
 
     private struct State {

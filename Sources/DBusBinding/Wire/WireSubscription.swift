@@ -128,16 +128,7 @@ extension ConnectionCore {
                 // cancelled) is dropped, as before.
                 return true
             }
-            do {
-                let reply = try BusMessage(wire: view)
-                if reply.kind == .error {
-                    call.continuation.resume(throwing: reply.asError)
-                } else {
-                    call.continuation.resume(returning: reply)
-                }
-            } catch {
-                call.continuation.resume(throwing: error)
-            }
+            call.complete(with: Result { try BusMessage(wire: view) })
             return true
         default:
             return false
