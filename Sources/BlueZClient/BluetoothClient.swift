@@ -27,6 +27,9 @@ public actor BluetoothClient {
     private var nameStrings: [String?] = []
     private var pathValues: [ObjectPath?] = []
     private var wireEvents: [WireEvents.Event] = []
+    /// The signal being handled on the fast path: borrowed, set and used
+    /// on the connection's thread before its handler returns.
+    private nonisolated(unsafe) var arrived: WireMessageView?
     private var scratch: [(String, BusValue)] = []
     private var nextWaiter = 0
     /// Reading bluetoothd's objects again after it came back.
@@ -115,9 +118,11 @@ public actor BluetoothClient {
         subscription = try await bus.subscribeWire(
             MatchRule(sender: Self.bluez),
             handler: { [weak self] view in
-                // Borrowed, and used only on this thread before the handler returns.
-                nonisolated(unsafe) let view = view
-                self?.assumeIsolated { $0.applyWire(view) }
+                // Handed over in a field rather than captured: a closure
+                // capturing the view would be allocated for every signal.
+                guard let self else { return }
+                self.arrived = view
+                self.assumeIsolated { $0.applyArrived() }
             },
             fallback: { [weak self] signal in self?.assumeIsolated { $0.apply(signal) } })
         // bluetoothd leaving or coming back, in order with its signals.
@@ -204,6 +209,12 @@ public actor BluetoothClient {
     /// into the registry, a value converted only when it differs from the
     /// one held. GATT objects keep their UUID and Flags only (the rest is
     /// never read from the registry).
+    private func applyArrived() {
+        guard let view = arrived else { return }
+        arrived = nil
+        applyWire(view)
+    }
+
     private func applyWire(_ view: WireMessageView) {
         let header = view.header
         guard let shape = BlueZShape(signature: header.signature) else { return }
@@ -269,7 +280,7 @@ public actor BluetoothClient {
                     let keyName = name(key)
                     if current == "org.bluez.Device1", Self.advertProperties.contains(keyName) { heard = true }
                     guard kept?.contains(keyName) ?? true, let converted = Self.convert(value) else { continue }
-                    interfaces[current]?[keyName] = converted
+                    interfaces[current, default: [:]][keyName] = converted
                 default: continue
                 }
             }
@@ -300,7 +311,12 @@ public actor BluetoothClient {
     }
 
     private func interfacesRemoved(_ path: ObjectPath, _ interfaces: [String]) {
-        for name in interfaces { objects[path]?[name] = nil }
+        // Written through `default:` subscripts, not optional chains: a
+        // chain of dictionary accessors allocates for each write (six
+        // `malloc`s for three levels, measured), `default:` none.
+        if objects[path] != nil {
+            for name in interfaces { objects[path, default: [:]][name] = nil }
+        }
         if objects[path]?.keys.allSatisfy({ $0.hasPrefix("org.freedesktop.DBus.") }) ?? false {
             objects[path] = nil
         }
@@ -354,8 +370,10 @@ public actor BluetoothClient {
         invalidated: [String]
     ) {
         let heldData = interface == "org.bluez.Device1" ? objects[path]?[interface]?["ManufacturerData"] : nil
-        for (name, value) in updated { objects[path]?[interface]?[name] = value }
-        for name in invalidated { objects[path]?[interface]?[name] = nil }
+        // The caller found the interface held: `default:` writes in place
+        // (an optional chain would allocate per write, see interfacesRemoved).
+        for (name, value) in updated { objects[path, default: [:]][interface, default: [:]][name] = value }
+        for name in invalidated { objects[path, default: [:]][interface, default: [:]][name] = nil }
         var waitersConcerned = false
         if interface == "org.bluez.Device1" {
             func updatedOrInvalidated(_ name: String) -> Bool {

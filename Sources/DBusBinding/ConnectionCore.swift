@@ -36,6 +36,8 @@ actor ConnectionCore {
     private(set) var refusedMessages = 0
     /// Signals that went to wire subscribers only, never demarshalled.
     var signalsNotDemarshalled = 0
+    /// The wire subscriptions a signal went to (kept between signals).
+    var deliveredFast: [Int] = []
     private(set) var lastRefusal: BusError?
     private(set) var uniqueName = ""
     private var nextToken = 0

@@ -74,12 +74,14 @@ struct SignalRouter {
     var hasWireSubscriptions: Bool { wireSubscriptions > 0 }
 
     /// Hands a checked signal's bytes to the wire subscriptions whose rule
-    /// matches its header. Says which got it, and whether the message must
-    /// also be decoded: another subscription matches (or cannot tell from
+    /// matches its header. Says which got it (in `delivered`), and returns
+    /// whether the message must also be decoded: another subscription matches (or cannot tell from
     /// the header), or it is a NameOwnerChanged from the bus while owners
     /// are followed.
-    func deliverFast(_ view: WireMessageView) -> (delivered: [Int], needsMessage: Bool) {
-        var delivered: [Int] = []
+    /// `delivered` is the caller's buffer, emptied first (kept between
+    /// signals: no allocation per signal).
+    func deliverFast(_ view: WireMessageView, delivered: inout [Int]) -> Bool {
+        delivered.removeAll(keepingCapacity: true)
         var needsMessage = false
         if !ownerWatchers.isEmpty, view.header.field(.sender, is: "org.freedesktop.DBus"),
             view.header.field(.member, is: "NameOwnerChanged")
@@ -99,7 +101,7 @@ struct SignalRouter {
             case nil: needsMessage = true
             }
         }
-        return (delivered, needsMessage)
+        return needsMessage
     }
 
     // MARK: Subscriptions

@@ -107,8 +107,10 @@ extension ConnectionCore {
             // Nobody listens: nothing to decode (as before).
             guard router.isListening else { return true }
             guard let view = try? WireMessageView(validating: frame) else { return false }
-            let fast = router.deliverFast(view)
-            guard fast.needsMessage else {
+            var delivered: [Int] = []
+            swap(&delivered, &deliveredFast)
+            defer { swap(&delivered, &deliveredFast) }
+            guard router.deliverFast(view, delivered: &delivered) else {
                 signalsNotDemarshalled += 1
                 return true
             }
@@ -116,11 +118,10 @@ extension ConnectionCore {
             // of them), by libdbus; the wire subscribers had theirs.
             if let message = try? BusMessage(wire: view) {
                 router.follow(message)
-                router.deliver(message, excluding: fast.delivered)
+                router.deliver(message, excluding: delivered)
                 return true
             }
-            guard fast.delivered.isEmpty else { return true }
-            return false
+            return !delivered.isEmpty
         case 2, 3:
             guard let view = try? WireMessageView(validating: frame) else { return false }
             guard let serial = view.header.replySerial, let call = calls.complete(serial: serial) else {
