@@ -122,7 +122,7 @@ public actor BluetoothClient {
                 // capturing the view would be allocated for every signal.
                 guard let self else { return }
                 self.arrived = view
-                self.assumeIsolated { $0.applyArrived() }
+                self.onOwnThread { $0.applyArrived() }
             },
             fallback: { [weak self] signal in self?.assumeIsolated { $0.apply(signal) } })
         // bluetoothd leaving or coming back, in order with its signals.
@@ -209,6 +209,21 @@ public actor BluetoothClient {
     /// into the registry, a value converted only when it differs from the
     /// one held. GATT objects keep their UUID and Flags only (the rest is
     /// never read from the registry).
+    /// Runs `body` isolated to this actor from a subscription handler,
+    /// which the binding calls on the connection's thread: this actor's
+    /// executor. Debug builds check that, as `assumeIsolated` does; release
+    /// builds skip the runtime's check, which allocated on every signal
+    /// (a custom executor's `checkIsolated` is reached through the runtime).
+    private nonisolated func onOwnThread(_ body: (isolated BluetoothClient) -> Void) {
+        #if DEBUG
+            assumeIsolated(body)
+        #else
+            withoutActuallyEscaping(body) { body in
+                unsafeBitCast(body, to: ((BluetoothClient) -> Void).self)(self)
+            }
+        #endif
+    }
+
     private func applyArrived() {
         guard let view = arrived else { return }
         arrived = nil

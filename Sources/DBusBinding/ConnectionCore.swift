@@ -38,6 +38,8 @@ actor ConnectionCore {
     var signalsNotDemarshalled = 0
     /// The wire subscriptions a signal went to (kept between signals).
     var deliveredFast: [Int] = []
+    private var pollFDs: [pollfd] = []
+    private var polledWatches: [OpaquePointer] = []
     private(set) var lastRefusal: BusError?
     private(set) var uniqueName = ""
     private var nextToken = 0
@@ -192,7 +194,18 @@ actor ConnectionCore {
             close()
             return
         }
-        var fds = [pollfd(fd: loop.wakeReadFD, events: Int16(POLLIN), revents: 0)]
+        // The two arrays are kept between wake-ups (no allocation per wake-up).
+        var fds: [pollfd] = []
+        var polled: [OpaquePointer] = []
+        swap(&fds, &pollFDs)
+        swap(&polled, &polledWatches)
+        defer {
+            swap(&fds, &pollFDs)
+            swap(&polled, &polledWatches)
+        }
+        fds.removeAll(keepingCapacity: true)
+        polled.removeAll(keepingCapacity: true)
+        fds.append(pollfd(fd: loop.wakeReadFD, events: Int16(POLLIN), revents: 0))
         // When the binding reads, the socket is polled for input here, and
         // libdbus' watches for output only: libdbus is never handed
         // READABLE (it would read), nor HANGUP or ERROR (it would drop the
@@ -201,7 +214,6 @@ actor ConnectionCore {
         let reading = inbound != nil && connection != nil
         if reading { fds.append(pollfd(fd: socket, events: Int16(POLLIN), revents: 0)) }
         let firstWatch = fds.count
-        var polled: [OpaquePointer] = []
         for watch in io.watches where LibDBus.watchGetEnabled(watch) {
             let flags = LibDBus.watchGetFlags(watch)
             var events: Int16 = 0
