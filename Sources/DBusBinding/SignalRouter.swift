@@ -38,8 +38,6 @@ struct SignalRouter {
     }
 
     private(set) var subscriptions: [Int: Subscription] = [:]
-    /// How many subscriptions are `.wire` ones.
-    private var wireSubscriptions = 0
     private var matchRuleUsers: [String: Int] = [:]
     private(set) var nameOwners: [String: String] = [:]
     private var ownerWatchers: [String: Int] = [:]
@@ -70,8 +68,6 @@ struct SignalRouter {
             subscription.sink.deliver(signal)
         }
     }
-
-    var hasWireSubscriptions: Bool { wireSubscriptions > 0 }
 
     /// Hands a checked signal's bytes to the wire subscriptions whose rule
     /// matches its header. Says which got it (in `delivered`), and returns
@@ -106,26 +102,16 @@ struct SignalRouter {
 
     // MARK: Subscriptions
 
-    mutating func add(_ id: Int, _ subscription: Subscription) {
-        if case .wire = subscription.sink { wireSubscriptions += 1 }
-        if let replaced = subscriptions.updateValue(subscription, forKey: id), case .wire = replaced.sink {
-            wireSubscriptions -= 1
-        }
-    }
+    mutating func add(_ id: Int, _ subscription: Subscription) { subscriptions[id] = subscription }
 
     /// Removes a subscription; nil when it was gone already.
     @discardableResult
-    mutating func remove(_ id: Int) -> Subscription? {
-        let removed = subscriptions.removeValue(forKey: id)
-        if let removed, case .wire = removed.sink { wireSubscriptions -= 1 }
-        return removed
-    }
+    mutating func remove(_ id: Int) -> Subscription? { subscriptions.removeValue(forKey: id) }
 
     /// Removes every subscription and returns their sinks, to be finished.
     mutating func removeAll() -> [Sink] {
         let sinks = subscriptions.values.map(\.sink)
         subscriptions.removeAll()
-        wireSubscriptions = 0
         return sinks
     }
 

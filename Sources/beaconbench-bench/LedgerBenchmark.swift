@@ -239,12 +239,7 @@ func ledgerProvisioningSample(count: Int, ledger: Bool) async throws -> LedgerCo
     guard run.status == 0 || run.status >> 8 == 2 else {
         throw LocalBusError("beaconbench exited with status \(run.status >> 8): \(run.output)")
     }
-    let summary =
-        run.output.split(separator: "\n").compactMap {
-            (try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]).flatMap {
-                $0["kind"] as? String == "summary" ? $0 : nil
-            }
-        }.first ?? [:]
+    let summary = jsonLines(run.output).first { $0["kind"] as? String == "summary" } ?? [:]
     // `{"run":1,"commits":N}`: the one run's line, written at its end.
     let statsLines = ((try? String(contentsOfFile: statsPath, encoding: .utf8)) ?? "").split(separator: "\n")
     struct Stats: Decodable { var run: Int64, commits: Int }

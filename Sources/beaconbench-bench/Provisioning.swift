@@ -116,12 +116,7 @@ func provisioningRun(
         throw LocalBusError("beaconbench exited with status \(run.status >> 8): \(run.output)")
     }
     // The run's result line: `{"kind":"summary", "changed":…}` (docs/json.md).
-    let summary =
-        run.output.split(separator: "\n").compactMap {
-            (try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]).flatMap {
-                $0["kind"] as? String == "summary" ? $0 : nil
-            }
-        }.first ?? [:]
+    let summary = jsonLines(run.output).first { $0["kind"] as? String == "summary" } ?? [:]
 
     let connection = try await BusConnection.connect(.address(simulator.bus.address))
     let reply = try await connection.call(
