@@ -9,6 +9,7 @@
 //       faults: [--count N] [--runs R] [--mode NAME]…  (issue 26's modes against no faults; Faults.swift)
 //       peers: [--count N] [--listen-count N] [--listen-seconds S] [--runs N] [--vanish-count N]
 //       (beaconbench beside bleak 3.1 and bluetoothctl; Peers.swift)
+//   beaconbench-bench office generate|sync|claims|reads|faults …  (issue 31; Office/, docs/office.md)
 //   beaconbench-bench inventory-writer PATH   (the crash-safety test's writer)
 //   beaconbench-bench ledger-build PATH       (the ledger benchmark's 1,000,000 entries)
 //   beaconbench-bench ledger-append [--runs R] (the ledger benchmark's appends alone, for perf)
@@ -312,6 +313,7 @@ func allBenchmarks(
 
 var arguments = Array(CommandLine.arguments.dropFirst())
 let scenario = arguments.isEmpty ? "dbus" : arguments.removeFirst()
+if scenario == "office" { try await officeMain(arguments) }
 if scenario == "inventory-writer", let path = arguments.first {
     try await inventoryWriter(path: path)
 }

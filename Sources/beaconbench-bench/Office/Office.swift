@@ -1,0 +1,27 @@
+// `beaconbench-bench office SUBCOMMAND …`: the office at fleet scale
+// (issue 31; docs/office.md). Each subcommand lives in its own file of
+// this folder and is one case below; the options after the subcommand
+// are its own.
+//
+//   office generate …   the fleet generator: N bench inventories with history
+//   office sync …       N benches syncing at once (processes) to one server
+//   office claims …     identity claims under contention
+//   office reads …      the office's reads at fleet scale: time and peak memory
+//   office faults …     restart, kill and cut network during syncs
+import Foundation
+
+func officeMain(_ arguments: [String]) async throws -> Never {
+    guard let subcommand = arguments.first else { officeUsage("a subcommand is needed") }
+    let rest = Array(arguments.dropFirst())
+    switch subcommand {
+    default:
+        _ = rest
+        officeUsage("unknown office subcommand '\(subcommand)'")
+    }
+}
+
+func officeUsage(_ message: String) -> Never {
+    FileHandle.standardError.write(
+        Data("error: \(message) (usage: beaconbench-bench office generate|sync|claims|reads|faults …)\n".utf8))
+    exit(2)
+}
