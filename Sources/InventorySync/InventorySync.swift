@@ -380,12 +380,19 @@ public enum InventorySync {
         let exists = try server.exec("SELECT to_regclass('beaconbench_schema') IS NOT NULL").first?.first ?? nil
         if exists == "t" {
             let version = try schemaVersion(server)
-            if version == ServerSchema.version { return }
+            if version == ServerSchema.version {
+                // A migration's slow part (docs/office.md), left unfinished
+                // by a migrator that died: finished by the next writer.
+                if creating, try ServerMigrations.afterworkPending(server) {
+                    _ = try ServerMigrations.finishAfterwork(server)
+                }
+                return
+            }
             if version > ServerSchema.version { throw newerSchema(version) }
         } else if !creating {
             throw SyncError("\(server.location) holds no beaconbench inventory: sync a bench to it first")
         }
-        try migrate(server)
+        try ServerMigrations.migrate(server)
     }
 
     /// The server's schema version: a whole number from 0 (no migration
@@ -406,21 +413,6 @@ public enum InventorySync {
     static func newerSchema(_ version: Int) -> SyncError {
         SyncError(
             "the server's schema is version \(version), newer than this beaconbench knows (\(ServerSchema.version))")
-    }
-
-    static func migrate(_ server: PostgresConnection) throws(SyncError) {
-        try server.transaction { () throws(SyncError) in
-            // One bench at a time creates or migrates the schema.
-            try server.exec("SELECT pg_advisory_xact_lock(7205190011)")
-            try server.exec("CREATE TABLE IF NOT EXISTS beaconbench_schema (version INTEGER NOT NULL)")
-            // Read again under the lock: another bench may have migrated meanwhile.
-            let current = try schemaVersion(server)
-            if current > ServerSchema.version { throw newerSchema(current) }
-            for (index, migration) in ServerSchema.migrations.enumerated().dropFirst(current) {
-                try server.exec(migration.sql)
-                try server.exec("INSERT INTO beaconbench_schema (version) VALUES ($1)", [String(index + 1)])
-            }
-        }
     }
 }
 

@@ -22,6 +22,11 @@ enum ServerSchema {
         ("every bench's ledger, append-only; its checkpoints; rewrites refused", ServerLedger.schema),
     ]
 
+    /// The slow parts of the migrations above, done after their
+    /// transaction without blocking writes (`ServerMigrations`): index builds
+    /// and batched backfills, each named once for all versions.
+    static let afterwork: [ServerAfterwork] = []
+
     /// Version 4: a device a bench forgot (`devices.forgotten_at`, SQLite
     /// schema 4) leaves `fleet_devices` unless another bench still knows
     /// it; runs say whether they were simulated (a sync sends those only
