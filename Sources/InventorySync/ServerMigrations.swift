@@ -111,7 +111,8 @@ enum ServerMigrations {
         CREATE TABLE IF NOT EXISTS beaconbench_afterwork (
             name TEXT PRIMARY KEY,
             version INTEGER NOT NULL,
-            done_at TEXT NOT NULL
+            done_at TEXT NOT NULL,
+            seconds DOUBLE PRECISION
         )
         """
 
@@ -164,9 +165,9 @@ enum ServerMigrations {
                 }
             }
             try server.exec(
-                "INSERT INTO beaconbench_afterwork (name, version, done_at) VALUES ($1, $2, now()::text)"
+                "INSERT INTO beaconbench_afterwork (name, version, done_at, seconds) VALUES ($1, $2, now()::text, $3)"
                     + " ON CONFLICT (name) DO NOTHING",
-                [piece.name, String(piece.version)])
+                [piece.name, String(piece.version), String(seconds(clock.now - started))])
             timings.append((piece.name, seconds(clock.now - started)))
         }
         return timings
@@ -197,4 +198,37 @@ struct ServerAfterwork: Sendable {
     var version: Int
     var name: String
     var kind: Kind
+}
+
+/// The migrations as a tool outside this module drives them: the office's
+/// benchmarks bring a server to an older version, fill it, and measure the
+/// rest being applied under load (`beaconbench-bench office migrate`).
+public enum ServerAdministration {
+    public struct MigrationResult: Sendable {
+        /// Tries of the migration's transaction, and how many of them a
+        /// lock timeout rolled back.
+        public var tries: Int
+        public var lockTimeouts: Int
+        /// The last (successful) try of the transaction.
+        public var transactionSeconds: Double
+        /// Each piece of afterwork done by this call, with its time.
+        public var afterwork: [(name: String, seconds: Double)]
+    }
+
+    /// The newest version this program knows.
+    public static var version: Int { ServerSchema.version }
+
+    /// Brings the server at `url` to `version` (all of this program's when
+    /// nil); with an older version, its afterwork is not done.
+    @discardableResult
+    public static func migrate(_ url: String, through version: Int? = nil) throws(SyncError) -> MigrationResult {
+        let server = try PostgresConnection(url)
+        try server.exec("SET client_min_messages TO warning")
+        let migrations = Array(ServerSchema.migrations.prefix(version ?? ServerSchema.version))
+        let afterwork = ServerSchema.afterwork.filter { $0.version <= migrations.count }
+        let report = try ServerMigrations.migrate(server, migrations: migrations, afterwork: afterwork)
+        return MigrationResult(
+            tries: report.tries, lockTimeouts: report.lockTimeouts, transactionSeconds: report.transactionSeconds,
+            afterwork: report.afterwork)
+    }
 }

@@ -8,12 +8,14 @@
 //   office claims …     identity claims under contention
 //   office reads …      the office's reads at fleet scale: time and peak memory
 //   office faults …     restart, kill and cut network during syncs
+//   office migrate …    a server schema migration applied under syncing benches
 import Foundation
 
 func officeMain(_ arguments: [String]) async throws -> Never {
     guard let subcommand = arguments.first else { officeUsage("a subcommand is needed") }
     let rest = Array(arguments.dropFirst())
     switch subcommand {
+    case "migrate": try await officeMigrate(rest)
     default:
         _ = rest
         officeUsage("unknown office subcommand '\(subcommand)'")
@@ -22,6 +24,6 @@ func officeMain(_ arguments: [String]) async throws -> Never {
 
 func officeUsage(_ message: String) -> Never {
     FileHandle.standardError.write(
-        Data("error: \(message) (usage: beaconbench-bench office generate|sync|claims|reads|faults …)\n".utf8))
+        Data("error: \(message) (usage: beaconbench-bench office generate|sync|claims|reads|faults|migrate …)\n".utf8))
     exit(2)
 }
