@@ -572,7 +572,8 @@ struct BenchGenerator {
         let device = traits[position]
         let known = state[position]
         var record = DeviceRecord(address: device.address, seenAt: Self.date(time))
-        record.identity = known.identity
+        // The factory's 0.0 is no identity of the fleet's: left unknown.
+        if known.identity.major != 0 || known.identity.minor != 0 { record.identity = known.identity }
         record.model = "SB-1"
         record.serial = device.serial
         record.hardwareRevision = device.hardware
