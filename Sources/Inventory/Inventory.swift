@@ -109,7 +109,8 @@ public actor Inventory {
         // The reserve as soon as the schema is in place, while there is room.
         Self.makeReserve(at: database.path + "-reserve")
         try database.run(
-            "INSERT OR IGNORE INTO meta(key, value) VALUES ('bench_id', ?)", [.text(benchID ?? UUID().uuidString.lowercased())])
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('bench_id', ?)",
+            [.text(benchID ?? UUID().uuidString.lowercased())])
         let bench = try database.rows("SELECT value FROM meta WHERE key = 'bench_id'").first?.first?.text ?? ""
         if recordsLedger {
             try LedgerRecorder.begin(database, bench: bench, at: Self.timestamp(clock()))

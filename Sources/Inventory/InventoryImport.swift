@@ -200,7 +200,8 @@ extension Inventory {
     /// the same values in the same rows (the fleet generator's manifest).
     /// - Throws: `InventoryImportError` when there is no such table.
     package func tableDigest(_ table: String) throws -> (rows: Int, sha256: String) {
-        guard try !database.rows("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?", [.text(table)]).isEmpty
+        guard
+            try !database.rows("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = ?", [.text(table)]).isEmpty
         else { throw InventoryImportError("the inventory has no table \(table)") }
         // The name is one of the file's own tables (looked up above).
         let statement = try database.prepare("SELECT * FROM \"\(table)\" ORDER BY rowid")
@@ -211,7 +212,9 @@ extension Inventory {
         piece.reserveCapacity(1 << 20 + 4096)
         var rows = 0
         func append(_ value: UInt64) {
-            for shift in stride(from: 0, to: 64, by: 8) { piece.append(UInt8(truncatingIfNeeded: value >> UInt64(shift))) }
+            for shift in stride(from: 0, to: 64, by: 8) {
+                piece.append(UInt8(truncatingIfNeeded: value >> UInt64(shift)))
+            }
         }
         func appendBytes(_ pointer: UnsafeRawPointer?, _ count: Int) {
             for shift in stride(from: 0, to: 32, by: 8) { piece.append(UInt8(truncatingIfNeeded: count >> shift)) }

@@ -9,7 +9,9 @@ import Testing
 /// byte, whatever the number of processes; every bench's ledger verifies
 /// with `beaconbench ledger verify`; and a generated bench syncs to a
 /// PostgreSQL server as a real one does, every row there.
-@Suite("The fleet generator: deterministic benches that verify and sync", .exclusive(.postgreSQL), .timeLimit(.minutes(20)))
+@Suite(
+    "The fleet generator: deterministic benches that verify and sync", .exclusive(.postgreSQL), .timeLimit(.minutes(20))
+)
 struct FleetGeneratorTests {
     static let devices = 200
 
@@ -18,7 +20,8 @@ struct FleetGeneratorTests {
         let output = try await runTool(
             builtProduct("beaconbench-bench"),
             [
-                "office", "generate", "--benches", String(benches), "--devices", String(devices), "--seed", String(seed),
+                "office", "generate", "--benches", String(benches), "--devices", String(devices), "--seed",
+                String(seed),
                 "--out", directory, "--jobs", String(jobs),
             ], timeout: 900)
         try #require(output.status == 0, "office generate: \(output.stderr)")
@@ -27,7 +30,9 @@ struct FleetGeneratorTests {
         return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
     }
 
-    static func files(_ manifest: [String: Any]) -> [[String: Any]] { manifest["bench_files"] as? [[String: Any]] ?? [] }
+    static func files(_ manifest: [String: Any]) -> [[String: Any]] {
+        manifest["bench_files"] as? [[String: Any]] ?? []
+    }
 
     static func table(_ file: [String: Any], _ name: String) -> (rows: Int, sha256: String) {
         let entry = (file["tables"] as? [String: Any])?[name] as? [String: Any]

@@ -135,7 +135,10 @@ struct InventoryImportTests {
             "SELECT first_seen, last_seen, battery_at FROM devices WHERE address = ?", [.text(Self.address(5))])
         #expect(
             device == [
-                [.text("2024-12-01T08:01:40.000Z"), .text("2024-12-02T08:01:40.000Z"), .text("2024-12-02T08:01:40.000Z")]
+                [
+                    .text("2024-12-01T08:01:40.000Z"), .text("2024-12-02T08:01:40.000Z"),
+                    .text("2024-12-02T08:01:40.000Z"),
+                ]
             ])
         // Rows stamped "now" take the clock: the identity's reservation,
         // the convergence, the ledger's entries of devices and runs.

@@ -36,7 +36,8 @@ struct GenerateOptions {
         func number(_ name: String, _ range: ClosedRange<Int>) throws -> Int {
             let text = try value(name)
             guard let number = Int(text), range.contains(number) else {
-                throw GeneratorError("\(name) takes a whole number from \(range.lowerBound) to \(range.upperBound), not '\(text)'")
+                throw GeneratorError(
+                    "\(name) takes a whole number from \(range.lowerBound) to \(range.upperBound), not '\(text)'")
             }
             return number
         }
@@ -147,7 +148,8 @@ func runGenerator(_ options: GenerateOptions) async throws {
 
     try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
     for index in 0..<spec.benches {
-        for suffix in ["", "-wal", "-journal"] where FileManager.default.fileExists(atPath: out + "/" + benchFileName(index) + suffix) {
+        for suffix in ["", "-wal", "-journal"]
+        where FileManager.default.fileExists(atPath: out + "/" + benchFileName(index) + suffix) {
             throw GeneratorError("\(out)/\(benchFileName(index))\(suffix) exists: give --out a new or empty directory")
         }
     }

@@ -127,7 +127,9 @@ struct BenchGenerator {
             if device.home == index {
                 var left = spec.outcomeBudget(device.number)
                 let first = min(Visit.provisionSteps, left)
-                if first > 0 { plan.visits[device.arrival].append(Visit(device: id, kind: .arrival, steps: UInt8(first))) }
+                if first > 0 {
+                    plan.visits[device.arrival].append(Visit(device: id, kind: .arrival, steps: UInt8(first)))
+                }
                 left -= first
                 var later: [Visit] = []
                 if device.reprovision && left >= Visit.provisionSteps {
@@ -348,8 +350,7 @@ struct BenchGenerator {
 
     /// One run of `visits` from `start`: its outcomes, device updates and
     /// what follows them, into `work`. Returns when it ended.
-    mutating func run(_ visits: [Visit], id: Int64, command: String, start: Int64, into work: inout DayWork) -> Int64
-    {
+    mutating func run(_ visits: [Visit], id: Int64, command: String, start: Int64, into work: inout DayWork) -> Int64 {
         var time = start
         var failed = false
         var interrupted = false
@@ -482,7 +483,8 @@ struct BenchGenerator {
 
     /// A step's status and detail line as the step would write it.
     mutating func describe(
-        _ step: String, _ position: Int, _ profile: Profile, at time: Int64, pull: Pull?, into end: inout Inventory.StepEnd
+        _ step: String, _ position: Int, _ profile: Profile, at time: Int64, pull: Pull?,
+        into end: inout Inventory.StepEnd
     ) {
         let device = traits[position]
         let known = state[position]
@@ -515,7 +517,8 @@ struct BenchGenerator {
             }
         case "trips", "events", "incidents":
             let count =
-                step == "trips" ? pull?.trips.count ?? 0 : step == "events" ? pull?.events.count ?? 0 : pull?.incidents.count ?? 0
+                step == "trips"
+                ? pull?.trips.count ?? 0 : step == "events" ? pull?.events.count ?? 0 : pull?.incidents.count ?? 0
             end.detail = "\(count) \(step), \(count) new"
         default:
             if step.hasPrefix("require battery") {

@@ -178,7 +178,8 @@ struct DeviceTraits {
         battery = 90 + random.unit() * 10
         decay = 0.03 + random.unit() * 0.07
         rssi = -55 - random.below(31)
-        powerOn = History.dayStart(arrival) - Int64(1 + random.below(30)) * History.dayMilliseconds
+        powerOn =
+            History.dayStart(arrival) - Int64(1 + random.below(30)) * History.dayMilliseconds
             - Int64(random.below(86_400_000))
         calibration = Vector(
             x: Int16(random.between(-60, 60)), y: Int16(random.between(-60, 60)), z: Int16(random.between(950, 1_050)))
