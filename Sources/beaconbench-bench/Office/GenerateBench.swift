@@ -220,6 +220,7 @@ struct BenchGenerator {
         clock.set(History.start)
         let clock = self.clock
         let inventory = try Inventory(path: path, clock: { clock.date }, benchID: benchID)
+        try await inventory.tuneForImport()
         var nextRun: Int64 = 1
         for day in 0..<History.days {
             // The office's assignments of the day, before the day's runs.
@@ -432,7 +433,7 @@ struct BenchGenerator {
             }
             var end = Inventory.StepEnd(.ok)
             if let failedStep {
-                end = Inventory.StepEnd(.skipped, detail: "not run: \(failedStep) failed")
+                end = Inventory.StepEnd(.skipped, detail: "not run: \(failedStep)")
                 duration = 0
             } else {
                 // 10 % of steps are tried again (1–3 times), 3 % fail; a
@@ -446,11 +447,11 @@ struct BenchGenerator {
                 if mayFail && random.chance(0.03) {
                     end.status = .failed
                     end.error = Self.errors[random.below(Self.errors.count)]
-                    failedStep = step
+                    failedStep = "\(step) failed"
                     visitFailed = true
                 } else {
                     describe(step, position, profile, at: stepStart, pull: pull, into: &end)
-                    if end.status == .skipped { failedStep = step }
+                    if end.status == .skipped { failedStep = "\(step) is not met" }
                 }
             }
             if interruptLast && stepIndex == steps.count - 1 && end.status != .skipped
