@@ -7,11 +7,8 @@ import Testing
 /// `beaconbench-bench office generate` (docs/office.md, "The fleet
 /// generator"), run as built: the same seed gives the same fleet, byte for
 /// byte, whatever the number of processes; every bench's ledger verifies
-/// with `beaconbench ledger verify`; and a generated bench syncs to a
-/// PostgreSQL server as a real one does, every row there.
-@Suite(
-    "The fleet generator: deterministic benches that verify and sync", .exclusive(.postgreSQL), .timeLimit(.minutes(20))
-)
+/// with `beaconbench ledger verify`; a bench file is never written over.
+@Suite("The fleet generator: deterministic benches whose ledgers verify", .timeLimit(.minutes(20)))
 struct FleetGeneratorTests {
     static let devices = 200
 
@@ -92,6 +89,27 @@ struct FleetGeneratorTests {
         #expect(guests == [[.integer(Int64(Self.devices / 10))]])
     }
 
+    @Test func aMissingSeedIsAUsageErrorAndABenchFileIsNeverWrittenOver() async throws {
+        let directory = try scratchDirectory("fleet-refused")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let bench = builtProduct("beaconbench-bench")
+        let noSeed = try await runTool(bench, ["office", "generate", "--devices", "5", "--out", directory])
+        #expect(noSeed.status == 2, "\(noSeed.stderr)")
+        #expect(noSeed.stderr.contains("--seed is needed"), "\(noSeed.stderr)")
+        let existing = directory + "/bench-000.sqlite"
+        try Data("not a bench".utf8).write(to: URL(fileURLWithPath: existing))
+        let over = try await runTool(
+            bench, ["office", "generate", "--devices", "5", "--seed", "1", "--out", directory], timeout: 300)
+        #expect(over.status == 1, "\(over.stderr)")
+        #expect(over.stderr.contains("bench-000.sqlite exists"), "\(over.stderr)")
+        #expect(try String(contentsOfFile: existing, encoding: .utf8) == "not a bench")
+        #expect(!FileManager.default.fileExists(atPath: directory + "/manifest.json"))
+    }
+}
+
+/// Generated benches against a PostgreSQL server of the test's own.
+@Suite("The fleet generator: generated benches sync whole", .exclusive(.postgreSQL), .timeLimit(.minutes(20)))
+struct FleetGeneratorSyncTests {
     /// Two generated benches sync to one server: every row of each is
     /// there (row by row), every identity is claimed once, and the sync's
     /// own checks of profiles, identities and assignments take the data.
@@ -99,9 +117,9 @@ struct FleetGeneratorTests {
         try await withPostgres { server in
             let directory = try scratchDirectory("fleet-sync")
             defer { try? FileManager.default.removeItem(atPath: directory) }
-            let manifest = try await Self.generate(directory, seed: 7, benches: 2, jobs: 2)
+            let manifest = try await FleetGeneratorTests.generate(directory, seed: 7, benches: 2, jobs: 2)
             var identities = 0
-            for file in Self.files(manifest) {
+            for file in FleetGeneratorTests.files(manifest) {
                 let path = directory + "/" + (file["file"] as? String ?? "")
                 let sync = try await runTool(
                     builtProduct("beaconbench"), ["--inventory", path, "sync", "--to", server.url], timeout: 600)
@@ -114,9 +132,9 @@ struct FleetGeneratorTests {
                 #expect(bench == file["bench_id"] as? String)
                 let differences = try await RowByRow.differences(inventory, server, bench: bench)
                 #expect(differences.isEmpty, "\(differences.prefix(10))")
-                identities += Self.table(file, "identities").rows
+                identities += FleetGeneratorTests.table(file, "identities").rows
                 let claimed = try await server.rows("SELECT count(*) FROM identity_claims WHERE bench_id = '\(bench)'")
-                #expect(claimed == [[String(Self.table(file, "identities").rows)]])
+                #expect(claimed == [[String(FleetGeneratorTests.table(file, "identities").rows)]])
             }
             #expect(try await server.rows("SELECT count(*) FROM identity_claims") == [[String(identities)]])
             // One identity per device across the fleet (the benches' majors differ).
