@@ -60,11 +60,11 @@ extension Inventory {
                 INSERT INTO claims(device, run_id, host, pid, claimed_at) VALUES (?, ?, ?, ?, ?)
                 ON CONFLICT(device) DO UPDATE SET run_id = excluded.run_id, host = excluded.host, pid = excluded.pid,
                     claimed_at = excluded.claimed_at
-                """, [.text(address), .integer(run), .text(host), .integer(pid), .text(Self.timestamp(Date()))])
+                """, [.text(address), .integer(run), .text(host), .integer(pid), .text(Self.timestamp(clock()))])
             guard let step else { return (.claimed(from: previous), nil) }
             try database.run(
                 "INSERT INTO outcomes(run_id, device, step, status, started_at) VALUES (?, ?, ?, 'running', ?)",
-                [.integer(run), .text(address), .text(step), .text(Self.timestamp(Date()))])
+                [.integer(run), .text(address), .text(step), .text(Self.timestamp(clock()))])
             return (.claimed(from: previous), database.lastInsertRowID)
         }
     }
@@ -74,7 +74,7 @@ extension Inventory {
     /// forgotten device worked on again is remembered (`forgotten_at`
     /// cleared).
     func ensureDeviceRow(_ address: String) throws {
-        let now = Self.timestamp(Date())
+        let now = Self.timestamp(clock())
         try database.run(
             """
             INSERT INTO devices(address, mac_ending, first_seen, last_seen) VALUES (?, ?, ?, ?)

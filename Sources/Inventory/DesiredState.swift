@@ -430,7 +430,7 @@ extension Inventory {
         guard try hasAssignments() else { return }
         try database.run(
             "UPDATE assignments SET converged_at = ?, converged_run = ? WHERE address = ?",
-            [.text(Self.timestamp(Date())), .integer(run), .text(address.uppercased())])
+            [.text(Self.timestamp(clock())), .integer(run), .text(address.uppercased())])
     }
 
     /// What was last observed of each assigned device, with when.

@@ -182,7 +182,7 @@ extension Inventory {
                     [
                         .integer(major), .integer(Int64(chosen)), .text(address),
                         .text(proposed == chosen ? "server" : columns.source), SQLiteValue(columns.profile),
-                        SQLiteValue(run), .text(Self.timestamp(Date())),
+                        SQLiteValue(run), .text(Self.timestamp(clock())),
                     ])
             }
             return IdentityReservation(identity: BeaconIdentity(major: plan.major, minor: chosen), note: note)

@@ -26,6 +26,11 @@ public actor Inventory {
     /// Stored values that failed their checks, since the last `takeStoredFindings` (StoredValues.swift).
     var storedFindingLog = StoredFindingLog()
 
+    /// The time this inventory stamps on what it writes: the rows' times
+    /// and the ledger's entries. The wall clock, except for the fleet
+    /// generator (`init(path:clock:benchID:)`, InventoryImport.swift).
+    let clock: @Sendable () -> Date
+
     /// Opens (creating and migrating) the inventory at `path`: a new file is
     /// made mode 0600, a symbolic link is followed only to an existing
     /// regular file (`path` is then that file's).
@@ -60,7 +65,11 @@ public actor Inventory {
 
     static func recordsLedger(environment: [String: String]) -> Bool { environment["BEACONBENCH_LEDGER"] != "off" }
 
-    init(path: String, readOnly: Bool, recordsLedger: Bool) throws {
+    init(
+        path: String, readOnly: Bool, recordsLedger: Bool, clock: @escaping @Sendable () -> Date = { Date() },
+        benchID: String? = nil
+    ) throws {
+        self.clock = clock
         try Database.checkName(path)
         if readOnly, try Database.resolve(path) != nil {
             database = try Database(path: path, readOnly: true)
@@ -100,20 +109,21 @@ public actor Inventory {
         // The reserve as soon as the schema is in place, while there is room.
         Self.makeReserve(at: database.path + "-reserve")
         try database.run(
-            "INSERT OR IGNORE INTO meta(key, value) VALUES ('bench_id', ?)", [.text(UUID().uuidString.lowercased())])
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('bench_id', ?)",
+            [.text(benchID ?? UUID().uuidString.lowercased())])
         let bench = try database.rows("SELECT value FROM meta WHERE key = 'bench_id'").first?.first?.text ?? ""
         if recordsLedger {
-            try LedgerRecorder.begin(database, bench: bench, at: Self.timestamp(Date()))
-            database.ledger = LedgerRecorder { Self.timestamp(Date()) }
+            try LedgerRecorder.begin(database, bench: bench, at: Self.timestamp(clock()))
+            database.ledger = LedgerRecorder { Self.timestamp(clock()) }
         }
-        try Self.markInterrupted(database)
+        try Self.markInterrupted(database, now: clock())
     }
 
     /// Marks runs whose process is gone as interrupted, with their running steps.
-    static func markInterrupted(_ database: Database) throws {
+    static func markInterrupted(_ database: Database, now date: Date) throws {
         let host = ProcessInfo.processInfo.hostName
         let open = try database.rows("SELECT id, host, pid FROM runs WHERE status = 'running'")
-        let now = timestamp(Date())
+        let now = timestamp(date)
         for row in open {
             guard let id = row[0].integer else { continue }
             let sameHost = row[1].text == host
@@ -183,7 +193,7 @@ public actor Inventory {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?)
             """,
             [
-                .text(Self.timestamp(Date())), .text(info.command), SQLiteValue(info.sha256), .text(info.operatorName),
+                .text(Self.timestamp(clock())), .text(info.command), SQLiteValue(info.sha256), .text(info.operatorName),
                 .text(ProcessInfo.processInfo.hostName), .integer(Int64(getpid())), SQLiteValue(info.adapter),
                 SQLiteValue(info.options), .integer(info.simulated ? 1 : 0),
             ])
@@ -200,10 +210,10 @@ public actor Inventory {
             try database.inTransaction {
                 try database.run(
                     "UPDATE outcomes SET status = 'interrupted', ended_at = ?, error = ? WHERE run_id = ? AND status = 'running'",
-                    [.text(Self.timestamp(Date())), .text(reason ?? "the run ended"), .integer(id)])
+                    [.text(Self.timestamp(clock())), .text(reason ?? "the run ended"), .integer(id)])
                 try database.run(
                     "UPDATE runs SET status = ?, ended_at = ? WHERE id = ?",
-                    [.text(status.rawValue), .text(Self.timestamp(Date())), .integer(id)])
+                    [.text(status.rawValue), .text(Self.timestamp(clock())), .integer(id)])
             }
         }
         do {
@@ -275,7 +285,7 @@ public actor Inventory {
     public func beginStep(run: Int64, device: String?, step: String) throws -> Int64 {
         try database.run(
             "INSERT INTO outcomes(run_id, device, step, status, started_at) VALUES (?, ?, ?, 'running', ?)",
-            [.integer(run), SQLiteValue(device), .text(step), .text(Self.timestamp(Date()))])
+            [.integer(run), SQLiteValue(device), .text(step), .text(Self.timestamp(clock()))])
         return database.lastInsertRowID
     }
 
@@ -294,7 +304,7 @@ public actor Inventory {
             """,
             [
                 .text(status.rawValue), SQLiteValue(detail), SQLiteValue(error), SQLiteValue(before),
-                SQLiteValue(after), .text(Self.timestamp(Date())), SQLiteValue(durationMilliseconds),
+                SQLiteValue(after), .text(Self.timestamp(clock())), SQLiteValue(durationMilliseconds),
                 .integer(Int64(retries)), .integer(id),
             ])
     }
@@ -372,7 +382,7 @@ public actor Inventory {
                         firmware: reading.firmware)
                 }
             }
-            let now = Self.timestamp(Date())
+            let now = Self.timestamp(clock())
             let changed = try database.run(
                 """
                 UPDATE outcomes SET status = ?, detail = ?, error = ?, before = ?, after = ?, ended_at = ?,
@@ -412,7 +422,7 @@ public actor Inventory {
     /// one commit): a step with nothing in flight to be found after a kill.
     @discardableResult
     public func recordStep(run: Int64, device: String?, step: String, _ end: StepEnd) throws -> Int64 {
-        let now = Self.timestamp(Date())
+        let now = Self.timestamp(clock())
         try database.run(
             """
             INSERT INTO outcomes(run_id, device, step, status, detail, error, before, after, started_at, ended_at,
@@ -439,7 +449,7 @@ public actor Inventory {
     public func abandonSteps(run: Int64, reason: String) throws {
         try database.run(
             "UPDATE outcomes SET status = 'interrupted', ended_at = ?, error = ? WHERE run_id = ? AND status = 'running'",
-            [.text(Self.timestamp(Date())), .text(reason), .integer(run)])
+            [.text(Self.timestamp(clock())), .text(reason), .integer(run)])
     }
 
     /// Records many finished outcomes in one transaction (imports,
@@ -449,7 +459,7 @@ public actor Inventory {
     )
         throws
     {
-        let now = Self.timestamp(Date())
+        let now = Self.timestamp(clock())
         try database.inTransaction {
             let statement = try database.prepare(
                 "INSERT INTO outcomes(run_id, device, step, status, detail, started_at, ended_at) VALUES (?, ?, ?, ?, ?, ?, ?)"

@@ -41,7 +41,7 @@ extension Inventory {
     /// does, except that an ending several devices share is reported
     /// `ambiguous` and nothing of it is forgotten.
     public func forget(_ addresses: [String]) throws -> ForgetReport {
-        let now = Self.timestamp(Date())
+        let now = Self.timestamp(clock())
         return try database.inTransaction {
             var report = ForgetReport()
             var kept: [String] = []

@@ -46,7 +46,7 @@ extension Inventory {
     public func recordCheckpoint(size: Int, root: Digest, note: String) throws {
         try database.run(
             "INSERT INTO ledger_checkpoints(size, root, note, made_at) VALUES (?, ?, ?, ?)",
-            [.integer(Int64(size)), .blob(root.bytes), .text(note), .text(Self.timestamp(Date()))])
+            [.integer(Int64(size)), .blob(root.bytes), .text(note), .text(Self.timestamp(clock()))])
     }
 
     /// Every checkpoint kept, oldest first.

@@ -16,6 +16,7 @@ func officeMain(_ arguments: [String]) async throws -> Never {
     let rest = Array(arguments.dropFirst())
     switch subcommand {
     case "migrate": try await officeMigrate(rest)
+    case "generate": try await generateFleet(rest)
     default:
         _ = rest
         officeUsage("unknown office subcommand '\(subcommand)'")
