@@ -74,7 +74,8 @@ public final class ServerIdentities: SharedIdentities, Sendable {
                         bench: self.benchID)
                 case .blocks:
                     let (minor, leased) = try Self.claimFromBlocks(
-                        on: server, address: address, major: major, preferred: preferred, bench: self.benchID)
+                        on: server, address: address, major: major, preferred: preferred, floor: floor,
+                        bench: self.benchID)
                     if leased > 0 { self.leases.withLock { $0 += leased } }
                     return minor
                 }
@@ -139,8 +140,9 @@ public final class ServerIdentities: SharedIdentities, Sendable {
             return try claimLocked(
                 on: server, address: address, major: major, preferred: preferred, floor: floor, bench: bench)
         case .blocks:
-            return try claimFromBlocks(on: server, address: address, major: major, preferred: preferred, bench: bench)
-                .minor
+            return try claimFromBlocks(
+                on: server, address: address, major: major, preferred: preferred, floor: floor, bench: bench
+            ).minor
         }
     }
 
@@ -160,18 +162,28 @@ public final class ServerIdentities: SharedIdentities, Sendable {
 
     /// One claim, one round trip (schema 9): the server's
     /// `beaconbench_claim_identity` (`blocksSchema`), which takes no lock
-    /// beyond the rows it writes. Returns the minor and how many blocks
+    /// beyond the rows it writes. A `preferred` minor one above `floor`
+    /// (the bench's highest) is a `sequential` profile's next one: the
+    /// bench's block gives the next minor instead. Any other (a beacon's
+    /// own minor, kept) is taken where no other device has it and it is in
+    /// no other bench's live block. Returns the minor and how many blocks
     /// were leased for it.
     static func claimFromBlocks(
-        on server: PostgresConnection, address: String, major: UInt16, preferred: UInt16, bench: String
+        on server: PostgresConnection, address: String, major: UInt16, preferred: UInt16, floor: UInt16,
+        bench: String
     ) throws(SyncError) -> (minor: UInt16, leased: Int) {
+        let sequential = Int(preferred) == Int(floor) + 1
         let row =
             try server.exec(
                 """
                 SELECT claim_outcome, claim_minor::text, blocks_leased::text
-                FROM beaconbench_claim_identity($1::bigint, $2::bigint, $3::text, $4::text, $5::text, $6::bigint)
+                FROM beaconbench_claim_identity(
+                    $1::bigint, $2::bigint, $3::text, $4::text, $5::text, $6::bigint, $7::boolean)
                 """,
-                [String(major), String(preferred), address, bench, Date().ISO8601Format(), String(blockSize)]
+                [
+                    String(major), String(preferred), address, bench, Date().ISO8601Format(), String(blockSize),
+                    sequential ? "true" : "false",
+                ]
             ).first ?? []
         let outcome = row.first ?? nil
         let cell = row.count > 1 ? row[1] : nil
@@ -306,15 +318,17 @@ public final class ServerIdentities: SharedIdentities, Sendable {
         -- One claim (ServerIdentities.claimFromBlocks), each statement with a
         -- snapshot of its own (READ COMMITTED), no lock held but the rows
         -- written. In order: the device's claim under the major; else the
-        -- preferred minor when no other device claimed or holds it and it is
-        -- not in another bench's live block; else the next free minor of the
+        -- preferred minor (not a sequential next one) when no other device
+        -- claimed or holds it and it is not in another bench's live block;
+        -- else the next free minor of the
         -- bench's live blocks (a block with none left is marked used up);
         -- else a block leased (the lowest free one, SKIP LOCKED: benches
         -- leasing at once take different ones); else the lowest free minor
         -- anywhere. A minor taken meanwhile is tried again (ON CONFLICT DO
         -- NOTHING; the primary key decides).
         CREATE OR REPLACE FUNCTION beaconbench_claim_identity(
-            p_major bigint, p_preferred bigint, p_address text, p_bench text, p_at text, p_size bigint)
+            p_major bigint, p_preferred bigint, p_address text, p_bench text, p_at text, p_size bigint,
+            p_sequential boolean)
         RETURNS TABLE (claim_outcome text, claim_minor bigint, blocks_leased integer)
         LANGUAGE plpgsql AS $fn$
         DECLARE
@@ -332,7 +346,7 @@ public final class ServerIdentities: SharedIdentities, Sendable {
                 END IF;
                 v_elsewhere := EXISTS (SELECT 1 FROM identity_claims c WHERE c.address = p_address);
                 v_minor := NULL;
-                IF p_preferred BETWEEN 0 AND 65535
+                IF NOT p_sequential AND p_preferred BETWEEN 0 AND 65535
                     AND NOT EXISTS (SELECT 1 FROM identity_claims c WHERE c.major = p_major AND c.minor = p_preferred)
                     AND NOT EXISTS (
                         SELECT 1 FROM devices d WHERE d.major = p_major AND d.minor = p_preferred AND d.address <> p_address)
