@@ -247,7 +247,9 @@ public final class ServerIdentities: SharedIdentities, Sendable {
     }
 
     /// The census of `major` on the server at `url`.
-    public static func census(url: String, major: UInt16, addressPrefix: String, benchPrefix: String) async throws
+    public static func census(
+        url: String, major: UInt16, addressPrefix: String, benchPrefix: String
+    ) async throws
         -> Census
     {
         try await withCheckedThrowingContinuation { continuation in
@@ -288,7 +290,9 @@ public final class ServerIdentities: SharedIdentities, Sendable {
                             FROM minor_blocks WHERE major = $1 AND starts_with(bench_id, $2) GROUP BY 1
                             """, [majorText, benchPrefix])
                         {
-                            if let state = row[0], let count = row[1].flatMap({ Int($0) }) { census.blocks[state] = count }
+                            if let state = row[0], let count = row[1].flatMap({ Int($0) }) {
+                                census.blocks[state] = count
+                            }
                         }
                         return census
                     })

@@ -164,7 +164,8 @@ struct IdentityBlocksTests {
                     "UPDATE identity_claims SET claimed_at = '2026-01-01T00:00:00Z' WHERE major = 610")
             }
             await #expect(try scene.sync(bench).waitForExit().status >> 8 == 0)
-            #expect(try await Self.blocks(scene.server, major: 610) == [["0", id, "returned"], ["64", "other", "live"]])
+            #expect(
+                try await Self.blocks(scene.server, major: 610) == [["0", id, "returned"], ["64", "other", "live"]])
             #expect(try await Self.blocks(scene.server, major: 611) == [["0", id, "live"]])
         }
     }
@@ -192,7 +193,8 @@ struct IdentityBlocksTests {
                 try await server.count("SELECT count(*) FROM identity_claims WHERE bench_id = 'doomed'") >= 20
             }
             try #require(
-                claiming, "the worker ended: \((try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? "")")
+                claiming,
+                "the worker ended: \((try? String(contentsOfFile: directory + "/err", encoding: .utf8)) ?? "")")
             worker.send(SIGKILL)
             _ = await onThreadOfItsOwn { worker.waitForExit() }
             let doomed = try await server.rows(

@@ -170,7 +170,9 @@ func officeClaims(_ arguments: [String]) async throws -> Never {
         print(
             "identity claims: \(benches) benches (processes) at once, one major, \(perBench) claims each;"
                 + " \(PostgresNameOnly.describe(url)); load average \(runs.first?.loadAverage ?? "?")")
-        print("design  major  claims  seconds  claims/s  p50 ms  p99 ms  max ms  errors  duplicates  blocks leased/returned")
+        print(
+            "design  major  claims  seconds  claims/s  p50 ms  p99 ms  max ms  errors  duplicates  blocks leased/returned"
+        )
         for run in runs {
             print(
                 [
@@ -401,7 +403,8 @@ func claimWorker(_ arguments: [String]) async throws -> Never {
             minors.append(-1)
         }
         let elapsed = ContinuousClock.now - begun
-        latencies.append(Int(elapsed.components.seconds * 1_000_000 + elapsed.components.attoseconds / 1_000_000_000_000))
+        latencies.append(
+            Int(elapsed.components.seconds * 1_000_000 + elapsed.components.attoseconds / 1_000_000_000_000))
     }
     let ended = Date().timeIntervalSince1970
     var returned = 0
