@@ -183,6 +183,11 @@ func officeClaims(_ arguments: [String]) async throws -> Never {
                     "\(run.blocksLeased)/\(run.blocksReturned)",
                 ].joined(separator: "  "))
         }
+        for run in runs where !run.blocks.isEmpty {
+            print(
+                "\(run.design): the run's blocks afterwards: "
+                    + run.blocks.sorted { $0.key < $1.key }.map { "\($0.value) \($0.key)" }.joined(separator: ", "))
+        }
         if runs.count == 2, runs[1].claimsPerSecond > 0, runs[0].p99Milliseconds > 0 {
             print(
                 "blocks vs lock: \(format(runs[0].claimsPerSecond / runs[1].claimsPerSecond, 1)) × the claims/s,"
