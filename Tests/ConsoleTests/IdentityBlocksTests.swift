@@ -134,6 +134,21 @@ struct IdentityBlocksTests {
                 let third = try Self.claims(connection, bench: "C", major: 600, count: 2, prefix: "C6:00:00:02:")
                 return (first, second, returned, idle, stale, third)
             }
+            // A kept minor (not one above the bench's highest) is taken where
+            // it is free and in no other bench's live block: not in C's.
+            let (inLiveBlock, inFreeBlock) = try await onThreadOfItsOwn { () throws -> (UInt16, UInt16) in
+                let connection = try PostgresConnection(url)
+                return (
+                    try ServerIdentities.claim(
+                        on: connection, address: "C6:00:00:03:00:00", major: 600, preferred: UInt16(size + 20),
+                        floor: 0, bench: "D"),
+                    try ServerIdentities.claim(
+                        on: connection, address: "C6:00:00:03:00:01", major: 600, preferred: 1_000, floor: 0,
+                        bench: "D")
+                )
+            }
+            #expect(inLiveBlock == UInt16(2 * size), "D leased a block of its own: \(inLiveBlock)")
+            #expect(inFreeBlock == 1_000)
             #expect(first == (1...UInt16(size + 6)).map { $0 })
             #expect(returned == 1, "A's live block (its second) is given back; its used-up first stays A's")
             #expect(second == (UInt16(size + 7)...UInt16(size + 11)).map { $0 }, "B leased A's block again")
@@ -141,7 +156,9 @@ struct IdentityBlocksTests {
             #expect(stale == 1)
             #expect(third == [UInt16(size + 12), UInt16(size + 13)], "C leased the same block a third time")
             let blocks = try await Self.blocks(server, major: 600)
-            #expect(blocks == [["0", "A", "used up"], [String(size), "C", "live"]], "\(blocks)")
+            #expect(
+                blocks == [["0", "A", "used up"], [String(size), "C", "live"], [String(2 * size), "D", "live"]],
+                "\(blocks)")
         }
     }
 
