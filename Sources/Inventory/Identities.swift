@@ -257,7 +257,9 @@ public protocol SharedIdentities: Sendable {
     var location: String { get }
     /// Claims an identity for `address` under `major`: the minor the server
     /// already has for it under that major; else `preferred` when no other
-    /// device has it there; else the next free minor above everything the
-    /// server knows and above `floor`.
+    /// device has it there; else a free minor the server gives (from the
+    /// bench's leased block: `ServerIdentities`; a `preferred` of `floor`
+    /// + 1, a sequential next one, is left to the block). `floor` is the
+    /// highest minor the bench knows under the major.
     func claim(address: String, major: UInt16, preferred: UInt16, floor: UInt16) async throws -> UInt16
 }

@@ -225,6 +225,8 @@ public enum InventorySync {
                 AND major BETWEEN 0 AND 65535 AND minor BETWEEN 0 AND 65535
             ON CONFLICT DO NOTHING
             """, [benchID])
+        // Blocks of minors this bench leased and left idle for a day go back (ServerIdentities).
+        try ServerIdentities.returnBlocks(on: server, bench: benchID, idleFor: ServerIdentities.idleBlockSeconds)
         try server.exec(
             "UPDATE benches SET last_sync = $2 WHERE bench_id = $1",
             [benchID, Date().ISO8601Format()])

@@ -20,6 +20,8 @@ enum ServerSchema {
         ("forgotten devices, simulated runs", forgottenAndSimulated),
         ("desired state: assignments fleet-wide, their conflicts", ServerAssignments.schema),
         ("every bench's ledger, append-only; its checkpoints; rewrites refused", ServerLedger.schema),
+        // 9 once merged after 7 and 8 (issue 31); idempotent wherever it lands.
+        ("identity claims from blocks of minors leased per bench", ServerIdentities.blocksSchema),
     ]
 
     /// The slow parts of the migrations above, done after their

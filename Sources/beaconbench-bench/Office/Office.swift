@@ -17,6 +17,7 @@ func officeMain(_ arguments: [String]) async throws -> Never {
     switch subcommand {
     case "migrate": try await officeMigrate(rest)
     case "generate": try await generateFleet(rest)
+    case "claims": try await officeClaims(rest)
     default:
         _ = rest
         officeUsage("unknown office subcommand '\(subcommand)'")
