@@ -49,7 +49,7 @@ final class ServerReportReading: ReportReading {
     func devices() throws -> (columns: [String], rows: RowStream<[SQLiteValue]>) {
         // The columns come with the first fetch: ask for none to learn them.
         let columns = try snapshot.connection.query("SELECT * FROM fleet_devices LIMIT 0").columns
-        let cursor = try snapshot.cursor("SELECT * FROM fleet_devices ORDER BY address", batch: 5_000)
+        let cursor = try snapshot.cursor("SELECT * FROM fleet_devices ORDER BY address", batch: 2_000)
         let log = log
         return (
             columns,
@@ -71,7 +71,7 @@ final class ServerReportReading: ReportReading {
                 c.major, c.minor, CASE WHEN c.major IS NULL THEN NULL ELSE 'claimed by bench ' || left(c.bench_id, 8) END,
                 f.benches::text
             FROM fleet_devices f LEFT JOIN identity_claims c ON c.address = f.address ORDER BY f.address
-            """, batch: 5_000)
+            """, batch: 2_000)
         return stream(cursor, DeviceRows.auditSubject)
     }
 
