@@ -352,6 +352,9 @@ extension PostgresConnection {
     func snapshot<T>(_ body: (PostgresSnapshot) throws -> T) throws -> T {
         try exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         do {
+            // Every cursor is read to its end: plan for the whole result
+            // (the default, 0.1, favours a fast first row).
+            try exec("SET LOCAL cursor_tuple_fraction = 1")
             let value = try body(PostgresSnapshot(self))
             try exec("COMMIT")
             return value

@@ -12,7 +12,9 @@ import Profiles
 /// `auditSubjects`, `deviceTable`), their findings logged.
 ///
 /// Indexes: the readings stream is `readings_by_device_at` (server
-/// migration 8) read in order, no sort; devices and subjects are the
+/// migration 8) read in order, index only, no sort — so a reading's
+/// findings name it by device and time (its key, bench and id, is not in
+/// the index; the array read `history` names it by those); devices and subjects are the
 /// `fleet_devices` aggregate in address order (`devices_by_address`);
 /// activity is aggregated by the server to one row per device, day and
 /// bench; problems are the failed and skipped outcomes by device.
@@ -78,7 +80,7 @@ final class ServerReportReading: ReportReading {
     func readings(since: Date?) throws -> RowStream<BatteryReading> {
         let cursor = try snapshot.cursor(
             """
-            SELECT device, at, battery, bench_id, local_id FROM readings
+            SELECT device, at, battery, device, at FROM readings
             WHERE battery IS NOT NULL AND ($1::text IS NULL OR at >= $1) ORDER BY device, at
             """, [since.map(ServerInventory.timestamp)])
         return stream(cursor, Inventory.reading)
