@@ -68,20 +68,28 @@ extension FleetReport {
             let address = device?.address
             let chosen = device.map { everyone || DeviceFilter.chooses(filters, $0) } ?? false
             var subject: AuditSubject?
-            try subjects.take(upTo: address) { fold.holder($0) } own: { found in
+            try subjects.take(upTo: address) {
+                fold.holder($0)
+            } own: { found in
                 fold.holder(found)
                 if subject == nil { subject = found }
             }
             var points: [BatteryReading] = []
-            try readings.take(upTo: address) { if everyone { fold.trend.add($0) } } own: { reading in
+            try readings.take(upTo: address) {
+                if everyone { fold.trend.add($0) }
+            } own: { reading in
                 guard chosen else { return }
                 fold.trend.add(reading)
                 points.append(reading)
             }
-            try activity.take(upTo: address) { if everyone { fold.activity.add($0) } } own: {
+            try activity.take(upTo: address) {
+                if everyone { fold.activity.add($0) }
+            } own: {
                 if chosen { fold.activity.add($0) }
             }
-            try problems.take(upTo: address) { if everyone { fold.add(problem: $0) } } own: {
+            try problems.take(upTo: address) {
+                if everyone { fold.add(problem: $0) }
+            } own: {
                 if chosen { fold.add(problem: $0) }
             }
             guard let device, chosen else { return }
@@ -296,7 +304,9 @@ extension FleetReport {
             let hasDevice = count.device != nil
             let cellKey = "\(day)\u{1F}\(bench)"
             let weekKey = "\(week)\u{1F}\(bench)"
-            if hasDevice, seenDay.insert(cellKey).inserted { days[day, default: [:]][bench, default: Cell()].devices += 1 }
+            if hasDevice, seenDay.insert(cellKey).inserted {
+                days[day, default: [:]][bench, default: Cell()].devices += 1
+            }
             if hasDevice, seenWeek.insert(weekKey).inserted {
                 weeks[week, default: [:]][bench, default: Cell()].devices += 1
             }
@@ -469,7 +479,8 @@ extension FleetReport {
             let findingCodes = findings.map(\.code)
             for code in findingCodes { self.findingCodes.insert(code) }
             var crossingDays: Int?
-            if let at = projection?.crossing, let days = Int(exactly: (at.timeIntervalSince(now) / 86_400).rounded(.down))
+            if let at = projection?.crossing,
+                let days = Int(exactly: (at.timeIntervalSince(now) / 86_400).rounded(.down))
             {
                 crossingDays = at <= now ? min(-1, days) : days
             }
@@ -495,10 +506,13 @@ extension FleetReport {
             // Firmware: the 8 most common versions, the rest as "other".
             let top = overall.sorted { ($1.value, $0.key) < ($0.value, $1.key) }.prefix(8).map(\.key)
             let shownVersions = Set(top)
-            report.firmwareVersions = top.sorted(by: FleetReport.versionOrder) + (overall.count > top.count ? ["other"] : [])
+            report.firmwareVersions =
+                top.sorted(by: FleetReport.versionOrder) + (overall.count > top.count ? ["other"] : [])
             report.firmware = firmware.sorted { $0.key < $1.key }.map { profile, versions in
                 var counts: [String: Int] = [:]
-                for (version, count) in versions { counts[shownVersions.contains(version) ? version : "other", default: 0] += count }
+                for (version, count) in versions {
+                    counts[shownVersions.contains(version) ? version : "other", default: 0] += count
+                }
                 return (profile, report.firmwareVersions.map { Count($0, counts[$0] ?? 0) })
             }
             // Calibration.

@@ -36,7 +36,8 @@ public final class ReportRowsFile: @unchecked Sendable {
     deinit { close(descriptor) }
 
     func fail(_ what: String) -> OutputFile.Refusal {
-        OutputFile.Refusal(path: directory, reason: "cannot \(what) the report's rows: \(String(cString: strerror(errno)))")
+        OutputFile.Refusal(
+            path: directory, reason: "cannot \(what) the report's rows: \(String(cString: strerror(errno)))")
     }
 
     /// One row's JSON, after the others.
@@ -58,7 +59,9 @@ public final class ReportRowsFile: @unchecked Sendable {
     func flush() throws(OutputFile.Refusal) {
         var offset = 0
         while offset < buffer.count {
-            let written = buffer[offset...].withUnsafeBytes { pwrite(descriptor, $0.baseAddress, $0.count, off_t(bytes)) }
+            let written = buffer[offset...].withUnsafeBytes {
+                pwrite(descriptor, $0.baseAddress, $0.count, off_t(bytes))
+            }
             if written < 0 {
                 if errno == EINTR { continue }
                 throw fail("write")
@@ -106,7 +109,9 @@ extension ReportPage {
             try writer.write(
                 "<script type=\"application/octet-stream\" id=\"report-data\" data-encoding=\"deflate\">")
             var pending: [UInt8] = []
-            func emit(_ bytes: [UInt8]?, _ writer: inout OutputFile.Writer, last: Bool = false) throws(OutputFile.Refusal) {
+            func emit(
+                _ bytes: [UInt8]?, _ writer: inout OutputFile.Writer, last: Bool = false
+            ) throws(OutputFile.Refusal) {
                 guard let bytes else { throw rows.fail("deflate") }
                 pending.append(contentsOf: bytes)
                 let whole = last ? pending.count : pending.count / 3 * 3

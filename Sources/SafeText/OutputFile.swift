@@ -144,7 +144,8 @@ public enum OutputFile {
                 try produce(&writer)
                 try writer.flush()
             } catch {
-                failure = error.reason.hasPrefix("cannot be written: ") ? String(error.reason.dropFirst(19)) : error.reason
+                failure =
+                    error.reason.hasPrefix("cannot be written: ") ? String(error.reason.dropFirst(19)) : error.reason
             }
         }
         if failure == nil, fsync(descriptor) != 0 { failure = reason(errno) }

@@ -130,8 +130,10 @@ struct ReportMemoryTests {
                 print("report of \(devices) devices, \(devices * readings) readings: peak RSS \(run.peakMiB) MiB")
                 peaks.append(run.peakMiB)
             }
-            #expect(peaks.allSatisfy { $0 < 128 }, "peak RSS \(peaks) MiB: the bound is 256, streaming keeps it far below")
-            #expect(peaks[1] < peaks[0] + 8, "peak RSS grew from \(peaks[0]) to \(peaks[1]) MiB with a fleet 4 × larger")
+            #expect(
+                peaks.allSatisfy { $0 < 128 }, "peak RSS \(peaks) MiB: the bound is 256, streaming keeps it far below")
+            #expect(
+                peaks[1] < peaks[0] + 8, "peak RSS grew from \(peaks[0]) to \(peaks[1]) MiB with a fleet 4 × larger")
         }
     }
 }

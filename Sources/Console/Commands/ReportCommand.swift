@@ -150,7 +150,8 @@ extension Session {
         }
         var written = 0
         do {
-            try OutputFile.write(to: command.output, protecting: protectedFiles()) { writer throws(OutputFile.Refusal) in
+            try OutputFile.write(to: command.output, protecting: protectedFiles()) {
+                writer throws(OutputFile.Refusal) in
                 try ReportPage.write(report, tableHead: tableHead, rows: rows, to: &writer)
                 written = writer.count
             }
