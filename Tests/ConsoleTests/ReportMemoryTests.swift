@@ -11,7 +11,8 @@ import Testing
 /// (through a small python3 parent, `measure`);
 /// both well under the 256 MB bound, the larger no more than a few MB above
 /// the smaller (the arrays it replaced grew about 600 B per reading: +180 MB
-/// here).
+/// here). And a connection lost in the middle of the streams: read again
+/// once from the beginning, then exit 3 with no page.
 @Suite(
     "the fleet report's memory at fleet scale", .serialized, .exclusive(.postgreSQL, .heavyLoad),
     .timeLimit(.minutes(10)))
@@ -134,6 +135,72 @@ struct ReportMemoryTests {
                 peaks.allSatisfy { $0 < 128 }, "peak RSS \(peaks) MiB: the bound is 256, streaming keeps it far below")
             #expect(
                 peaks[1] < peaks[0] + 8, "peak RSS grew from \(peaks[0]) to \(peaks[1]) MiB with a fleet 4 × larger")
+        }
+    }
+
+    /// The pid of a beaconbench connection in the middle of a stream (its
+    /// last statement a `FETCH`), other than `not`; waits for one (at most
+    /// two minutes, then fails naming what it waited for).
+    static func streaming(_ server: LocalPostgres, not: String? = nil) async throws -> String {
+        let deadline = ContinuousClock.now + .seconds(120)
+        while ContinuousClock.now < deadline {
+            let pid = try await server.psql(
+                """
+                SELECT pid FROM pg_stat_activity WHERE application_name = 'beaconbench' AND query LIKE 'FETCH%'
+                  AND pid::text <> '\(not ?? "")' LIMIT 1
+                """
+            ).trimmingCharacters(in: .whitespacesAndNewlines)
+            if !pid.isEmpty { return pid }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        throw LocalBusError("no beaconbench connection fetched from a cursor within 2 minutes")
+    }
+
+    @Test func aConnectionLostMidStreamStartsAgainOnceThenFails() async throws {
+        try await withPostgres { server in
+            let fixture = try await ConsoleFixture.start(nil)
+            defer { fixture.stop() }
+            let sync = try await runTool(
+                builtProduct("beaconbench"), ["--inventory", fixture.inventoryPath, "sync", "--to", server.url],
+                environment: fixture.environment, timeout: 120)
+            try #require(sync.status == 0, "\(sync.stderr)")
+            let script = fixture.directory + "/fleet.sql"
+            try Self.fleetSQL(devices: 5_000, readings: 40).write(toFile: script, atomically: true, encoding: .utf8)
+            _ = try await server.psql("\\i " + script)
+            func report(_ page: String) async throws -> ToolOutput {
+                try await runTool(
+                    builtProduct("beaconbench"),
+                    [
+                        "--profiles", ConsoleFixture.repository + "/profiles", "--inventory", server.url, "report",
+                        "--out", page,
+                    ],
+                    environment: fixture.environment, timeout: 300)
+            }
+            // Lost once: read again from the beginning, the whole page written.
+            let page = fixture.directory + "/once.html"
+            async let once = report(page)
+            let first = try await Self.streaming(server)
+            _ = try await server.psql("SELECT pg_terminate_backend(\(first))")
+            let run = try await once
+            #expect(run.status == 0, "\(run.stderr)")
+            let html = try String(contentsOfFile: page, encoding: .utf8)
+            #expect(html.contains("<strong>200,000</strong> battery readings"))
+            #expect(html.contains("<strong>5,000</strong> devices"))
+            // Lost twice: exit 3, and no page.
+            let never = fixture.directory + "/never.html"
+            async let twice = report(never)
+            let one = try await Self.streaming(server)
+            _ = try await server.psql("SELECT pg_terminate_backend(\(one))")
+            let two = try await Self.streaming(server, not: one)
+            _ = try await server.psql("SELECT pg_terminate_backend(\(two))")
+            let failed = try await twice
+            #expect(failed.status == 3, "\(failed.stdout) \(failed.stderr)")
+            #expect(failed.stderr.contains("connection"), "\(failed.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: never))
+            #expect(
+                try FileManager.default.contentsOfDirectory(atPath: fixture.directory).filter {
+                    $0.hasPrefix(".beaconbench")
+                } == [])
         }
     }
 }
