@@ -73,6 +73,39 @@ public struct FleetReport: Sendable {
     public var benches: [BenchSummary] = []
     public var problems: [Problem] = []
 
+    /// A report folded from streams (`Builder`) keeps of its lists only
+    /// what the page shows (the first `ReportPage.tableRows` crossings, the
+    /// lines) and no rows (they went to the page's data as they came): these
+    /// are their counts. nil: the lists are whole.
+    public struct Streamed: Sendable {
+        public var rows: Int
+        public var projected: Int
+        public var crossing: Int
+        /// The finding codes of the rows, sorted.
+        public var findingCodes: [String]
+    }
+    public var streamed: Streamed?
+    /// Devices in the device table.
+    public var rowCount: Int { streamed?.rows ?? rows.count }
+    /// Devices with a battery projection.
+    public var projectedCount: Int { streamed?.projected ?? projections.count }
+    /// Devices below their minimum by the quarter's end.
+    public var crossingCount: Int { streamed?.crossing ?? crossingThisQuarter.count }
+    /// The finding codes of the device table's rows, sorted.
+    var findingCodes: [String] { streamed?.findingCodes ?? Set(rows.flatMap(\.findings)).sorted() }
+
+    /// An empty report that `Builder` fills.
+    init(source: String, server: Bool, selectors: String, since: Date?, profiles: [String: Profile], now: Date) {
+        self.source = source
+        self.server = server
+        generatedAt = now
+        self.since = since
+        self.selectors = selectors
+        fleetSize = 0
+        input = Input(
+            devices: [], findings: [:], readings: [], activity: [], problems: [], profiles: profiles, now: now)
+    }
+
     /// Computes the report.
     /// - Parameters:
     ///   - devices: every device of the inventory (`ReportDevice.rows`).

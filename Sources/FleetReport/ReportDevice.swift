@@ -50,6 +50,11 @@ public enum DeviceFilter: Sendable, Equatable {
             (naming.isEmpty || naming.contains { $0.matches(device) }) && conditions.allSatisfy { $0.matches(device) }
         }
     }
+
+    /// Whether `filters` choose `device` (as `chosen` does).
+    public static func chooses(_ filters: [DeviceFilter], _ device: ReportDevice) -> Bool {
+        chosen([device], by: filters).count == 1
+    }
 }
 
 /// One device as the report shows it: the columns of `devices` it uses,
@@ -98,13 +103,26 @@ public struct ReportDevice: Sendable, Equatable {
     /// that fails is unknown here, a row whose address fails is left out
     /// (the reader that made the table reported them).
     public static func rows(of table: DeviceTable) -> [ReportDevice] {
+        let columns = Columns(table.columns)
+        return table.rows.compactMap { device($0, columns) }
+    }
+
+    /// Where each column of a device table is.
+    public struct Columns: Sendable {
         var index: [String: Int] = [:]
-        for (position, name) in table.columns.enumerated() { index[name] = position }
+        public init(_ names: [String]) {
+            for (position, name) in names.enumerated() { index[name] = position }
+        }
+    }
+
+    /// One row of a device table (`rows(of:)`), or nil when its address fails.
+    public static func device(_ row: [SQLiteValue], _ columns: Columns) -> ReportDevice? {
+        let index = columns.index
         func value(_ row: [SQLiteValue], _ name: String) -> SQLiteValue {
             guard let position = index[name], position < row.count else { return .null }
             return row[position]
         }
-        return table.rows.compactMap { row in
+        do {
             var check = RowCheck("devices", key: [value(row, "address")])
             func text(_ name: String) -> String? { check.text(value(row, name), name) }
             func integer(_ name: String) -> Int? { check.integer(value(row, name), name, as: Int.self) }

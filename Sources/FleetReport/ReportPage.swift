@@ -21,6 +21,11 @@ public enum ReportPage {
     static let tableRows = 50
 
     public static func html(_ report: FleetReport, nonce: String = ReportPage.nonce()) -> String {
+        top(report, nonce: nonce) + dataBlock(DeviceTableSection.tableJSON(report)) + bottom(nonce: nonce)
+    }
+
+    /// The page up to its data block.
+    static func top(_ report: FleetReport, nonce: String) -> String {
         let sections = ReportSections.all.map { $0.html(report) }
         let generated = UTC.minute(report.generatedAt)
         let scope =
@@ -42,7 +47,7 @@ public enum ReportPage {
             <body>
             <header>
             <h1>Fleet report</h1>
-            <p class="meta">\(HTML.text(report.source, limit: 200)) · generated \(HTML.escape(generated)) UTC\(HTML.text(scope, limit: 300)) · \(HTML.number(report.rows.count)) of \(HTML.number(report.fleetSize)) devices</p>
+            <p class="meta">\(HTML.text(report.source, limit: 200)) · generated \(HTML.escape(generated)) UTC\(HTML.text(scope, limit: 300)) · \(HTML.number(report.rowCount)) of \(HTML.number(report.fleetSize)) devices</p>
             \(summary)
             \(ReportSections.nav())
             </header>
@@ -50,12 +55,13 @@ public enum ReportPage {
             \(sections.joined(separator: "\n"))
             </main>
             <footer><p>Made by beaconbench from the inventory; how each chart is computed: docs/report.md. Text from devices is shown as text, with control and invisible characters as \\xNN or \\uNNNN.</p></footer>
-            \(dataBlock(DeviceTableSection.tableJSON(report)))
-            <script nonce="\(nonce)">\(ReportAssets.script)</script>
-            </body>
-            </html>
 
             """
+    }
+
+    /// The page after its data block.
+    static func bottom(nonce: String) -> String {
+        "\n<script nonce=\"\(nonce)\">\(ReportAssets.script)</script>\n</body>\n</html>\n"
     }
 
     /// Above this size the device table's JSON travels deflated (base64).
@@ -84,10 +90,10 @@ public enum ReportPage {
 
     static func summaryCards(_ report: FleetReport) -> String {
         let cards: [(String, String, String)] = [
-            ("devices", HTML.number(report.rows.count), "devices"),
+            ("devices", HTML.number(report.rowCount), "devices"),
             ("findings", HTML.number(report.devicesWithFindings), "with audit findings"),
             (
-                "quarter", HTML.number(report.crossingThisQuarter.count),
+                "quarter", HTML.number(report.crossingCount),
                 "below their minimum by \(UTC.day(report.quarterEnd.addingTimeInterval(-1)))"
             ),
             ("duplicates", HTML.number(report.duplicates.count), "identities held twice"),

@@ -35,6 +35,13 @@ public protocol InventoryReader: Sendable {
     /// Battery readings, step outcomes counted per day, bench and device,
     /// and failed or skipped steps, from `since` on: what `report` draws.
     func history(since: Date?) async throws -> FleetHistory
+    /// What `report` reads, as streams ordered by device (`ReportReading`),
+    /// handed to `body` — which must not keep them past its return. The
+    /// server streams each from a cursor (memory: one batch); the default
+    /// reads the arrays above and streams those.
+    func withReportStreams<T: Sendable>(
+        since: Date?, _ body: @Sendable (any ReportReading) throws -> T
+    ) async throws -> T
     /// The stored values that failed their checks in what was read since
     /// the last call, each once (at most `StoredFindingLog.limit`, then how
     /// many more), and forgets them (docs/inventory.md, "Values read back").

@@ -288,6 +288,83 @@ final class PostgresConnection {
     }
 }
 
+/// A read that streams: server-side cursors (`DECLARE … NO SCROLL CURSOR`)
+/// inside one read-only `REPEATABLE READ` transaction, so that every
+/// cursor of it sees the same snapshot, fetched `batch` rows at a time —
+/// memory is one batch per open cursor, whatever the size of the result.
+/// A lost connection ends the read with the error (`isConnectionFailure`);
+/// its caller decides whether to start again (`ServerInventory` repeats a
+/// read once, from the beginning).
+final class PostgresSnapshot {
+    let connection: PostgresConnection
+    private var cursors = 0
+
+    fileprivate init(_ connection: PostgresConnection) { self.connection = connection }
+
+    /// A cursor over `sql` (one `SELECT`, text parameters).
+    func cursor(_ sql: String, _ parameters: [String?] = [], batch: Int = 10_000) throws(SyncError) -> PostgresCursor {
+        cursors += 1
+        let name = "beaconbench_stream_\(cursors)"
+        try connection.exec("DECLARE \(name) NO SCROLL CURSOR FOR \(sql)", parameters)
+        return PostgresCursor(connection, name: name, batch: max(1, batch))
+    }
+}
+
+/// One cursor of a `PostgresSnapshot`: rows as `PostgresConnection.query`
+/// returns them, one at a time, fetched a batch at a time.
+final class PostgresCursor {
+    private let connection: PostgresConnection
+    private let name: String
+    private let batch: Int
+    private var rows: [[SQLiteValue]] = []
+    private var position = 0
+    private var finished = false
+    /// The result's column names (known after the first fetch).
+    private(set) var columns: [String] = []
+
+    fileprivate init(_ connection: PostgresConnection, name: String, batch: Int) {
+        self.connection = connection
+        self.name = name
+        self.batch = batch
+    }
+
+    /// The next row, or nil after the last.
+    func next() throws(SyncError) -> [SQLiteValue]? {
+        if position == rows.count {
+            guard !finished else { return nil }
+            rows = []  // the last batch goes before the next arrives
+            let fetched = try connection.query("FETCH FORWARD \(batch) FROM \(name)")
+            columns = fetched.columns
+            rows = fetched.rows
+            position = 0
+            if rows.count < batch { finished = true }
+            guard !rows.isEmpty else { return nil }
+        }
+        defer { position += 1 }
+        return rows[position]
+    }
+}
+
+extension PostgresConnection {
+    /// `body` in a read-only, repeatable-read transaction whose cursors
+    /// stream (`PostgresSnapshot`); rolled back when it ends (nothing was
+    /// written), the error passed on when it throws.
+    func snapshot<T>(_ body: (PostgresSnapshot) throws -> T) throws -> T {
+        try exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        do {
+            // Every cursor is read to its end: plan for the whole result
+            // (the default, 0.1, favours a fast first row).
+            try exec("SET LOCAL cursor_tuple_fraction = 1")
+            let value = try body(PostgresSnapshot(self))
+            try exec("COMMIT")
+            return value
+        } catch {
+            if PQstatus(handle) == CONNECTION_OK { _ = try? exec("ROLLBACK") }
+            throw error
+        }
+    }
+}
+
 /// Passwords written into connection strings, found so that they are never
 /// shown or kept: the `PASSWORD` of `scheme://USER:PASSWORD@host…`, and the
 /// value of `password=VALUE` (a `key=value` connection string, or a URL's

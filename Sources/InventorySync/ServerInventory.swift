@@ -257,6 +257,32 @@ public actor ServerInventory: InventoryReader {
         return table
     }
 
+    /// What `report` reads, streamed from cursors in one read-only
+    /// snapshot (`PostgresSnapshot`): memory is a batch per stream, not the
+    /// fleet. A connection lost mid-stream starts the whole read again
+    /// once, from the beginning, on a new connection — `body` must write
+    /// nothing that lasts before it returns (the report writes its page to
+    /// a file of its own and moves it into place only after) — and a
+    /// second loss is the error.
+    public func withReportStreams<T: Sendable>(
+        since: Date?, _ body: @Sendable (any ReportReading) throws -> T
+    ) throws -> T {
+        var repeated = false
+        while true {
+            let log = ServerReportReading.Log()
+            do {
+                let value = try connection.snapshot { snapshot in
+                    try body(ServerReportReading(snapshot: snapshot, log: log))
+                }
+                storedFindingLog.add(log.kept.findings)
+                return value
+            } catch let error as SyncError where error.isConnectionFailure && !repeated {
+                repeated = true
+                connection = try PostgresConnection(url)
+            }
+        }
+    }
+
     public func history(since: Date?) throws -> FleetHistory {
         let since = since.map(Self.timestamp)
         let limit = String(FleetHistory.stepMillisecondsLimit)

@@ -30,6 +30,10 @@ public enum OutputFile {
         public var path: String
         public var reason: String
         public var description: String { "\(path) \(reason): nothing written" }
+        public init(path: String, reason: String) {
+            self.path = path
+            self.reason = reason
+        }
     }
 
     /// A file never to be written over, and what it is ("the inventory").
@@ -74,6 +78,47 @@ public enum OutputFile {
 
     /// Writes `bytes` to `path` (see the type's description).
     public static func write(_ bytes: [UInt8], to path: String, protecting: [Protected] = []) throws(Refusal) {
+        try write(to: path, protecting: protecting) { writer throws(Refusal) in try writer.write(bytes) }
+    }
+
+    /// Where `produce` puts the bytes of a file being written: buffered,
+    /// so that a page of any size is written without being held.
+    public struct Writer {
+        let descriptor: Int32
+        let path: String
+        var buffer: [UInt8] = []
+        /// Bytes handed to it so far.
+        public private(set) var count = 0
+        static let flushAt = 256 * 1024
+
+        public mutating func write(_ bytes: some Collection<UInt8>) throws(Refusal) {
+            buffer.append(contentsOf: bytes)
+            count += bytes.count
+            if buffer.count >= Self.flushAt { try flush() }
+        }
+
+        public mutating func write(_ text: String) throws(Refusal) { try write(text.utf8) }
+
+        mutating func flush() throws(Refusal) {
+            var offset = 0
+            while offset < buffer.count {
+                let written = buffer[offset...].withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
+                if written < 0 {
+                    if errno == EINTR { continue }
+                    throw Refusal(path: path, reason: "cannot be written: \(OutputFile.reason(errno))")
+                }
+                offset += written
+            }
+            buffer.removeAll(keepingCapacity: true)
+        }
+    }
+
+    /// Writes what `produce` writes to `path`, as `write(_:to:)` writes
+    /// bytes (atomically; on any failure, `produce`'s included, the name is
+    /// as it was).
+    public static func write(
+        to path: String, protecting: [Protected] = [], _ produce: (inout Writer) throws(Refusal) -> Void
+    ) throws(Refusal) {
         let target = try check(path, protecting: protecting)
         let directory = open(target.directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directory >= 0 else {
@@ -93,14 +138,14 @@ public enum OutputFile {
         var failure: String?
         // The umask may have taken bits away; this is the file just made.
         if fchmod(descriptor, 0o600) != 0 { failure = reason(errno) }
-        var offset = 0
-        while failure == nil, offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
-            if written < 0 {
-                if errno == EINTR { continue }
-                failure = reason(errno)
-            } else {
-                offset += written
+        if failure == nil {
+            var writer = Writer(descriptor: descriptor, path: path)
+            do {
+                try produce(&writer)
+                try writer.flush()
+            } catch {
+                failure =
+                    error.reason.hasPrefix("cannot be written: ") ? String(error.reason.dropFirst(19)) : error.reason
             }
         }
         if failure == nil, fsync(descriptor) != 0 { failure = reason(errno) }
@@ -200,7 +245,7 @@ public enum OutputFile {
     }
 
     /// `path`'s directory and its last component (`.` for a bare name).
-    static func split(_ path: String) -> (directory: String, name: String) {
+    public static func split(_ path: String) -> (directory: String, name: String) {
         guard let slash = path.lastIndex(of: "/") else { return (".", path) }
         let directory = String(path[..<slash])
         return (directory.isEmpty ? "/" : directory, String(path[path.index(after: slash)...]))

@@ -112,25 +112,49 @@ extension Session {
             filters = selection.map { .address($0) }
             selectors = selectionText.isEmpty ? "the selection" : selectionText
         }
-        let page: String
-        let report: FleetReport
+        // The report is folded from streams (FleetReport.streamed): the
+        // device table's rows wait in a file with no name beside the page,
+        // and the page is written from it and moved into place only when
+        // every stream was read whole. A server's connection lost midway
+        // starts the read again once (ServerInventory.withReportStreams:
+        // the rows so far are forgotten); a second loss is exit 3 and no
+        // page, never half a page.
+        let directory = OutputFile.split(command.output).directory
+        let rows: ReportRowsFile
         do {
-            let table = try await reader.deviceTable()
-            let subjects = try await reader.auditSubjects()
-            let history = try await reader.history(since: command.since)
-            report = FleetReport(
-                source: reader.location, server: reader is ServerInventory, devices: ReportDevice.rows(of: table),
-                subjects: subjects, history: history, profiles: profiles, filters: filters, selectors: selectors,
-                since: command.since)
-            page = ReportPage.html(report)
+            rows = try ReportRowsFile(directory: directory)
+        } catch {
+            throw ConsoleFailure(.badInput, "report: \(error)")
+        }
+        let report: FleetReport
+        let tableHead: String
+        do {
+            let source = reader.location
+            let server = reader is ServerInventory
+            let profiles = profiles
+            let since = command.since
+            (report, tableHead) = try await reader.withReportStreams(since: since) { [filters, selectors] reading in
+                try rows.reset()
+                let built = try FleetReport.streamed(
+                    source: source, server: server, reading: reading, profiles: profiles, filters: filters,
+                    selectors: selectors, since: since
+                ) { json throws(OutputFile.Refusal) in try rows.append(json) }
+                return Built(report: built.report, tableHead: built.tableHead)
+            }.pair
         } catch let error as ConsoleFailure {
             throw error
+        } catch let error as OutputFile.Refusal {
+            throw ConsoleFailure(.badInput, "report: \(error)")
         } catch {
             throw ConsoleFailure(.infrastructure, "report: the inventory: \(error)")
         }
-        let bytes = Array(page.utf8)
+        var written = 0
         do {
-            try OutputFile.write(bytes, to: command.output, protecting: protectedFiles())
+            try OutputFile.write(to: command.output, protecting: protectedFiles()) {
+                writer throws(OutputFile.Refusal) in
+                try ReportPage.write(report, tableHead: tableHead, rows: rows, to: &writer)
+                written = writer.count
+            }
         } catch {
             throw ConsoleFailure(.badInput, "report: \(error)")
         }
@@ -138,8 +162,15 @@ extension Session {
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         output.render(
             ReportWritten(
-                path: command.output, devices: report.rows.count, fleet: report.fleetSize, bytes: bytes.count,
-                crossingThisQuarter: report.crossingThisQuarter.count, withFindings: report.devicesWithFindings,
+                path: command.output, devices: report.rowCount, fleet: report.fleetSize, bytes: written,
+                crossingThisQuarter: report.crossingCount, withFindings: report.devicesWithFindings,
                 seconds: seconds))
     }
+}
+
+/// A streamed report and its table's head, out of the inventory's reader.
+private struct Built: Sendable {
+    var report: FleetReport
+    var tableHead: String
+    var pair: (FleetReport, String) { (report, tableHead) }
 }

@@ -96,7 +96,7 @@ struct BatterySection: ReportSection {
         return Chart.figure(
             id: "projection", title: "Projected battery crossings",
             description:
-                "A least-squares line through each device's readings (at least two, a day apart) gives when it falls below its profile's minimum. Drawn: the \(report.lines.count) devices that cross soonest; \(HTML.number(report.projections.count)) devices have a projection, \(HTML.number(report.unprojected)) have too few readings.",
+                "A least-squares line through each device's readings (at least two, a day apart) gives when it falls below its profile's minimum. Drawn: the \(report.lines.count) devices that cross soonest; \(HTML.number(report.projectedCount)) devices have a projection, \(HTML.number(report.unprojected)) have too few readings.",
             svg: Chart.lines(
                 id: "svg-projection", title: projectionTitle,
                 description:
@@ -118,8 +118,8 @@ struct BatterySection: ReportSection {
                         projection.crossing.map { $0.timeIntervalSince1970 <= now ? "already below" : UTC.day($0) }
                             ?? "",
                     ]
-                }, numeric: [2, 3, 4, 5], more: max(0, report.crossingThisQuarter.count - tableRows)),
-            total: report.crossingThisQuarter.count,
-            extra: [("projected", "\(report.projections.count)"), ("lines", "\(report.lines.count)")])
+                }, numeric: [2, 3, 4, 5], more: max(0, report.crossingCount - tableRows)),
+            total: report.crossingCount,
+            extra: [("projected", "\(report.projectedCount)"), ("lines", "\(report.lines.count)")])
     }
 }
