@@ -20,6 +20,7 @@ enum ServerSchema {
         ("forgotten devices, simulated runs", forgottenAndSimulated),
         ("desired state: assignments fleet-wide, their conflicts", ServerAssignments.schema),
         ("every bench's ledger, append-only; its checkpoints; rewrites refused", ServerLedger.schema),
+        ("office reads at fleet scale: record sort keys, read indexes, fleet pages", OfficeReads.migration),
     ]
 
     /// Version 4: a device a bench forgot (`devices.forgotten_at`, SQLite

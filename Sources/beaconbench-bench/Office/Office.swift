@@ -14,6 +14,7 @@ func officeMain(_ arguments: [String]) async throws -> Never {
     guard let subcommand = arguments.first else { officeUsage("a subcommand is needed") }
     let rest = Array(arguments.dropFirst())
     switch subcommand {
+    case "reads": try await officeReadsMain(rest)
     default:
         _ = rest
         officeUsage("unknown office subcommand '\(subcommand)'")
