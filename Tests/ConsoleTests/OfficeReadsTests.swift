@@ -183,8 +183,10 @@ struct OfficeReadsTests {
         try await runTool(
             builtProduct("beaconbench"),
             ["--profiles", profiles, "--inventory", scene.server.url] + arguments,
-            environment: ["NO_COLOR": "1", "HOME": scene.directory, "XDG_DATA_HOME": scene.directory + "/data",
-                "XDG_CONFIG_HOME": scene.directory + "/config"],
+            environment: [
+                "NO_COLOR": "1", "HOME": scene.directory, "XDG_DATA_HOME": scene.directory + "/data",
+                "XDG_CONFIG_HOME": scene.directory + "/config",
+            ],
             timeout: 600)
     }
 
@@ -233,7 +235,8 @@ struct OfficeReadsTests {
             }
             await #expect(try server.count("SELECT count(*) FROM trips WHERE listed_ms IS NULL") == 3)
             _ = try await server.psql(
-                "UPDATE trips SET pulled_at = '2031-01-01T00:00:00Z' WHERE device = 'C0:FE:00:00:00:01' AND start_ms = 5000")
+                "UPDATE trips SET pulled_at = '2031-01-01T00:00:00Z' WHERE device = 'C0:FE:00:00:00:01' AND start_ms = 5000"
+            )
             await #expect(
                 try server.count(
                     "SELECT count(*) FROM trips WHERE device = 'C0:FE:00:00:00:01' AND start_ms = 5000 AND listed_ms = 1924992000000"
@@ -328,7 +331,8 @@ struct OfficeReadsTests {
                 walk(plan)
                 #expect(
                     !Set(indexes).isDisjoint(with: [query.index] + query.or),
-                    "\(query.read): uses \(([query.index] + query.or).joined(separator: " or ")); plan: \(text.prefix(3000))")
+                    "\(query.read): uses \(([query.index] + query.or).joined(separator: " or ")); plan: \(text.prefix(3000))"
+                )
                 if query.noSort {
                     #expect(sorts.isEmpty, "\(query.read): no sort; plan: \(text.prefix(3000))")
                 }

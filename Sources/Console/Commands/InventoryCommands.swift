@@ -205,7 +205,8 @@ extension Session {
             let (rows, more) = try await inventory.devices(after: after, limit: limit)
             if more, let last = rows.last {
                 terminal.message(
-                    "showing \(rows.count) devices: there are more (inventory list --limit \(limit) --after \(last.address))")
+                    "showing \(rows.count) devices: there are more (inventory list --limit \(limit) --after \(last.address))"
+                )
             }
             output.render(DeviceLine.list(rows, in: inventory.location))
         } catch let error as ConsoleFailure {
