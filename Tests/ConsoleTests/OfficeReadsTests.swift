@@ -1,9 +1,11 @@
 import Foundation
 import Inventory
 import LocalBus
+import Profiles
 import TestSupport
 import Testing
 
+@testable import Console
 @testable import InventorySync
 
 #if canImport(Glibc)
@@ -338,5 +340,48 @@ struct OfficeReadsTests {
                 }
             }
         }
+    }
+}
+
+/// The audit's drift merge at fleet size, in process: linear in findings
+/// and reports (it was a scan of every report per finding: with the sizes
+/// here, 3·10¹⁰ comparisons, hours; now a dictionary, about a second).
+@Suite("audit: drift findings join their reports by address", .timeLimit(.minutes(5)))
+struct AuditDriftMergeTests {
+    @Test func twoHundredThousandReportsThreeHundredThousandFindings() {
+        func address(_ number: Int) -> String {
+            let hex = String(number, radix: 16, uppercase: true)
+            let digits = String(repeating: "0", count: max(0, 8 - hex.count)) + hex
+            let octets = stride(from: 0, to: 8, by: 2).map { offset -> String in
+                let start = digits.index(digits.startIndex, offsetBy: offset)
+                return String(digits[start..<digits.index(start, offsetBy: 2)])
+            }
+            return "C0:FE:" + octets.joined(separator: ":")
+        }
+        var reports = (0..<200_000).map { AuditReport(address: address($0), profile: "van", findings: []) }
+        // A second report of one address: the first takes the findings.
+        reports.append(AuditReport(address: address(4), profile: "car", findings: []))
+        // Two findings per even device (150,000 devices: 1,000 the audit has no report of), in address order.
+        let findings = stride(from: 0, to: 300_000, by: 2).flatMap { device in
+            ["cornering", "braking"].map {
+                DriftFinding(
+                    device: address(device < 298_000 ? device : 1_000_000 + device), field: $0, desired: "300",
+                    observed: "999", observedAt: "2026-01-01T00:00:00.000Z")
+            }
+        }
+        let started = ContinuousClock.now
+        let merged = Session.merging(findings, into: reports, chosen: nil)
+        let took = ContinuousClock.now - started
+        #expect(took < .seconds(60), "the merge took \(took)")
+        #expect(merged.count == 200_001 + 50_000, "a new report per device without one")
+        #expect(merged[0].findings.count == 2 && merged[1].findings.isEmpty && merged[199_998].findings.count == 2)
+        #expect(merged[4].findings.count == 2 && merged[200_000].findings.isEmpty, "the first report of an address")
+        #expect(merged[200_001].address == address(200_000) && merged[200_001].profile == nil)
+        #expect(merged.last?.address == address(1_000_000 + 299_998))
+        #expect(merged.map(\.findings.count).reduce(0, +) == findings.count)
+
+        let chosen = Session.merging(findings, into: reports, chosen: [address(2), address(3)])
+        #expect(chosen.count == reports.count && chosen[2].findings.count == 2)
+        #expect(chosen.map(\.findings.count).reduce(0, +) == 2)
     }
 }

@@ -138,12 +138,19 @@ extension Session {
             findings = (try? await inventory.drift(profiles: profiles).findings) ?? []
         }
         guard !findings.isEmpty else { return reports }
+        return Self.merging(findings, into: reports, chosen: selection.map(Set.init))
+    }
+
+    /// `reports` with each drift finding (of a chosen device, when
+    /// `chosen`) added to its device's report, or to a new report of its
+    /// own. Each report is found by its address in a dictionary built once
+    /// (a scan of every report per finding made a fleet's audit quadratic:
+    /// minutes at 100,000 devices); the first report of an address takes
+    /// the findings.
+    static func merging(_ findings: [DriftFinding], into reports: [AuditReport], chosen: Set<String>?)
+        -> [AuditReport]
+    {
         var reports = reports
-        let chosen = selection.map(Set.init)
-        // Each report by its address, once: a drift finding joins its
-        // device's report in O(1), not by a scan of every report (which
-        // made a fleet's audit quadratic: minutes at 100,000 devices).
-        // The first report of an address takes the findings, as before.
         var byAddress: [String: Int] = [:]
         byAddress.reserveCapacity(reports.count)
         for (index, report) in reports.enumerated() where byAddress[report.address] == nil {
