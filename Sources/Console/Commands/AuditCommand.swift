@@ -147,7 +147,9 @@ extension Session {
     /// (a scan of every report per finding made a fleet's audit quadratic:
     /// minutes at 100,000 devices); the first report of an address takes
     /// the findings.
-    static func merging(_ findings: [DriftFinding], into reports: [AuditReport], chosen: Set<String>?)
+    static func merging(
+        _ findings: [DriftFinding], into reports: [AuditReport], chosen: Set<String>?
+    )
         -> [AuditReport]
     {
         var reports = reports
