@@ -112,7 +112,8 @@ struct Inventory16SyncTests {
         await #expect(try server.count("SELECT count(*) FROM trips WHERE listed_ms IS NOT NULL") == 3)
         await #expect(
             try server.count(
-                "SELECT count(*) FROM trips WHERE listed_ms IS DISTINCT FROM beaconbench_listed_ms(start_ms, pulled_at)")
+                "SELECT count(*) FROM trips WHERE listed_ms IS DISTINCT FROM beaconbench_listed_ms(start_ms, pulled_at)"
+            )
                 == 0)
 
         // Syncs that asked and were cut short, as the server was left:
