@@ -16,6 +16,9 @@ public protocol InventoryReader: Sendable {
     var location: String { get }
     /// Every device, by address.
     func devices() async throws -> [DeviceRecord]
+    /// Devices in address order: the first `limit` after `after` (nil:
+    /// from the first), and whether more follow.
+    func devices(after: String?, limit: Int) async throws -> (rows: [DeviceRecord], more: Bool)
     /// One device, by address or MAC ending.
     func device(_ addressOrEnding: String) async throws -> DeviceRecord?
     /// Step outcomes, newest first: of one device (address or MAC ending)
@@ -49,6 +52,16 @@ public protocol InventoryReader: Sendable {
 }
 
 extension InventoryReader {
+    /// One page of devices in address order: the first `limit` after
+    /// `after` (nil: from the first), and whether there are more. A bench's
+    /// inventory cuts its whole list; the server reads only the page
+    /// (`ServerInventory`).
+    public func devices(after: String?, limit: Int) async throws -> (rows: [DeviceRecord], more: Bool) {
+        let all = try await devices()
+        let rest = after.map { after in all.filter { $0.address > after } } ?? all
+        return (Array(rest.prefix(max(0, limit))), rest.count > max(0, limit))
+    }
+
     /// Step outcomes, newest first: of one device (address or MAC ending) or of all.
     public func outcomes(device: String?, limit: Int) async throws -> [OutcomeRecord] {
         try await outcomes(device: device, since: nil, limit: limit).rows

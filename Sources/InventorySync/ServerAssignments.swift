@@ -299,15 +299,7 @@ public enum ServerAssignments {
         try InventorySync.prepareSchema(server, creating: false)
         let pulled = try all(server, profiles: Set(profiles.keys))
         let assignments = pulled.valid.values.map(\.0).sorted { $0.address < $1.address }
-        let rows = try server.query(
-            """
-            SELECT a.address, d.profile, d.config_cornering, d.config_braking, d.config_acceleration,
-                   d.config_duration, d.config_enable, d.config_read_at, d.major, d.minor, d.identity_at,
-                   c.major, c.minor, d.address
-            FROM fleet_assignments a LEFT JOIN fleet_devices d ON d.address = a.address
-            LEFT JOIN identity_claims c ON c.address = a.address
-            """
-        ).rows
+        let rows = try server.query(driftRows).rows
         var observed: [String: ObservedState] = [:]
         var stored: [StoredFinding] = []
         for row in rows {
@@ -324,6 +316,18 @@ public enum ServerAssignments {
             assignments.count + pulled.refused.count, stored
         )
     }
+
+    /// Each assignment's device as the merged fleet observed it and the
+    /// identity claimed for it, in address order (`fleet_assignments_pkey`
+    /// and `devices_by_address` merged: docs/office.md, "The indexes").
+    static let driftRows = """
+        SELECT a.address, d.profile, d.config_cornering, d.config_braking, d.config_acceleration,
+               d.config_duration, d.config_enable, d.config_read_at, d.major, d.minor, d.identity_at,
+               c.major, c.minor, d.address
+        FROM fleet_assignments a LEFT JOIN fleet_devices d ON d.address = a.address
+        LEFT JOIN identity_claims c ON c.address = a.address
+        ORDER BY a.address
+        """
 
     /// Which bench converged each assignment first, and when (nil: none yet).
     public static func convergences(

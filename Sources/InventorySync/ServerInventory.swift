@@ -70,6 +70,18 @@ public actor ServerInventory: InventoryReader {
         return checked(rows, Self.record)
     }
 
+    /// One page of the merged fleet in address order: the first `limit`
+    /// devices after `after` (nil: from the first), by keyset
+    /// (`fleet_device_rows`: an index scan of the page's addresses, each
+    /// merged alone), so a page costs the same anywhere in the fleet.
+    public func devices(after: String?, limit: Int) throws -> (rows: [DeviceRecord], more: Bool) {
+        let limit = max(0, limit)
+        let rows = try reading { server throws(SyncError) in
+            try server.query(OfficeReads.devicePage, [after, String(limit + 1)]).rows
+        }
+        return (checked(Array(rows.prefix(limit)), Self.record), rows.count > limit)
+    }
+
     public func device(_ addressOrEnding: String) throws -> DeviceRecord? {
         let rows = try reading { server throws(SyncError) -> [[SQLiteValue]] in
             guard let address = try Self.address(of: addressOrEnding, on: server) else { return [] }
@@ -137,15 +149,17 @@ public actor ServerInventory: InventoryReader {
     /// Pulled records of every bench, newest first (as `Inventory.records`):
     /// a record two benches pulled is listed once, as the first pulled it.
     /// A record without a real time sorts by `pulled_at`, computed from its
-    /// digits (`m`) rather than cast: a cast fails the whole query on one
-    /// row whose text is no time; this way such a row sorts last (or near
-    /// its date, 2026-02-30) and its check (`RecordRows`) leaves it out.
+    /// digits rather than cast: a cast fails the whole query on one row
+    /// whose text is no time; this way such a row sorts apart (or near its
+    /// date, 2026-02-30) and its check (`RecordRows`) leaves it out. The
+    /// sort key is stored (`listed_ms`, `OfficeReads.migration`) and each
+    /// table read from its `*_by_sort` index, stopping after the limit.
     public func records(_ query: RecordQuery) throws -> RecordPage {
         let fetch = query.limit.map { String(max(0, $0) + 1) }
         let milliseconds = { (date: Date) in String(Int64((date.timeIntervalSince1970 * 1000).rounded(.down))) }
         let parameters: [String?] = [
             query.device, query.since.map(milliseconds), query.until.map(milliseconds),
-            query.pulledSince.map(Self.timestamp), fetch, String(RecordTime.wallClockFloor),
+            query.pulledSince.map(Self.timestamp), fetch,
         ]
         var candidates: [PulledRecord] = []
         var findings: [StoredFinding] = []
@@ -153,77 +167,19 @@ public actor ServerInventory: InventoryReader {
             candidates = []  // a read repeated after a lost connection starts again
             findings = []
             if query.kinds.contains(.trip) {
-                candidates += try server.query(
-                    """
-                    SELECT device, start_ms, end_ms, beacon_index, pulled_at, bench_id FROM (
-                        SELECT DISTINCT ON (device, start_ms, end_ms) *,
-                            CASE WHEN start_ms >= $6::bigint THEN start_ms
-                                ELSE (extract(epoch FROM (m[1] || '-01-01T00:00:00Z')::timestamptz
-                                + make_interval(months => m[2]::int - 1, days => m[3]::int - 1, hours => m[4]::int,
-                                    mins => m[5]::int, secs => (m[6] || '.' || coalesce(m[7], '0'))::float8))
-                                * 1000)::bigint END AS sort_ms
-                        FROM trips LEFT JOIN LATERAL regexp_match(pulled_at,
-                            '^([1-9][0-9]{3})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.]([0-9]{1,9}))?Z$')
-                            AS m ON true
-                        WHERE $1::text IS NULL OR device = upper($1)
-                           OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
-                        ORDER BY device, start_ms, end_ms, pulled_at, bench_id
-                    ) AS t
-                    WHERE ($2::bigint IS NULL OR sort_ms >= $2::bigint) AND ($3::bigint IS NULL OR sort_ms < $3::bigint)
-                      AND ($4::text IS NULL OR pulled_at >= $4)
-                    ORDER BY sort_ms DESC, device, start_ms DESC LIMIT $5::bigint
-                    """, parameters
-                ).rows.compactMap { RecordRows.trip($0, findings: &findings).map(PulledRecord.trip) }
+                candidates += try server.query(OfficeReads.trips, parameters).rows.compactMap {
+                    RecordRows.trip($0, findings: &findings).map(PulledRecord.trip)
+                }
             }
             if query.kinds.contains(.event) {
-                candidates += try server.query(
-                    """
-                    SELECT device, at_ms, type, duration_ms, average_mg, maximum_mg, x_mg, y_mg, z_mg, beacon_index,
-                        pulled_at, bench_id
-                    FROM (
-                        SELECT DISTINCT ON (device, at_ms, type, beacon_index) *,
-                            CASE WHEN at_ms >= $6::bigint THEN at_ms
-                                ELSE (extract(epoch FROM (m[1] || '-01-01T00:00:00Z')::timestamptz
-                                + make_interval(months => m[2]::int - 1, days => m[3]::int - 1, hours => m[4]::int,
-                                    mins => m[5]::int, secs => (m[6] || '.' || coalesce(m[7], '0'))::float8))
-                                * 1000)::bigint END AS sort_ms
-                        FROM events LEFT JOIN LATERAL regexp_match(pulled_at,
-                            '^([1-9][0-9]{3})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.]([0-9]{1,9}))?Z$')
-                            AS m ON true
-                        WHERE $1::text IS NULL OR device = upper($1)
-                           OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
-                        ORDER BY device, at_ms, type, beacon_index, pulled_at, bench_id
-                    ) AS e
-                    WHERE ($2::bigint IS NULL OR sort_ms >= $2::bigint) AND ($3::bigint IS NULL OR sort_ms < $3::bigint)
-                      AND ($4::text IS NULL OR pulled_at >= $4)
-                    ORDER BY sort_ms DESC, device, at_ms DESC, beacon_index DESC LIMIT $5::bigint
-                    """, parameters
-                ).rows.compactMap { RecordRows.event($0, findings: &findings).map(PulledRecord.event) }
+                candidates += try server.query(OfficeReads.events, parameters).rows.compactMap {
+                    RecordRows.event($0, findings: &findings).map(PulledRecord.event)
+                }
             }
             if query.kinds.contains(.incident) {
-                candidates += try server.query(
-                    """
-                    SELECT device, incident_id, at_ms, max_resultant, avg_resultant, x_mg, y_mg, z_mg, samples,
-                        pulled_at, bench_id
-                    FROM (
-                        SELECT DISTINCT ON (device, incident_id, at_ms) *,
-                            CASE WHEN at_ms >= $6::bigint THEN at_ms
-                                ELSE (extract(epoch FROM (m[1] || '-01-01T00:00:00Z')::timestamptz
-                                + make_interval(months => m[2]::int - 1, days => m[3]::int - 1, hours => m[4]::int,
-                                    mins => m[5]::int, secs => (m[6] || '.' || coalesce(m[7], '0'))::float8))
-                                * 1000)::bigint END AS sort_ms
-                        FROM incidents LEFT JOIN LATERAL regexp_match(pulled_at,
-                            '^([1-9][0-9]{3})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2}):([0-9]{2})(?:[.]([0-9]{1,9}))?Z$')
-                            AS m ON true
-                        WHERE $1::text IS NULL OR device = upper($1)
-                           OR device IN (SELECT address FROM devices WHERE mac_ending = lower($1))
-                        ORDER BY device, incident_id, at_ms, pulled_at, bench_id
-                    ) AS i
-                    WHERE ($2::bigint IS NULL OR sort_ms >= $2::bigint) AND ($3::bigint IS NULL OR sort_ms < $3::bigint)
-                      AND ($4::text IS NULL OR pulled_at >= $4)
-                    ORDER BY sort_ms DESC, device, at_ms DESC, incident_id DESC LIMIT $5::bigint
-                    """, parameters
-                ).rows.compactMap { RecordRows.incident($0, findings: &findings).map(PulledRecord.incident) }
+                candidates += try server.query(OfficeReads.incidents, parameters).rows.compactMap {
+                    RecordRows.incident($0, findings: &findings).map(PulledRecord.incident)
+                }
             }
         }
         storedFindingLog.add(findings)

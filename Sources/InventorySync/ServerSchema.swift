@@ -20,6 +20,7 @@ enum ServerSchema {
         ("forgotten devices, simulated runs", forgottenAndSimulated),
         ("desired state: assignments fleet-wide, their conflicts", ServerAssignments.schema),
         ("every bench's ledger, append-only; its checkpoints; rewrites refused", ServerLedger.schema),
+        ("office reads at fleet scale: record sort keys, read indexes, fleet pages", OfficeReads.migration),
         // 9 once merged after 7 and 8 (issue 31); idempotent wherever it lands.
         ("identity claims from blocks of minors leased per bench", ServerIdentities.blocksSchema),
     ]

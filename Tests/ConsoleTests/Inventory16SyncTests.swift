@@ -107,6 +107,14 @@ struct Inventory16SyncTests {
         #expect(try await RowByRow.differences(inventory, server, bench: bench) == [])
         await #expect(try count("runs") == 3)
         await #expect(try count("outcomes") == 6)
+        // Records synced get their sort key from the server's trigger
+        // (OfficeReads.migration), whatever the sync sent.
+        await #expect(try server.count("SELECT count(*) FROM trips WHERE listed_ms IS NOT NULL") == 3)
+        await #expect(
+            try server.count(
+                "SELECT count(*) FROM trips WHERE listed_ms IS DISTINCT FROM beaconbench_listed_ms(start_ms, pulled_at)"
+            )
+                == 0)
 
         // Syncs that asked and were cut short, as the server was left:
         // after the outcomes but before the run; after the readings but

@@ -138,15 +138,34 @@ extension Session {
             findings = (try? await inventory.drift(profiles: profiles).findings) ?? []
         }
         guard !findings.isEmpty else { return reports }
+        return Self.merging(findings, into: reports, chosen: selection.map(Set.init))
+    }
+
+    /// `reports` with each drift finding (of a chosen device, when
+    /// `chosen`) added to its device's report, or to a new report of its
+    /// own. Each report is found by its address in a dictionary built once
+    /// (a scan of every report per finding made a fleet's audit quadratic:
+    /// minutes at 100,000 devices); the first report of an address takes
+    /// the findings.
+    static func merging(
+        _ findings: [DriftFinding], into reports: [AuditReport], chosen: Set<String>?
+    )
+        -> [AuditReport]
+    {
         var reports = reports
-        let chosen = selection.map(Set.init)
+        var byAddress: [String: Int] = [:]
+        byAddress.reserveCapacity(reports.count)
+        for (index, report) in reports.enumerated() where byAddress[report.address] == nil {
+            byAddress[report.address] = index
+        }
         for finding in findings where chosen?.contains(finding.device) ?? true {
             let drift = AuditFinding.drift(
                 field: finding.field, desired: finding.desired, observed: finding.observed,
                 observedAt: finding.observedAt)
-            if let index = reports.firstIndex(where: { $0.address == finding.device }) {
+            if let index = byAddress[finding.device] {
                 reports[index].findings.append(drift)
             } else {
+                byAddress[finding.device] = reports.count
                 reports.append(AuditReport(address: finding.device, profile: nil, findings: [drift]))
             }
         }

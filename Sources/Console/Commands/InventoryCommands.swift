@@ -1,20 +1,44 @@
 import FoundationEssentials
 import Inventory
 import InventorySync
+import SBeaconProtocol
 
 #if canImport(Glibc)
     import Glibc
 #endif
 
-/// `inventory list`: every device the inventory knows.
+/// `inventory list [--limit N [--after ADDRESS]]`: every device the
+/// inventory knows, or one page of them in address order.
 public struct InventoryListCommand: ConsoleCommand {
-    public init() {}
+    public var limit: Int?
+    public var after: String?
+    public init(limit: Int? = nil, after: String? = nil) {
+        self.limit = limit
+        self.after = after
+    }
     public static let spec = CommandSpec(
         name: "inventory list", summary: "every device the inventory knows", example: "inventory list",
-        onlyReadsTheInventory: true, isFamilyDefault: true, emits: [.device])
-    public init(_ arguments: inout ParsedArguments) {}
+        options: [
+            .value(
+                "--limit", "N", .integer(1...1_000_000),
+                "at most N devices, in address order (a page; it says which address the next starts after)"),
+            .value("--after", "ADDRESS", .device, "the devices after this address (with --limit: the next page)"),
+        ], onlyReadsTheInventory: true, isFamilyDefault: true, emits: [.device])
+    public init(_ arguments: inout ParsedArguments) throws(BatchError) {
+        limit = arguments.integer("--limit")
+        if let text = arguments.text("--after"), let token = arguments.options["--after"]?.token {
+            guard let address = MACEnding.address(text) else {
+                throw arguments.fail(token, "--after wants a device's whole address (AA:BB:CC:DD:EE:FF)")
+            }
+            after = address
+        }
+    }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
-        try await session.inventoryCommand(.list)
+        if limit != nil || after != nil {
+            try await session.inventoryPage(after: after, limit: limit ?? Int.max)
+        } else {
+            try await session.inventoryCommand(.list)
+        }
     }
 }
 
@@ -166,6 +190,25 @@ extension Session {
                 output.jsonLines.render(
                     ValuesOnly(table.rows.map { DeviceExportRow(columns: table.columns, row: $0) }))
             }
+        } catch let error as ConsoleFailure {
+            throw error
+        } catch {
+            throw ConsoleFailure(.infrastructure, "inventory: \(error)")
+        }
+    }
+
+    /// `inventory list --limit N --after ADDRESS`: one page by address;
+    /// when more follow, it says where the next page starts.
+    func inventoryPage(after: String?, limit: Int) async throws(ConsoleFailure) {
+        let inventory = try reader()
+        do {
+            let (rows, more) = try await inventory.devices(after: after, limit: limit)
+            if more, let last = rows.last {
+                terminal.message(
+                    "showing \(rows.count) devices: there are more (inventory list --limit \(limit) --after \(last.address))"
+                )
+            }
+            output.render(DeviceLine.list(rows, in: inventory.location))
         } catch let error as ConsoleFailure {
             throw error
         } catch {

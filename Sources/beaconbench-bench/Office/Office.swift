@@ -18,6 +18,7 @@ func officeMain(_ arguments: [String]) async throws -> Never {
     case "migrate": try await officeMigrate(rest)
     case "generate": try await generateFleet(rest)
     case "claims": try await officeClaims(rest)
+    case "reads": try await officeReadsMain(rest)
     default:
         _ = rest
         officeUsage("unknown office subcommand '\(subcommand)'")
