@@ -166,18 +166,21 @@ public actor ServerInventory: InventoryReader {
         try reading { server throws(SyncError) in
             candidates = []  // a read repeated after a lost connection starts again
             findings = []
+            // While a migration's backfill of the key is under way, the key
+            // is computed where it is not yet stored (slower, as correct).
+            let backfilled = try ServerMigrations.afterworkDone(server, OfficeReads.backfills)
             if query.kinds.contains(.trip) {
-                candidates += try server.query(OfficeReads.trips, parameters).rows.compactMap {
+                candidates += try server.query(OfficeReads.trips(backfilled: backfilled), parameters).rows.compactMap {
                     RecordRows.trip($0, findings: &findings).map(PulledRecord.trip)
                 }
             }
             if query.kinds.contains(.event) {
-                candidates += try server.query(OfficeReads.events, parameters).rows.compactMap {
+                candidates += try server.query(OfficeReads.events(backfilled: backfilled), parameters).rows.compactMap {
                     RecordRows.event($0, findings: &findings).map(PulledRecord.event)
                 }
             }
             if query.kinds.contains(.incident) {
-                candidates += try server.query(OfficeReads.incidents, parameters).rows.compactMap {
+                candidates += try server.query(OfficeReads.incidents(backfilled: backfilled), parameters).rows.compactMap {
                     RecordRows.incident($0, findings: &findings).map(PulledRecord.incident)
                 }
             }

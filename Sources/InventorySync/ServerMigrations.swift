@@ -129,6 +129,19 @@ enum ServerMigrations {
         return Int(done ?? "") ?? 0 < expected
     }
 
+    /// Whether the named pieces of afterwork are all recorded done (false on
+    /// a server that has no record of afterwork at all).
+    static func afterworkDone(_ server: PostgresConnection, _ names: [String]) throws(SyncError) -> Bool {
+        let exists = try server.exec("SELECT to_regclass('beaconbench_afterwork') IS NOT NULL").first?.first ?? nil
+        guard exists == "t" else { return false }
+        let done =
+            try server.exec(
+                "SELECT count(*)::text FROM beaconbench_afterwork WHERE name = ANY($1::text[])",
+                [PostgresArray.literal(names.map { Optional($0) })]
+            ).first?.first ?? nil
+        return Int(done ?? "") == names.count
+    }
+
     /// Does the afterwork not yet recorded, unless another session is doing
     /// it (then returns at once: the indexes are for speed, the backfills
     /// are read through `coalesce` until done — nothing waits on them).

@@ -63,12 +63,6 @@ enum OfficeReads {
         ALTER TABLE trips ADD COLUMN IF NOT EXISTS listed_ms BIGINT;
         ALTER TABLE events ADD COLUMN IF NOT EXISTS listed_ms BIGINT;
         ALTER TABLE incidents ADD COLUMN IF NOT EXISTS listed_ms BIGINT;
-        UPDATE trips SET listed_ms = beaconbench_listed_ms(start_ms, pulled_at)
-            WHERE listed_ms IS DISTINCT FROM beaconbench_listed_ms(start_ms, pulled_at);
-        UPDATE events SET listed_ms = beaconbench_listed_ms(at_ms, pulled_at)
-            WHERE listed_ms IS DISTINCT FROM beaconbench_listed_ms(at_ms, pulled_at);
-        UPDATE incidents SET listed_ms = beaconbench_listed_ms(at_ms, pulled_at)
-            WHERE listed_ms IS DISTINCT FROM beaconbench_listed_ms(at_ms, pulled_at);
         DROP TRIGGER IF EXISTS trips_listed ON trips;
         CREATE TRIGGER trips_listed BEFORE INSERT OR UPDATE ON trips
             FOR EACH ROW EXECUTE FUNCTION beaconbench_trips_listed();
@@ -78,17 +72,6 @@ enum OfficeReads {
         DROP TRIGGER IF EXISTS incidents_listed ON incidents;
         CREATE TRIGGER incidents_listed BEFORE INSERT OR UPDATE ON incidents
             FOR EACH ROW EXECUTE FUNCTION beaconbench_records_listed();
-        CREATE INDEX IF NOT EXISTS trips_by_sort ON trips (listed_ms DESC, device, start_ms DESC);
-        CREATE INDEX IF NOT EXISTS trips_by_key ON trips (device, start_ms, end_ms, pulled_at, bench_id);
-        CREATE INDEX IF NOT EXISTS events_by_sort ON events (listed_ms DESC, device, at_ms DESC, beacon_index DESC);
-        CREATE INDEX IF NOT EXISTS events_by_key ON events (device, at_ms, type, beacon_index, pulled_at, bench_id);
-        CREATE INDEX IF NOT EXISTS incidents_by_sort ON incidents
-            (listed_ms DESC, device, at_ms DESC, incident_id DESC);
-        CREATE INDEX IF NOT EXISTS incidents_by_key ON incidents (device, incident_id, at_ms, pulled_at, bench_id);
-        CREATE INDEX IF NOT EXISTS outcomes_problems ON outcomes (started_at) INCLUDE (device, step, status, error, detail)
-            WHERE status IN ('failed', 'skipped');
-        CREATE INDEX IF NOT EXISTS readings_by_device_at ON readings (device, at) INCLUDE (battery)
-            WHERE battery IS NOT NULL;
         DROP FUNCTION IF EXISTS fleet_device_rows(TEXT, BIGINT);
         CREATE FUNCTION fleet_device_rows(after TEXT, n BIGINT) RETURNS TABLE (
             address TEXT, mac_ending TEXT, major BIGINT, minor BIGINT, model TEXT, serial TEXT,
@@ -113,6 +96,49 @@ enum OfficeReads {
             ORDER BY page.at
         $body$;
         """
+
+    /// The migration's slow part (`ServerMigrations`: after its
+    /// transaction, without blocking writes): `listed_ms` backfilled in
+    /// batches of 200 pages of the table (a TID range scan; rows the
+    /// trigger already filled are left), then the indexes built
+    /// concurrently. Until the backfill is recorded, `records list` reads
+    /// the key through `coalesce` (`backfilled`).
+    static func afterwork(version: Int) -> [ServerAfterwork] {
+        let backfills = [
+            ("trips", "start_ms"), ("events", "at_ms"), ("incidents", "at_ms"),
+        ].map { table, own in
+            ServerAfterwork(
+                version: version, name: "\(table)_listed_ms",
+                kind: .backfill(
+                    """
+                    WITH filled AS (
+                        UPDATE \(table) SET listed_ms = beaconbench_listed_ms(\(own), pulled_at)
+                        WHERE ctid >= format('(%s,0)', coalesce(nullif($1, ''), '0'))::tid
+                          AND ctid < format('(%s,0)', coalesce(nullif($1, ''), '0')::bigint + 200)::tid
+                          AND listed_ms IS NULL AND beaconbench_listed_ms(\(own), pulled_at) IS NOT NULL
+                        RETURNING 1)
+                    SELECT CASE WHEN coalesce(nullif($1, ''), '0')::bigint + 200
+                        < pg_relation_size('\(table)') / current_setting('block_size')::bigint
+                        THEN (coalesce(nullif($1, ''), '0')::bigint + 200)::text END
+                    FROM (SELECT count(*) FROM filled) AS done
+                    """))
+        }
+        let indexes: [(String, String)] = [
+            ("trips_by_sort", "CREATE INDEX CONCURRENTLY IF NOT EXISTS trips_by_sort ON trips (listed_ms DESC, device, start_ms DESC)"),
+            ("trips_by_key", "CREATE INDEX CONCURRENTLY IF NOT EXISTS trips_by_key ON trips (device, start_ms, end_ms, pulled_at, bench_id)"),
+            ("events_by_sort", "CREATE INDEX CONCURRENTLY IF NOT EXISTS events_by_sort ON events (listed_ms DESC, device, at_ms DESC, beacon_index DESC)"),
+            ("events_by_key", "CREATE INDEX CONCURRENTLY IF NOT EXISTS events_by_key ON events (device, at_ms, type, beacon_index, pulled_at, bench_id)"),
+            ("incidents_by_sort", "CREATE INDEX CONCURRENTLY IF NOT EXISTS incidents_by_sort ON incidents (listed_ms DESC, device, at_ms DESC, incident_id DESC)"),
+            ("incidents_by_key", "CREATE INDEX CONCURRENTLY IF NOT EXISTS incidents_by_key ON incidents (device, incident_id, at_ms, pulled_at, bench_id)"),
+            ("outcomes_problems", "CREATE INDEX CONCURRENTLY IF NOT EXISTS outcomes_problems ON outcomes (started_at) INCLUDE (device, step, status, error, detail) WHERE status IN ('failed', 'skipped')"),
+            ("readings_by_device_at", "CREATE INDEX CONCURRENTLY IF NOT EXISTS readings_by_device_at ON readings (device, at) INCLUDE (battery) WHERE battery IS NOT NULL"),
+        ]
+        return backfills + indexes.map { ServerAfterwork(version: version, name: $0.0, kind: .index($0.1)) }
+    }
+
+    /// The backfill pieces whose end `records list` waits for before it
+    /// reads `listed_ms` as stored.
+    static let backfills = ["trips_listed_ms", "events_listed_ms", "incidents_listed_ms"]
 
     /// The columns `ServerInventory.record` reads, in its order.
     static let deviceColumns = """
@@ -141,36 +167,45 @@ enum OfficeReads {
     /// The records a device filter (`$1`) and the time filters (`$2`
     /// since, `$3` until in ms; `$4` pulled since) keep, newest first,
     /// `$5` of them at most.
-    static func recordFilter(_ table: String, key: [String]) -> String {
+    static func recordFilter(_ table: String, key: [String], listed: String) -> String {
         """
         FROM \(table) t
         WHERE ($1::text IS NULL OR t.device = upper($1)
                OR t.device IN (SELECT address FROM devices WHERE mac_ending = lower($1)))
-          AND ($2::bigint IS NULL OR t.listed_ms >= $2::bigint) AND ($3::bigint IS NULL OR t.listed_ms < $3::bigint)
+          AND ($2::bigint IS NULL OR \(listed) >= $2::bigint) AND ($3::bigint IS NULL OR \(listed) < $3::bigint)
           AND ($4::text IS NULL OR t.pulled_at >= $4)
           AND \(firstPulled(table, key: key))
         """
     }
 
-    static let trips = """
-        SELECT t.device, t.start_ms, t.end_ms, t.beacon_index, t.pulled_at, t.bench_id
-        \(recordFilter("trips", key: ["device", "start_ms", "end_ms"]))
-        ORDER BY t.listed_ms DESC, t.device, t.start_ms DESC LIMIT $5::bigint
-        """
+    static func trips(backfilled: Bool = true) -> String {
+        let listed = backfilled ? "t.listed_ms" : "coalesce(t.listed_ms, beaconbench_listed_ms(t.start_ms, t.pulled_at))"
+        return """
+            SELECT t.device, t.start_ms, t.end_ms, t.beacon_index, t.pulled_at, t.bench_id
+            \(recordFilter("trips", key: ["device", "start_ms", "end_ms"], listed: listed))
+            ORDER BY \(listed) DESC, t.device, t.start_ms DESC LIMIT $5::bigint
+            """
+    }
 
-    static let events = """
-        SELECT t.device, t.at_ms, t.type, t.duration_ms, t.average_mg, t.maximum_mg, t.x_mg, t.y_mg, t.z_mg,
-            t.beacon_index, t.pulled_at, t.bench_id
-        \(recordFilter("events", key: ["device", "at_ms", "type", "beacon_index"]))
-        ORDER BY t.listed_ms DESC, t.device, t.at_ms DESC, t.beacon_index DESC LIMIT $5::bigint
-        """
+    static func events(backfilled: Bool = true) -> String {
+        let listed = backfilled ? "t.listed_ms" : "coalesce(t.listed_ms, beaconbench_listed_ms(t.at_ms, t.pulled_at))"
+        return """
+            SELECT t.device, t.at_ms, t.type, t.duration_ms, t.average_mg, t.maximum_mg, t.x_mg, t.y_mg, t.z_mg,
+                t.beacon_index, t.pulled_at, t.bench_id
+            \(recordFilter("events", key: ["device", "at_ms", "type", "beacon_index"], listed: listed))
+            ORDER BY \(listed) DESC, t.device, t.at_ms DESC, t.beacon_index DESC LIMIT $5::bigint
+            """
+    }
 
-    static let incidents = """
-        SELECT t.device, t.incident_id, t.at_ms, t.max_resultant, t.avg_resultant, t.x_mg, t.y_mg, t.z_mg,
-            t.samples, t.pulled_at, t.bench_id
-        \(recordFilter("incidents", key: ["device", "incident_id", "at_ms"]))
-        ORDER BY t.listed_ms DESC, t.device, t.at_ms DESC, t.incident_id DESC LIMIT $5::bigint
-        """
+    static func incidents(backfilled: Bool = true) -> String {
+        let listed = backfilled ? "t.listed_ms" : "coalesce(t.listed_ms, beaconbench_listed_ms(t.at_ms, t.pulled_at))"
+        return """
+            SELECT t.device, t.incident_id, t.at_ms, t.max_resultant, t.avg_resultant, t.x_mg, t.y_mg, t.z_mg,
+                t.samples, t.pulled_at, t.bench_id
+            \(recordFilter("incidents", key: ["device", "incident_id", "at_ms"], listed: listed))
+            ORDER BY \(listed) DESC, t.device, t.at_ms DESC, t.incident_id DESC LIMIT $5::bigint
+            """
+    }
 
     /// An office query and what its plan must show.
     struct Query: Sendable {
@@ -211,19 +246,19 @@ enum OfficeReads {
                     ORDER BY started_at DESC, bench_id, local_id DESC LIMIT $3
                     """, parameters: [address, nil, "51"], index: "outcomes_by_device", noSort: false),
             Query(
-                read: "records list (trips)", sql: trips, parameters: [nil, nil, nil, nil, "101"],
+                read: "records list (trips)", sql: trips(), parameters: [nil, nil, nil, nil, "101"],
                 index: "trips_by_sort", noSort: true),
             Query(
-                read: "records list (events)", sql: events, parameters: [nil, nil, nil, nil, "101"],
+                read: "records list (events)", sql: events(), parameters: [nil, nil, nil, nil, "101"],
                 index: "events_by_sort", noSort: true),
             Query(
-                read: "records list (incidents)", sql: incidents, parameters: [nil, nil, nil, nil, "101"],
+                read: "records list (incidents)", sql: incidents(), parameters: [nil, nil, nil, nil, "101"],
                 index: "incidents_by_sort", noSort: true),
             Query(
-                read: "records list --since (events)", sql: events,
+                read: "records list --since (events)", sql: events(),
                 parameters: [nil, String(sinceMs), nil, nil, "101"], index: "events_by_sort", noSort: true),
             Query(
-                read: "records list (one record pulled twice)", sql: trips, parameters: [nil, nil, nil, nil, "101"],
+                read: "records list (one record pulled twice)", sql: trips(), parameters: [nil, nil, nil, nil, "101"],
                 index: "trips_by_key", or: ["trips_by_device"], noSort: true),
             Query(
                 read: "drift", sql: ServerAssignments.driftRows, parameters: [],

@@ -28,7 +28,7 @@ enum ServerSchema {
     /// The slow parts of the migrations above, done after their
     /// transaction without blocking writes (`ServerMigrations`): index builds
     /// and batched backfills, each named once for all versions.
-    static let afterwork: [ServerAfterwork] = []
+    static let afterwork: [ServerAfterwork] = OfficeReads.afterwork(version: 8)
 
     /// Version 4: a device a bench forgot (`devices.forgotten_at`, SQLite
     /// schema 4) leaves `fleet_devices` unless another bench still knows

@@ -24,6 +24,7 @@ func officeReads(limit: Int, since: String, directory: String) -> [OfficeRead] {
         OfficeRead(name: "records list", arguments: ["records", "list", "--limit", String(limit)]),
         OfficeRead(name: "drift", arguments: ["drift"]),
         OfficeRead(name: "audit", arguments: ["audit"]),
+        OfficeRead(name: "report", arguments: ["report", "--out", directory + "/report.html"]),
     ]
 }
 
