@@ -101,14 +101,12 @@ extension ServerAssignments {
     public static func exchange(
         _ inventory: Inventory, url: String, profiles: Set<String>, full: Bool = false, stop: SyncStop? = nil
     ) async throws(SyncError) -> Exchange {
-        let local: [Assignment]
         let bench: String
         let ledgerSize: Int?
         do {
             // The ledger's size before the assignments are read: a change
             // made after it is found by the next exchange.
             ledgerSize = try await inventory.hasLedger() ? try await inventory.ledgerTreeHead().size : nil
-            local = try await inventory.assignments()
             bench = try await inventory.benchID()
         } catch {
             throw SyncError("the local inventory: \(error)")
@@ -121,6 +119,18 @@ extension ServerAssignments {
         if let from = cursors.ledgerSeq, let size = ledgerSize, from <= size {
             let changes = try await SyncChanges.collect(inventory, from..<size, tables: ["assignments"])
             changed = Set((changes.keys["assignments"] ?? []).compactMap { SyncChanges.address($0) })
+        }
+        // Only those read here when they are known (a bench holds every
+        // assignment of the fleet it pulled: reading them all is O(fleet)).
+        let local: [Assignment]
+        do {
+            if let changed {
+                local = try await assignments(of: changed.sorted(), in: inventory)
+            } else {
+                local = try await inventory.assignments()
+            }
+        } catch {
+            throw SyncError("the local inventory: \(error)")
         }
         var exchange = Exchange()
         let own = local.filter { $0.source == .local && changed?.contains($0.address) ?? true }
@@ -144,22 +154,39 @@ extension ServerAssignments {
         let horizon = try server.exec("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").first?.first ?? nil
         let rows: [[String?]]
         if let xmin = cursors.xmin {
+            // Every row of a device written since (all its letter cases),
+            // and of the devices refused last time: by index, not a scan.
             rows = try server.exec(
-                selectColumns + """
-
-                     WHERE upper(address) IN (
-                        SELECT upper(address) FROM fleet_assignments WHERE changed_xid >= $1::xid8)
-                        OR upper(address) = ANY (SELECT upper(a) FROM unnest($2::text[]) AS a)
-                    ORDER BY address
-                    """, [xmin, PostgresArray.literal(cursors.refused.map { Optional($0) })])
+                """
+                WITH wanted AS (
+                    SELECT upper(address) AS device FROM fleet_assignments WHERE changed_xid >= $1::xid8
+                    UNION SELECT upper(a) FROM unnest($2::text[]) AS a)
+                """ + selectColumns + " WHERE upper(address) IN (SELECT device FROM wanted) ORDER BY address",
+                [xmin, PostgresArray.literal(cursors.refused.map { Optional($0) })])
         } else {
             rows = try server.exec(selectColumns + " ORDER BY address")
         }
         let (pulled, refusedAddresses) = grouped(rows, profiles: profiles)
         exchange.refused = pulled.refused
-        let mine = Dictionary(local.map { ($0.address, $0) }) { first, _ in first }
-        let wanted = pulled.valid.values.map(\.0).filter { there in mine[there.address].map { !same($0, there) } ?? true }
-            .sorted { $0.address < $1.address }
+        // What this bench holds of the devices pulled (all of them read
+        // when there are many: one query instead of one per device).
+        var mine = Dictionary(local.map { ($0.address, $0) }) { first, _ in first }
+        let pulledDevices = pulled.valid.keys.filter { mine[$0] == nil }
+        do {
+            // (With no change set, every one was read above.)
+            let held =
+                changed == nil
+                ? []
+                : pulledDevices.count > 1_000
+                    ? try await inventory.assignments()
+                    : try await assignments(of: pulledDevices.sorted(), in: inventory)
+            for assignment in held where mine[assignment.address] == nil { mine[assignment.address] = assignment }
+        } catch {
+            throw SyncError("the local inventory: \(error)")
+        }
+        let wanted = pulled.valid.values.map(\.0).filter { there in mine[there.address].map { !same($0, there) } ?? true
+        }
+        .sorted { $0.address < $1.address }
         do {
             try await inventory.takeAssignments(wanted)
         } catch {
@@ -178,6 +205,15 @@ extension ServerAssignments {
                 PostgresArray.literal(refusedAddresses.map { Optional($0) }),
             ])
         return exchange
+    }
+
+    /// The bench's assignments of `addresses`, one query each.
+    static func assignments(of addresses: [String], in inventory: Inventory) async throws -> [Assignment] {
+        var found: [Assignment] = []
+        for address in addresses {
+            if let assignment = try await inventory.assignment(for: address) { found.append(assignment) }
+        }
+        return found
     }
 
     /// Pushes `chunk` (this bench's own assignments, in address order) in

@@ -75,7 +75,8 @@ public enum BenchSync {
             // attempt is whole, its transactions committed or rolled back.
             exchange = try await stoppable(stop) { () async throws(SyncError) in
                 try await retry.run(stop: stop, retrying: retrying) { (_: Int) async throws(SyncError) in
-                    try await ServerAssignments.exchange(inventory, url: url, profiles: profiles, full: full, stop: stop)
+                    try await ServerAssignments.exchange(
+                        inventory, url: url, profiles: profiles, full: full, stop: stop)
                 }
             }
         } catch {

@@ -176,7 +176,9 @@ public enum ServerAssignments {
     }
 
     /// The office: records `assignments` on the server, under the conflict
-    /// rule, in one transaction. Returns the assignments each replaced, and
+    /// rule, in one transaction, the devices' rows locked in address order
+    /// (a bench's exchange pushing one of them waits, and then judges its
+    /// own against the office's). Returns the assignments each replaced, and
     /// those that lost to a later one already there (none, unless clocks
     /// disagree).
     /// A row there that fails the checks (`PulledRows`) is replaced
@@ -187,8 +189,15 @@ public enum ServerAssignments {
         let server = try PostgresConnection(url)
         try InventorySync.prepareSchema(server, creating: false)
         return try server.transaction { () throws(SyncError) in
-            try server.exec("SELECT pg_advisory_xact_lock(7205190019)")
-            let existing = try all(server, profiles: profiles).valid
+            // The rows of these devices locked in address order, as a
+            // bench's exchange locks them (no lock over the whole fleet).
+            let addresses = Set(assignments.map { $0.address.uppercased() }).sorted()
+            let existing = grouped(
+                try server.exec(
+                    selectColumns + " WHERE upper(address) = ANY($1::text[]) ORDER BY address FOR UPDATE",
+                    [PostgresArray.literal(addresses.map { Optional($0) })]),
+                profiles: profiles
+            ).pulled.valid
             var replaced: [Assignment] = []
             var conflicts: [Conflict] = []
             for assignment in assignments {

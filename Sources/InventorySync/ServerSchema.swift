@@ -410,7 +410,16 @@ enum ServerSchema {
                     excluded.firmware_at, calibration_read_at = excluded.calibration_read_at, time_offset_at =
                     excluded.time_offset_at, forgotten_at = excluded.forgotten_at
                 """
-                + changedOnly("devices", ["mac_ending", "major", "minor", "model", "serial", "hardware_revision", "firmware", "first_seen", "last_seen", "battery", "battery_at", "calibrated", "calibrated_at", "calibration_x", "calibration_y", "calibration_z", "time_offset_ms", "profile", "config_cornering", "config_braking", "config_acceleration", "config_duration", "config_enable", "config_read_at", "identity_at", "description_at", "firmware_at", "calibration_read_at", "time_offset_at", "forgotten_at"]),
+                    + changedOnly(
+                        "devices",
+                        [
+                            "mac_ending", "major", "minor", "model", "serial", "hardware_revision", "firmware",
+                            "first_seen", "last_seen", "battery", "battery_at", "calibrated", "calibrated_at",
+                            "calibration_x", "calibration_y", "calibration_z", "time_offset_ms", "profile",
+                            "config_cornering", "config_braking", "config_acceleration", "config_duration",
+                            "config_enable", "config_read_at", "identity_at", "description_at", "firmware_at",
+                            "calibration_read_at", "time_offset_at", "forgotten_at",
+                        ]),
             types: [
                 .text, .text, .bigint, .bigint, .text, .text, .text, .text, .text, .text, .bigint, .text, .bigint,
                 .text, .bigint, .bigint, .bigint, .bigint, .text, .bigint, .bigint, .bigint, .bigint, .bigint, .text,
@@ -444,7 +453,12 @@ enum ServerSchema {
                     excluded.operator, host = excluded.host, pid = excluded.pid, adapter = excluded.adapter,
                     options = excluded.options, status = excluded.status, simulated = excluded.simulated
                 """
-                + changedOnly("runs", ["started_at", "ended_at", "command", "sha256", "operator", "host", "pid", "adapter", "options", "status", "simulated"]),
+                    + changedOnly(
+                        "runs",
+                        [
+                            "started_at", "ended_at", "command", "sha256", "operator", "host", "pid", "adapter",
+                            "options", "status", "simulated",
+                        ]),
             types: [.bigint, .text, .text, .text, .text, .text, .text, .bigint, .text, .text, .text, .bigint],
         ),
         Table(
@@ -478,7 +492,12 @@ enum ServerSchema {
                     excluded.started_at, ended_at = excluded.ended_at, duration_ms = excluded.duration_ms,
                     retries = excluded.retries
                 """
-                + changedOnly("outcomes", ["run_id", "device", "step", "status", "detail", "error", "before", "after", "started_at", "ended_at", "duration_ms", "retries"]),
+                    + changedOnly(
+                        "outcomes",
+                        [
+                            "run_id", "device", "step", "status", "detail", "error", "before", "after", "started_at",
+                            "ended_at", "duration_ms", "retries",
+                        ]),
             types: [
                 .bigint, .bigint, .text, .text, .text, .text, .text, .text, .text, .text, .text, .bigint, .bigint,
             ],
@@ -499,7 +518,7 @@ enum ServerSchema {
                 ON CONFLICT (bench_id, local_id) DO UPDATE SET device = excluded.device, at = excluded.at,
                     battery = excluded.battery, rssi = excluded.rssi, firmware = excluded.firmware
                 """
-                + changedOnly("readings", ["device", "at", "battery", "rssi", "firmware"]),
+                    + changedOnly("readings", ["device", "at", "battery", "rssi", "firmware"]),
             types: [.bigint, .text, .text, .bigint, .bigint, .text],
         ),
         Table(
@@ -515,7 +534,7 @@ enum ServerSchema {
                 ON CONFLICT (bench_id, device, start_ms, end_ms) DO UPDATE SET beacon_index =
                     excluded.beacon_index, pulled_at = excluded.pulled_at
                 """
-                + changedOnly("trips", ["beacon_index", "pulled_at"]),
+                    + changedOnly("trips", ["beacon_index", "pulled_at"]),
             types: [.text, .bigint, .bigint, .bigint, .text],
         ),
         Table(
@@ -536,7 +555,8 @@ enum ServerSchema {
                     x_mg = excluded.x_mg, y_mg = excluded.y_mg, z_mg = excluded.z_mg, pulled_at =
                     excluded.pulled_at
                 """
-                + changedOnly("events", ["duration_ms", "average_mg", "maximum_mg", "x_mg", "y_mg", "z_mg", "pulled_at"]),
+                    + changedOnly(
+                        "events", ["duration_ms", "average_mg", "maximum_mg", "x_mg", "y_mg", "z_mg", "pulled_at"]),
             types: [.text, .bigint, .text, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .text],
         ),
         Table(
@@ -558,7 +578,9 @@ enum ServerSchema {
                     = excluded.y_mg, z_mg = excluded.z_mg, samples = excluded.samples, pulled_at =
                     excluded.pulled_at
                 """
-                + changedOnly("incidents", ["max_resultant", "avg_resultant", "x_mg", "y_mg", "z_mg", "samples", "pulled_at"]),
+                    + changedOnly(
+                        "incidents", ["max_resultant", "avg_resultant", "x_mg", "y_mg", "z_mg", "samples", "pulled_at"])
+            ,
             types: [.text, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .text, .text],
         ),
         // Sent whole (a device's row is replaced when its identity is);
@@ -580,7 +602,7 @@ enum ServerSchema {
                     source = excluded.source, profile = excluded.profile, run_id = excluded.run_id,
                     reserved_at = excluded.reserved_at
                 """
-                + changedOnly("identities", ["major", "minor", "source", "profile", "run_id", "reserved_at"]),
+                    + changedOnly("identities", ["major", "minor", "source", "profile", "run_id", "reserved_at"]),
             types: [.text, .bigint, .bigint, .text, .text, .bigint, .text],
         ),
     ]

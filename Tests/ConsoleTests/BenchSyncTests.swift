@@ -88,7 +88,8 @@ struct BenchSyncTests {
             // the budget (6 s: the waits, 0.5–1.5 s then 1–3 s, fit at
             // least twice), then given up.
             let result = await Self.run(
-                inventory, to: "nonsense_option=1", stop: SyncStop(), calls: calls, retry: RetryPolicy(budget: .seconds(6)))
+                inventory, to: "nonsense_option=1", stop: SyncStop(), calls: calls,
+                retry: RetryPolicy(budget: .seconds(6)))
             guard case .failure(.push(let error)) = result else {
                 Issue.record("a push that cannot connect ended \(result)")
                 return

@@ -1,8 +1,8 @@
 import Foundation
 import Inventory
 import LocalBus
-import TestSupport
 import SBeaconProtocol
+import TestSupport
 import Testing
 
 @testable import InventorySync
@@ -174,7 +174,8 @@ struct SyncAtScaleTests {
             #expect(try await RowByRow.differences(bench.inventory, server, bench: id) == [])
             await #expect(
                 try server.count(
-                    "SELECT count(*) FROM devices WHERE bench_id = '\(id)' AND serial = 'changed' AND battery = 3") == 1)
+                    "SELECT count(*) FROM devices WHERE bench_id = '\(id)' AND serial = 'changed' AND battery = 3") == 1
+            )
             let again = try await InventorySync.push(bench.inventory, to: server.url)
             #expect(again.sent["devices"] == 0 && again.sent["trips"] == 0, "\(again.sent)")
 
@@ -193,10 +194,12 @@ struct SyncAtScaleTests {
             ])
             let pushed = try await ServerAssignments.exchange(other, url: server.url, profiles: ["car", "van"])
             #expect(pushed.pushed == 1, "\(pushed)")
-            let pulled = try await ServerAssignments.exchange(bench.inventory, url: server.url, profiles: ["car", "van"])
+            let pulled = try await ServerAssignments.exchange(
+                bench.inventory, url: server.url, profiles: ["car", "van"])
             #expect(pulled.pulled == 1 && pulled.pushed == 0, "\(pulled)")
             #expect(try await bench.inventory.assignment(for: LargeInventory.address(9))?.profile == "van")
-            let quiet = try await ServerAssignments.exchange(bench.inventory, url: server.url, profiles: ["car", "van"])
+            let quiet = try await ServerAssignments.exchange(
+                bench.inventory, url: server.url, profiles: ["car", "van"])
             #expect(quiet.pulled == 0 && quiet.pushed == 0, "\(quiet)")
             // A later assignment here wins on the server, and the other bench takes it.
             _ = try await bench.inventory.assign([
@@ -281,7 +284,8 @@ struct SyncAtScaleTests {
     /// completes.
     @Test func aServerThatAnswersNothingDoesNotHangASync() async throws {
         try await withSyncScene("sync-guard") { scene in
-            let bench = try await LargeInventory(path: scene.directory + "/inventory.sqlite", devices: 50, outcomes: 200)
+            let bench = try await LargeInventory(
+                path: scene.directory + "/inventory.sqlite", devices: 50, outcomes: 200)
             try await scene.makeSchema()
             let lock = try await scene.lockReadings()
             let sync = try ChildProcess(
