@@ -124,10 +124,11 @@ extension ServerAssignments {
         // assignment of the fleet it pulled: reading them all is O(fleet)).
         let local: [Assignment]
         do {
-            if let changed {
+            if let changed, changed.count <= 1_000 {
                 local = try await assignments(of: changed.sorted(), in: inventory)
             } else {
-                local = try await inventory.assignments()
+                // Many (after a large pull, whose entries are changes too): one query.
+                local = try await inventory.assignments().filter { changed?.contains($0.address) ?? true }
             }
         } catch {
             throw SyncError("the local inventory: \(error)")
