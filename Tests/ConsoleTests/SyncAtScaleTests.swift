@@ -303,6 +303,73 @@ struct SyncAtScaleTests {
             #expect(try await scene.differences(bench) == [])
         }
     }
+    /// Two benches moving claims to one identity at once: the test's own
+    /// transaction moves another device's claim to the identity this
+    /// bench reserved offline, and holds it; the bench's registration
+    /// waits on it (seen on the server, not guessed), then meets the
+    /// committed row (unique_violation) — run again, it leaves that
+    /// identity to the device that has it, and the sync completes, no
+    /// identity claimed twice.
+    @Test func aClaimRaceInRegistrationIsRunAgainNotFailed() async throws {
+        try await withSyncScene("sync-claim-race") { scene in
+            let bench = try await LargeInventory(path: scene.directory + "/inventory.sqlite", devices: 3, outcomes: 10)
+            let mine = LargeInventory.address(1)
+            let reserved = try await bench.inventory.reserveIdentity(
+                device: mine, plan: IdentityPlan(major: 300, minor: .fixed(7), source: .explicit),
+                holds: BeaconIdentity(major: 1, minor: 1), run: nil)
+            #expect(reserved.identity == BeaconIdentity(major: 300, minor: 7))
+            try await scene.makeSchema()
+            _ = try await scene.server.psql(
+                """
+                INSERT INTO benches VALUES ('other-bench', 'h', NULL);
+                INSERT INTO identity_claims VALUES (300, 2, 'C9:00:00:00:00:01', 'other-bench', '2000-01-01T00:00:00.000Z');
+                INSERT INTO identity_claims VALUES (300, 3, '\(mine)', 'old', '2000-01-01T00:00:00.000Z');
+                """)
+            let url = scene.server.url
+            let hold = try await onThreadOfItsOwn { try ClaimHold(url: url) }
+            let sync = try scene.sync(bench)
+            let waiting = """
+                SELECT count(*) FROM pg_stat_activity
+                WHERE application_name = 'beaconbench' AND wait_event_type = 'Lock' AND pid <> \(hold.pid)
+                """
+            let waited = try await SyncScene.waitUntil(
+                "the registration to wait on the held claim", stopEarly: { !sync.isRunning }
+            ) { try await scene.server.count(waiting) == 1 }
+            #expect(waited, "the sync did not wait on the claim: \(scene.stderr)")
+            await hold.commit()
+            await #expect(sync.waitForExit().status == 0, "\(scene.stderr)")
+            await #expect(
+                try scene.server.count(
+                    "SELECT count(*) FROM identity_claims WHERE major = 300 AND minor = 7 AND address = 'C9:00:00:00:00:01'"
+                )
+                    == 1)
+            await #expect(
+                try scene.server.count("SELECT count(*) FROM identity_claims WHERE address = '\(mine)' AND minor = 3")
+                    == 1)
+        }
+    }
+}
+
+/// A transaction of the test's own moving a claim to (300, 7) and holding
+/// it until `commit()`.
+final class ClaimHold: @unchecked Sendable {
+    // Used by one thread at a time: made, then committed, each on a thread of its own.
+    private let connection: PostgresConnection
+    let pid: String
+
+    init(url: String) throws {
+        connection = try PostgresConnection(url)
+        try connection.exec("BEGIN")
+        try connection.exec("UPDATE identity_claims SET minor = 7 WHERE address = 'C9:00:00:00:00:01'")
+        guard let pid = try connection.exec("SELECT pg_backend_pid()").first?.first ?? nil else {
+            throw LocalBusError("pg_backend_pid() answered nothing")
+        }
+        self.pid = pid
+    }
+
+    func commit() async {
+        await onThreadOfItsOwn { _ = try? self.connection.exec("COMMIT") }
+    }
 }
 
 extension Sequence {
