@@ -259,19 +259,7 @@ extension ServerAssignments {
             }
         }
         for assignment in missing {
-            let inserted = try server.exec(
-                """
-                INSERT INTO fleet_assignments (address, profile, major, minor_policy, minor, overrides, assigned_at,
-                                               assigned_by, origin)
-                VALUES ($1, $2, $3::bigint, $4, $5::bigint, $6, $7, $8, $9)
-                ON CONFLICT (address) DO NOTHING RETURNING address
-                """,
-                [
-                    assignment.address, assignment.profile, assignment.major.map { String($0) },
-                    assignment.minorPolicy.rawValue, assignment.minor.map { String($0) }, assignment.overrides.json,
-                    assignment.assignedAt, assignment.assignedBy, bench,
-                ])
-            if !inserted.isEmpty {
+            if try insertIfNew(assignment, origin: bench, server) {
                 exchange.pushed += 1
                 continue
             }

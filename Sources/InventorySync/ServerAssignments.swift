@@ -161,6 +161,28 @@ public enum ServerAssignments {
             ])
     }
 
+    /// Inserts `assignment` unless the device has a row (another
+    /// writer's, committed meanwhile): whether it did.
+    static func insertIfNew(
+        _ assignment: Assignment, origin: String, _ server: PostgresConnection
+    ) throws(SyncError)
+        -> Bool
+    {
+        !(try server.exec(
+            """
+            INSERT INTO fleet_assignments (address, profile, major, minor_policy, minor, overrides, assigned_at,
+                                           assigned_by, origin)
+            VALUES ($1, $2, $3::bigint, $4, $5::bigint, $6, $7, $8, $9)
+            ON CONFLICT (address) DO NOTHING RETURNING address
+            """,
+            [
+                assignment.address, assignment.profile, assignment.major.map { String($0) },
+                assignment.minorPolicy.rawValue, assignment.minor.map { String($0) }, assignment.overrides.json,
+                assignment.assignedAt, assignment.assignedBy, origin,
+            ]
+        ).isEmpty)
+    }
+
     static func recordConflict(_ conflict: Conflict, by: String, _ server: PostgresConnection) throws(SyncError) {
         try server.exec(
             """
@@ -192,25 +214,40 @@ public enum ServerAssignments {
             // The rows of these devices locked in address order, as a
             // bench's exchange locks them (no lock over the whole fleet).
             let addresses = Set(assignments.map { $0.address.uppercased() }).sorted()
-            let existing = grouped(
-                try server.exec(
-                    selectColumns + " WHERE upper(address) = ANY($1::text[]) ORDER BY address FOR UPDATE",
-                    [PostgresArray.literal(addresses.map { Optional($0) })]),
-                profiles: profiles
-            ).pulled.valid
+            func locked(_ addresses: [String]) throws(SyncError) -> Pulled {
+                grouped(
+                    try server.exec(
+                        selectColumns + " WHERE upper(address) = ANY($1::text[]) ORDER BY address FOR UPDATE",
+                        [PostgresArray.literal(addresses.map { Optional($0) })]),
+                    profiles: profiles
+                ).pulled
+            }
+            let held = try locked(addresses)
             var replaced: [Assignment] = []
             var conflicts: [Conflict] = []
-            for assignment in assignments {
-                if let (there, _) = existing[assignment.address] {
-                    guard later(assignment, than: there) else {
-                        let conflict = Conflict(address: assignment.address, kept: there, lost: assignment)
-                        try recordConflict(conflict, by: "office", server)
-                        conflicts.append(conflict)
-                        continue
-                    }
-                    replaced.append(there)
+            func judge(_ assignment: Assignment, against there: Assignment) throws(SyncError) {
+                guard later(assignment, than: there) else {
+                    let conflict = Conflict(address: assignment.address, kept: there, lost: assignment)
+                    try recordConflict(conflict, by: "office", server)
+                    conflicts.append(conflict)
+                    return
                 }
+                replaced.append(there)
                 try write(assignment, origin: "office", server)
+            }
+            for assignment in assignments {
+                if let (there, _) = held.valid[assignment.address] {
+                    try judge(assignment, against: there)
+                } else if held.blocked.contains(assignment.address) {
+                    try write(assignment, origin: "office", server)
+                } else if try !insertIfNew(assignment, origin: "office", server) {
+                    // A bench's row came first (committed meanwhile): judged against it.
+                    if let (there, _) = try locked([assignment.address]).valid[assignment.address] {
+                        try judge(assignment, against: there)
+                    } else {
+                        try write(assignment, origin: "office", server)
+                    }
+                }
             }
             return (replaced, conflicts)
         }
