@@ -25,6 +25,8 @@
       (conn, command, nParams, paramTypes, paramValues, paramLengths, paramFormats, resultFormat), NULL)          \
     X(ExecStatusType, PQresultStatus, (const PGresult *res), (res), PGRES_FATAL_ERROR)                          \
     X(char *, PQresultErrorMessage, (const PGresult *res), (res), NULL)                                          \
+    X(char *, PQresultErrorField, (const PGresult *res, int fieldcode), (res, fieldcode), NULL)                   \
+    X(int, PQsocket, (const PGconn *conn), (conn), -1)                                                           \
     X(int, PQntuples, (const PGresult *res), (res), 0)                                                           \
     X(int, PQnfields, (const PGresult *res), (res), 0)                                                           \
     X(char *, PQfname, (const PGresult *res, int field_num), (res, field_num), NULL)                             \

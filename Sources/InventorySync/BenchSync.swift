@@ -38,6 +38,7 @@ public enum BenchSync {
     /// flight cancelled); a cancelled task requests `SIGINT` on it.
     public static func run(
         _ inventory: Inventory, to url: String, includeSimulated: Bool, profiles: Set<String>, stop: SyncStop,
+        retry: RetryPolicy = .standard, full: Bool = false,
         progress: (_ table: String, _ sent: Int) -> Void = { _, _ in },
         retrying: (_ error: SyncError, _ wait: Duration, _ attempt: Int) -> Void = { _, _, _ in },
         pushEnded: () -> Void = {}
@@ -48,8 +49,8 @@ public enum BenchSync {
             pushed = .success(
                 try await stoppable(stop) { () async throws(SyncError) in
                     try await InventorySync.push(
-                        inventory, to: url, includeSimulated: includeSimulated, stop: stop, sent: sent,
-                        progress: progress, retrying: retrying)
+                        inventory, to: url, retry: retry, includeSimulated: includeSimulated, full: full, stop: stop,
+                        sent: sent, progress: progress, retrying: retrying)
                 })
         } catch {
             pushed = .failure(error)
@@ -70,8 +71,13 @@ public enum BenchSync {
         // Desired state both ways (docs/office.md).
         let exchange: ServerAssignments.Exchange
         do {
+            // Tried again as the push is (a deadlock, a restart…): each
+            // attempt is whole, its transactions committed or rolled back.
             exchange = try await stoppable(stop) { () async throws(SyncError) in
-                try await ServerAssignments.exchange(inventory, url: url, profiles: profiles, stop: stop)
+                try await retry.run(stop: stop, retrying: retrying) { (_: Int) async throws(SyncError) in
+                    try await ServerAssignments.exchange(
+                        inventory, url: url, profiles: profiles, full: full, stop: stop)
+                }
             }
         } catch {
             if let reason = error.stoppedBy { throw .stopped(reason: reason, sent: sent.snapshot) }

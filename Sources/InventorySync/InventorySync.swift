@@ -47,6 +47,10 @@ public enum InventorySync {
         /// Local checkpoints the server lacks but would not take: older
         /// than the tree it already held (docs/ledger.md, "Several benches").
         public var checkpointsNotSent = 0
+        /// Whether only the changes since the last sync were sent (read
+        /// from the ledger: `changesRead` entries), not every row.
+        public var changesOnly = false
+        public var changesRead = 0
     }
 
     /// Rows sent per table over the whole sync, every attempt counted as
@@ -66,55 +70,36 @@ public enum InventorySync {
     /// and checkpoints (sent before the tables, docs/ledger.md).
     public static var ledgerNames: [String] { ["ledger", "checkpoints"] }
 
-    /// Pushes, trying again after a connection failure (`retries` times,
-    /// waiting 1 s, 2 s, 4 s…): each attempt resumes where the last one
+    /// Pushes, trying again what PostgreSQL asks to retry (`RetryPolicy`:
+    /// a connection that failed or broke, a serialization failure, a
+    /// deadlock…), with a doubling wait and jitter, within `retry.budget`
+    /// of the first failure: each attempt resumes where the last one
     /// stopped. Other errors (a schema newer than this program, a refused
     /// statement) end it at once, and so does `stop` (the statement in
     /// flight cancelled; `SyncError.stoppedBy` set). `sent` counts what
-    /// every attempt committed.
+    /// every attempt committed, and so does the report's `sent`. `full`
+    /// sends every row, as a first sync does, instead of the changes since
+    /// the last sync (docs/office.md, "Sync at scale").
     public static func push(
-        _ inventory: Inventory, to url: String, chunkSize: Int = 5_000, retries: Int = 3,
-        includeSimulated: Bool = false, stop: SyncStop? = nil, sent: SentRows = SentRows(),
+        _ inventory: Inventory, to url: String, chunkSize: Int = 5_000, retry: RetryPolicy = .standard,
+        includeSimulated: Bool = false, full: Bool = false, stop: SyncStop? = nil, sent: SentRows = SentRows(),
         progress: (_ table: String, _ sent: Int) -> Void = { _, _ in },
         retrying: (_ error: SyncError, _ wait: Duration, _ attempt: Int) -> Void = { _, _, _ in }
     ) async throws(SyncError) -> Report {
-        var firstFailure: SyncError?
-        var attempt = 1
-        while true {
-            do {
-                return try await pushOnce(
-                    inventory, to: url, chunkSize: chunkSize, includeSimulated: includeSimulated, stop: stop,
-                    sent: sent, progress: progress)
-            } catch {
-                if let stop, let reason = stop.requested { throw stop.error(reason) }
-                // A refused ledger is the server's answer, not a failure to retry.
-                if error.ledgerRefusal != nil { throw error }
-                guard error.isConnectionFailure, attempt <= retries, !Task.isCancelled else {
-                    guard let firstFailure, firstFailure.message != error.message else { throw error }
-                    throw SyncError(
-                        "\(firstFailure.message); then, after \(attempt - 1) more attempt\(attempt == 2 ? "" : "s"): \(error.message)",
-                        isConnectionFailure: error.isConnectionFailure)
-                }
-                firstFailure = firstFailure ?? error
-                let wait = Duration.seconds(1 << (attempt - 1))
-                retrying(error, wait, attempt + 1)
-                // In steps, so that a stop is seen while waiting.
-                let until = ContinuousClock.now + wait
-                while ContinuousClock.now < until {
-                    try stop?.check()
-                    do {
-                        try await Task.sleep(for: min(.milliseconds(100), until - ContinuousClock.now))
-                    } catch {
-                        throw SyncError("\(firstFailure?.message ?? "sync"); cancelled before trying again")
-                    }
-                }
-                attempt += 1
-            }
+        var report = try await retry.run(stop: stop, retrying: retrying) { (_: Int) async throws(SyncError) in
+            try await pushOnce(
+                inventory, to: url, chunkSize: chunkSize, includeSimulated: includeSimulated, full: full, stop: stop,
+                sent: sent, progress: progress)
         }
+        // What every attempt committed, not only the last one's.
+        let total = sent.snapshot
+        for name in Set(report.sent.keys).union(total.keys) { report.sent[name] = total[name] ?? 0 }
+        return report
     }
 
     static func pushOnce(
-        _ inventory: Inventory, to url: String, chunkSize: Int, includeSimulated: Bool = false, stop: SyncStop? = nil,
+        _ inventory: Inventory, to url: String, chunkSize: Int, includeSimulated: Bool = false, full: Bool = false,
+        stop: SyncStop? = nil,
         sent total: SentRows = SentRows(), progress: (_ table: String, _ sent: Int) -> Void
     ) async throws(SyncError) -> Report {
         let benchID: String
@@ -132,7 +117,7 @@ public enum InventorySync {
         try server.exec(
             """
             INSERT INTO benches (bench_id, host, last_sync) VALUES ($1, $2, NULL)
-            ON CONFLICT (bench_id) DO UPDATE SET host = excluded.host
+            ON CONFLICT (bench_id) DO UPDATE SET host = excluded.host WHERE benches.host IS DISTINCT FROM excluded.host
             """, [benchID, ProcessInfo.processInfo.hostName])
         var report = Report(benchID: benchID)
         let simulatedRuns = try await count(inventory, "SELECT count(*) FROM runs WHERE simulated <> 0")
@@ -152,8 +137,39 @@ public enum InventorySync {
         let caughtUp = try await catchUp(
             inventory, server, bench: benchID, includeSimulated: includeSimulated, chunkSize: chunkSize,
             total: total)
+        // What changed since the last sync (docs/office.md, "Sync at
+        // scale"): the ledger's entries from `benches.tables_seq`, the
+        // size whose changes the tables here already hold, set at the end
+        // of each sync that held nothing back. Without it (a first sync,
+        // one after a sync that held rows back, `full`, no ledger): every row.
+        let hasLedger = (try? await inventory.hasLedger()) == true
+        let tracked = (includeSimulated || simulatedRuns == 0) && hasLedger
+        var changes: SyncChanges?
+        if !full, tracked, let from = try tablesSeq(server, bench: benchID), from <= plan.benchSize {
+            changes = try await SyncChanges.collect(inventory, from..<plan.benchSize, tables: SyncChanges.keyedTables)
+        }
+        // The identities sent, by device: registered as claims below.
+        var identitiesSent: [String] = []
         for table in ServerSchema.tables {
             var sent = caughtUp[table.name] ?? 0
+            if let changes, let select = SyncChanges.keyedSelect(table) {
+                let keys = changes.keys[table.name] ?? []
+                var start = 0
+                while start < keys.count {
+                    let end = min(keys.count, start + max(chunkSize, 1))
+                    let rows = try await local(
+                        inventory, select, [.text("[" + keys[start..<end].joined(separator: ",") + "]")])
+                    if !rows.isEmpty {
+                        try send(rows, of: table, bench: benchID, to: server, total: total)
+                        if table.name == "identities" { identitiesSent += rows.compactMap { $0[1].text } }
+                    }
+                    sent += rows.count
+                    progress(table.name, sent)
+                    start = end
+                }
+                report.sent[table.name] = sent
+                continue
+            }
             var cursor: Int64 = 0
             // This bench's highest id here: what a local id the server
             // holds for this bench can be (rows are never deleted here).
@@ -204,33 +220,66 @@ public enum InventorySync {
             }
             report.sent[table.name] = sent
         }
-        // What this bench reserved while it could not ask the server is
-        // claimed fleet-wide now, where no other device has it (a collision
-        // stays for the fleet audit to report as duplicate-identity).
+        report.changesOnly = changes != nil
+        report.changesRead = changes?.entries ?? 0
+        try registerClaims(server, bench: benchID, devices: changes == nil ? nil : identitiesSent)
+        // Blocks of minors this bench leased and left idle for a day go back (ServerIdentities).
+        try ServerIdentities.returnBlocks(on: server, bench: benchID, idleFor: ServerIdentities.idleBlockSeconds)
+        // The tables now hold every change up to the bench's ledger size
+        // checked above (later ones are found by the next sync); a sync
+        // that held rows back leaves the next one to send every row.
         try server.exec(
-            """
-            UPDATE identity_claims c SET major = i.major, minor = i.minor, bench_id = i.bench_id,
-                claimed_at = i.reserved_at
-            FROM identities i
-            WHERE i.bench_id = $1 AND c.address = i.device AND i.reserved_at > c.claimed_at
-                AND i.major BETWEEN 0 AND 65535 AND i.minor BETWEEN 0 AND 65535
-                AND (c.major, c.minor) <> (i.major, i.minor)
-                AND NOT EXISTS (
-                    SELECT 1 FROM identity_claims o WHERE o.major = i.major AND o.minor = i.minor AND o.address <> i.device)
-            """, [benchID])
+            "UPDATE benches SET last_sync = $2, tables_seq = $3::bigint WHERE bench_id = $1",
+            [benchID, Date().ISO8601Format(), tracked ? String(plan.benchSize) : nil])
+        return report
+    }
+
+    /// The ledger size up to which this bench's changes are in the
+    /// server's tables (`benches.tables_seq`), nil when unknown.
+    static func tablesSeq(_ server: PostgresConnection, bench: String) throws(SyncError) -> Int? {
+        let cell = try server.exec("SELECT tables_seq::text FROM benches WHERE bench_id = $1", [bench]).first?.first
+        guard let text = cell ?? nil, let value = Int(text), value >= 0 else { return nil }
+        return value
+    }
+
+    /// Claims fleet-wide what this bench reserved while it could not ask
+    /// the server, where no other device has it (a collision stays for the
+    /// fleet audit to report as duplicate-identity): the identities of
+    /// `devices` (those sent by this sync), or all of the bench's (nil).
+    static func registerClaims(_ server: PostgresConnection, bench: String, devices: [String]?) throws(SyncError) {
+        if let devices, devices.isEmpty { return }
+        let only = devices.map { PostgresArray.literal($0.map { Optional($0) }) }
+        // Two benches moving claims to one identity at once: the second
+        // waits for the first, then meets its row (unique_violation); run
+        // again, the statement sees it committed and leaves that one out.
+        var attempts = 0
+        while true {
+            do {
+                try server.exec(
+                    """
+                    UPDATE identity_claims c SET major = i.major, minor = i.minor, bench_id = i.bench_id,
+                        claimed_at = i.reserved_at
+                    FROM identities i
+                    WHERE i.bench_id = $1 AND c.address = i.device AND i.reserved_at > c.claimed_at
+                        AND ($2::text[] IS NULL OR i.device = ANY($2::text[]))
+                        AND i.major BETWEEN 0 AND 65535 AND i.minor BETWEEN 0 AND 65535
+                        AND (c.major, c.minor) <> (i.major, i.minor)
+                        AND NOT EXISTS (
+                            SELECT 1 FROM identity_claims o WHERE o.major = i.major AND o.minor = i.minor AND o.address <> i.device)
+                    """, [bench, only])
+                break
+            } catch let error where error.sqlState == "23505" && attempts < 5 {
+                attempts += 1
+            }
+        }
         try server.exec(
             """
             INSERT INTO identity_claims (major, minor, address, bench_id, claimed_at)
             SELECT major, minor, device, bench_id, reserved_at FROM identities WHERE bench_id = $1
+                AND ($2::text[] IS NULL OR device = ANY($2::text[]))
                 AND major BETWEEN 0 AND 65535 AND minor BETWEEN 0 AND 65535
             ON CONFLICT DO NOTHING
-            """, [benchID])
-        // Blocks of minors this bench leased and left idle for a day go back (ServerIdentities).
-        try ServerIdentities.returnBlocks(on: server, bench: benchID, idleFor: ServerIdentities.idleBlockSeconds)
-        try server.exec(
-            "UPDATE benches SET last_sync = $2 WHERE bench_id = $1",
-            [benchID, Date().ISO8601Format()])
-        return report
+            """, [bench, only])
     }
 
     /// The server's highest local id of this bench in `table` (`cell`), the

@@ -20,10 +20,31 @@ public struct SyncError: Error, Sendable, CustomStringConvertible {
     /// Set when the server refused the bench's ledger (docs/ledger.md,
     /// "Several benches"): nothing of the sync was applied.
     public var ledgerRefusal: ServerLedger.Refusal?
-    public init(_ message: String, isConnectionFailure: Bool = false, stoppedBy: String? = nil) {
+    /// The server's SQLSTATE for a statement it refused (nil: none given).
+    public var sqlState: String?
+    public init(
+        _ message: String, isConnectionFailure: Bool = false, stoppedBy: String? = nil, sqlState: String? = nil
+    ) {
         self.message = message
         self.isConnectionFailure = isConnectionFailure
         self.stoppedBy = stoppedBy
+        self.sqlState = sqlState
+    }
+
+    /// Worth trying again: the connection failed or broke, or the server
+    /// refused the statement for a reason it asks to retry
+    /// (`Self.retryable(sqlState:)`). A sync resumes where it stopped.
+    public var isRetryable: Bool { isConnectionFailure || Self.retryable(sqlState: sqlState) }
+
+    /// The SQLSTATEs PostgreSQL means as "try again" (docs/office.md,
+    /// "Sync at scale"): a serialization failure (40001), a deadlock
+    /// (40P01), a lock not available (55P03), the server shutting down or
+    /// restarting (57P01 admin, 57P02 crash, 57P03 cannot connect now),
+    /// too many connections (53300), and any connection exception (class
+    /// 08).
+    public static func retryable(sqlState: String?) -> Bool {
+        guard let state = sqlState else { return false }
+        return ["40001", "40P01", "55P03", "57P01", "57P02", "57P03", "53300"].contains(state) || state.hasPrefix("08")
     }
     init(refusal: ServerLedger.Refusal) {
         self.init(refusal.message)
@@ -83,6 +104,10 @@ public final class SyncStop: @unchecked Sendable {
 /// (`PQexecParams`), never inside the SQL text.
 final class PostgresConnection {
     let handle: OpaquePointer
+    /// Whether each statement is watched by `StatementGuard`: off only for
+    /// work known to take long while the server is answering (a
+    /// migration's index builds, `ServerMigrations`).
+    var guardsStatements = true
     /// The server, for messages (never the connection string).
     let location: String
     /// What may stop this connection's statements (a signal).
@@ -200,6 +225,10 @@ final class PostgresConnection {
         if sql != "ROLLBACK" { try stop?.check() }
         let copies = parameters.map { $0.map { strdup($0) } ?? nil }
         defer { for copy in copies { free(copy) } }
+        // A server that answers nothing ends the statement (the connection
+        // shut): a connection failure, tried again (`StatementGuard`).
+        let guarded = guardsStatements ? StatementGuard.arm(PQsocket(handle)) : nil
+        defer { StatementGuard.disarm(guarded) }
         // Without parameters (the schema: several statements) PQexec; with
         // them PQexecParams, which takes one statement.
         let result: OpaquePointer? =
@@ -212,7 +241,9 @@ final class PostgresConnection {
             }
         guard let result else {
             try stop?.check()
-            throw SyncError("lost the connection to the server: \(lastError)", isConnectionFailure: true)
+            throw SyncError(
+                "lost the connection to the server: \(StatementGuard.explain(guarded, lastError))",
+                isConnectionFailure: true)
         }
         defer { PQclear(result) }
         switch PQresultStatus(result) {
@@ -221,12 +252,14 @@ final class PostgresConnection {
             // Cancelled by a stop: that, not the server's "canceling statement".
             try stop?.check()
             let message = String(cString: PQresultErrorMessage(result)).trimmingWhitespace()
+            // PG_DIAG_SQLSTATE ('C').
+            let state = PQresultErrorField(result, 67).map { String(cString: $0) }
             if PQstatus(handle) != CONNECTION_OK {
                 throw SyncError(
-                    "lost the connection to the server: \(message.isEmpty ? lastError : message)",
-                    isConnectionFailure: true)
+                    "lost the connection to the server: \(StatementGuard.explain(guarded, message.isEmpty ? lastError : message))",
+                    isConnectionFailure: true, sqlState: state)
             }
-            throw SyncError(message.isEmpty ? "the server refused: \(lastError)" : message)
+            throw SyncError(message.isEmpty ? "the server refused: \(lastError)" : message, sqlState: state)
         }
     }
 

@@ -161,6 +161,28 @@ public enum ServerAssignments {
             ])
     }
 
+    /// Inserts `assignment` unless the device has a row (another
+    /// writer's, committed meanwhile): whether it did.
+    static func insertIfNew(
+        _ assignment: Assignment, origin: String, _ server: PostgresConnection
+    ) throws(SyncError)
+        -> Bool
+    {
+        !(try server.exec(
+            """
+            INSERT INTO fleet_assignments (address, profile, major, minor_policy, minor, overrides, assigned_at,
+                                           assigned_by, origin)
+            VALUES ($1, $2, $3::bigint, $4, $5::bigint, $6, $7, $8, $9)
+            ON CONFLICT (address) DO NOTHING RETURNING address
+            """,
+            [
+                assignment.address, assignment.profile, assignment.major.map { String($0) },
+                assignment.minorPolicy.rawValue, assignment.minor.map { String($0) }, assignment.overrides.json,
+                assignment.assignedAt, assignment.assignedBy, origin,
+            ]
+        ).isEmpty)
+    }
+
     static func recordConflict(_ conflict: Conflict, by: String, _ server: PostgresConnection) throws(SyncError) {
         try server.exec(
             """
@@ -176,7 +198,9 @@ public enum ServerAssignments {
     }
 
     /// The office: records `assignments` on the server, under the conflict
-    /// rule, in one transaction. Returns the assignments each replaced, and
+    /// rule, in one transaction, the devices' rows locked in address order
+    /// (a bench's exchange pushing one of them waits, and then judges its
+    /// own against the office's). Returns the assignments each replaced, and
     /// those that lost to a later one already there (none, unless clocks
     /// disagree).
     /// A row there that fails the checks (`PulledRows`) is replaced
@@ -187,101 +211,49 @@ public enum ServerAssignments {
         let server = try PostgresConnection(url)
         try InventorySync.prepareSchema(server, creating: false)
         return try server.transaction { () throws(SyncError) in
-            try server.exec("SELECT pg_advisory_xact_lock(7205190019)")
-            let existing = try all(server, profiles: profiles).valid
+            // The rows of these devices locked in address order, as a
+            // bench's exchange locks them (no lock over the whole fleet).
+            let addresses = Set(assignments.map { $0.address.uppercased() }).sorted()
+            func locked(_ addresses: [String]) throws(SyncError) -> Pulled {
+                grouped(
+                    try server.exec(
+                        selectColumns + " WHERE upper(address) = ANY($1::text[]) ORDER BY address FOR UPDATE",
+                        [PostgresArray.literal(addresses.map { Optional($0) })]),
+                    profiles: profiles
+                ).pulled
+            }
+            let held = try locked(addresses)
             var replaced: [Assignment] = []
             var conflicts: [Conflict] = []
-            for assignment in assignments {
-                if let (there, _) = existing[assignment.address] {
-                    guard later(assignment, than: there) else {
-                        let conflict = Conflict(address: assignment.address, kept: there, lost: assignment)
-                        try recordConflict(conflict, by: "office", server)
-                        conflicts.append(conflict)
-                        continue
-                    }
-                    replaced.append(there)
+            func judge(_ assignment: Assignment, against there: Assignment) throws(SyncError) {
+                guard later(assignment, than: there) else {
+                    let conflict = Conflict(address: assignment.address, kept: there, lost: assignment)
+                    try recordConflict(conflict, by: "office", server)
+                    conflicts.append(conflict)
+                    return
                 }
+                replaced.append(there)
                 try write(assignment, origin: "office", server)
+            }
+            for assignment in assignments {
+                if let (there, _) = held.valid[assignment.address] {
+                    try judge(assignment, against: there)
+                } else if held.blocked.contains(assignment.address) {
+                    try write(assignment, origin: "office", server)
+                } else if try !insertIfNew(assignment, origin: "office", server) {
+                    // A bench's row came first (committed meanwhile): judged against it.
+                    if let (there, _) = try locked([assignment.address]).valid[assignment.address] {
+                        try judge(assignment, against: there)
+                    } else {
+                        try write(assignment, origin: "office", server)
+                    }
+                }
             }
             return (replaced, conflicts)
         }
     }
 
-    /// A bench's sync: pushes its own assignments (the later one wins each
-    /// device), reports which it converged (the server keeps the earliest
-    /// convergence of the assignment in force, with its bench), and pulls
-    /// every assignment it lacks or holds an older one of. Each server row
-    /// is checked as local input is (`PulledRows`, against `profiles`, the
-    /// profiles this bench loaded): one that fails is not taken, never
-    /// written over, and is listed in `refused`.
-    public static func exchange(
-        _ inventory: Inventory, url: String, profiles: Set<String>, stop: SyncStop? = nil
-    ) async throws(SyncError) -> Exchange {
-        let local: [Assignment]
-        let bench: String
-        do {
-            local = try await inventory.assignments()
-            bench = try await inventory.benchID()
-        } catch {
-            throw SyncError("the local inventory: \(error)")
-        }
-        let server = try PostgresConnection(url, stop: stop)
-        try InventorySync.prepareSchema(server, creating: true)
-        let (exchange, pull) = try server.transaction { () throws(SyncError) in
-            try server.exec("SELECT pg_advisory_xact_lock(7205190019)")
-            var exchange = Exchange()
-            let before = try all(server, profiles: profiles)
-            var existing = before.valid
-            for assignment in local where assignment.source == .local {
-                if before.blocked.contains(assignment.address) {
-                    exchange.notPushed.append(assignment.address)
-                    continue
-                }
-                if let (there, _) = existing[assignment.address] {
-                    if same(assignment, there) { continue }
-                    let wins = later(assignment, than: there)
-                    let conflict = Conflict(
-                        address: assignment.address, kept: wins ? assignment : there, lost: wins ? there : assignment)
-                    try recordConflict(conflict, by: bench, server)
-                    exchange.conflicts.append(conflict)
-                    guard wins else { continue }
-                }
-                try write(assignment, origin: bench, server)
-                exchange.pushed += 1
-                existing[assignment.address] = (assignment, nil)
-            }
-            for assignment in local {
-                guard let convergedAt = assignment.convergedAt, let (there, _) = existing[assignment.address],
-                    same(assignment, there)
-                else { continue }
-                let updated = try server.exec(
-                    """
-                    UPDATE fleet_assignments SET converged_at = $4, converged_bench = $5, converged_run = $6::bigint
-                    WHERE address = $1 AND assigned_at = $2 AND assigned_by = $3
-                      AND (converged_at IS NULL OR converged_at > $4)
-                    RETURNING address
-                    """,
-                    [
-                        assignment.address, assignment.assignedAt, assignment.assignedBy, convergedAt, bench,
-                        assignment.convergedRun.map { String($0) },
-                    ])
-                exchange.converged += updated.count
-            }
-            let after = try all(server, profiles: profiles)
-            exchange.refused = after.refused
-            return (exchange, after.valid.values.map(\.0))
-        }
-        var result = exchange
-        let mine = Dictionary(local.map { ($0.address, $0) }) { first, _ in first }
-        let wanted = pull.filter { there in mine[there.address].map { !same($0, there) } ?? true }
-        do {
-            try await inventory.takeAssignments(wanted)
-        } catch {
-            throw SyncError("the local inventory: \(error)")
-        }
-        result.pulled = wanted.count
-        return result
-    }
+    // A bench's sync: `exchange`, in AssignmentExchange.swift.
 
     /// The fleet's drift, as the office sees it: each assignment against
     /// the merged fleet (`fleet_devices`: the latest observation of each

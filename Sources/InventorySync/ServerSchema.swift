@@ -20,15 +20,65 @@ enum ServerSchema {
         ("forgotten devices, simulated runs", forgottenAndSimulated),
         ("desired state: assignments fleet-wide, their conflicts", ServerAssignments.schema),
         ("every bench's ledger, append-only; its checkpoints; rewrites refused", ServerLedger.schema),
+        ("sync at scale: running rows indexed, each bench's sync cursors, assignments' change marks", syncAtScale),
         ("office reads at fleet scale: record sort keys, read indexes, fleet pages", OfficeReads.migration),
-        // 9 once merged after 7 and 8 (issue 31); idempotent wherever it lands.
         ("identity claims from blocks of minors leased per bench", ServerIdentities.blocksSchema),
     ]
 
     /// The slow parts of the migrations above, done after their
     /// transaction without blocking writes (`ServerMigrations`): index builds
     /// and batched backfills, each named once for all versions.
-    static let afterwork: [ServerAfterwork] = OfficeReads.afterwork(version: 8)
+    static let afterwork: [ServerAfterwork] = syncAtScaleAfterwork(version: 7) + OfficeReads.afterwork(version: 8)
+
+    /// Version 7 (docs/office.md, "Sync at scale"): what makes a re-sync
+    /// O(changes). Partial indexes for the `running` rows a sync sends
+    /// again (without them, a scan of every bench's outcomes); the bench's
+    /// cursors on `benches` — `tables_seq`, the ledger size whose changes
+    /// are all in the tables here, `assignments_seq` and
+    /// `assignments_xmin`, how far the exchange of assignments went each
+    /// way, `assignments_refused`, the server rows it refused (checked
+    /// again each sync); on `fleet_assignments`, the transaction that
+    /// last wrote each row (`changed_xid`, set by a trigger, indexed), so
+    /// that a bench pulls only what changed since its last pull, and an
+    /// index by the address's letter case for the exchange's row locks.
+    /// Every statement may run again (IF NOT EXISTS, OR REPLACE).
+    static let syncAtScale = """
+        ALTER TABLE benches ADD COLUMN IF NOT EXISTS tables_seq BIGINT;
+        ALTER TABLE benches ADD COLUMN IF NOT EXISTS assignments_seq BIGINT;
+        ALTER TABLE benches ADD COLUMN IF NOT EXISTS assignments_xmin TEXT;
+        ALTER TABLE benches ADD COLUMN IF NOT EXISTS assignments_refused TEXT[];
+        ALTER TABLE fleet_assignments ADD COLUMN IF NOT EXISTS changed_xid xid8;
+        UPDATE fleet_assignments SET changed_xid = pg_current_xact_id() WHERE changed_xid IS NULL;
+        CREATE OR REPLACE FUNCTION beaconbench_assignment_changed() RETURNS trigger LANGUAGE plpgsql AS $fn$
+        BEGIN
+            NEW.changed_xid := pg_current_xact_id();
+            RETURN NEW;
+        END
+        $fn$;
+        DROP TRIGGER IF EXISTS changed ON fleet_assignments;
+        CREATE TRIGGER changed BEFORE INSERT OR UPDATE ON fleet_assignments
+            FOR EACH ROW EXECUTE FUNCTION beaconbench_assignment_changed();
+        """
+
+    /// Version 7's indexes, built after its transaction (afterwork): until
+    /// they are, the `running` rows and the exchange's row locks are found
+    /// by scans — slower, the same rows.
+    static func syncAtScaleAfterwork(version: Int) -> [ServerAfterwork] {
+        [
+            ("runs_running", "CREATE INDEX CONCURRENTLY IF NOT EXISTS runs_running ON runs (bench_id, local_id) WHERE status = 'running'"),
+            ("outcomes_running", "CREATE INDEX CONCURRENTLY IF NOT EXISTS outcomes_running ON outcomes (bench_id, local_id) WHERE status = 'running'"),
+            ("fleet_assignments_by_change", "CREATE INDEX CONCURRENTLY IF NOT EXISTS fleet_assignments_by_change ON fleet_assignments (changed_xid)"),
+            ("fleet_assignments_by_device", "CREATE INDEX CONCURRENTLY IF NOT EXISTS fleet_assignments_by_device ON fleet_assignments (upper(address))"),
+        ].map { ServerAfterwork(version: version, name: $0.0, kind: .index($0.1)) }
+    }
+
+    /// An upsert's condition that makes it a no-op for a row that has not
+    /// changed: `WHERE (t.c, …) IS DISTINCT FROM (excluded.c, …)` over the
+    /// columns it sets, so a row sent again unchanged writes no tuple.
+    static func changedOnly(_ table: String, _ names: [String]) -> String {
+        return "\n    WHERE (" + names.map { "\(table).\($0)" }.joined(separator: ", ") + ") IS DISTINCT FROM ("
+            + names.map { "excluded.\($0)" }.joined(separator: ", ") + ")"
+    }
 
     /// Version 4: a device a bench forgot (`devices.forgotten_at`, SQLite
     /// schema 4) leaves `fleet_devices` unless another bench still knows
@@ -374,7 +424,17 @@ enum ServerSchema {
                     excluded.identity_at, description_at = excluded.description_at, firmware_at =
                     excluded.firmware_at, calibration_read_at = excluded.calibration_read_at, time_offset_at =
                     excluded.time_offset_at, forgotten_at = excluded.forgotten_at
-                """,
+                """
+                    + changedOnly(
+                        "devices",
+                        [
+                            "mac_ending", "major", "minor", "model", "serial", "hardware_revision", "firmware",
+                            "first_seen", "last_seen", "battery", "battery_at", "calibrated", "calibrated_at",
+                            "calibration_x", "calibration_y", "calibration_z", "time_offset_ms", "profile",
+                            "config_cornering", "config_braking", "config_acceleration", "config_duration",
+                            "config_enable", "config_read_at", "identity_at", "description_at", "firmware_at",
+                            "calibration_read_at", "time_offset_at", "forgotten_at",
+                        ]),
             types: [
                 .text, .text, .bigint, .bigint, .text, .text, .text, .text, .text, .text, .bigint, .text, .bigint,
                 .text, .bigint, .bigint, .bigint, .bigint, .text, .bigint, .bigint, .bigint, .bigint, .bigint, .text,
@@ -407,7 +467,13 @@ enum ServerSchema {
                     excluded.ended_at, command = excluded.command, sha256 = excluded.sha256, operator =
                     excluded.operator, host = excluded.host, pid = excluded.pid, adapter = excluded.adapter,
                     options = excluded.options, status = excluded.status, simulated = excluded.simulated
-                """,
+                """
+                    + changedOnly(
+                        "runs",
+                        [
+                            "started_at", "ended_at", "command", "sha256", "operator", "host", "pid", "adapter",
+                            "options", "status", "simulated",
+                        ]),
             types: [.bigint, .text, .text, .text, .text, .text, .text, .bigint, .text, .text, .text, .bigint],
         ),
         Table(
@@ -440,7 +506,13 @@ enum ServerSchema {
                     error = excluded.error, before = excluded.before, after = excluded.after, started_at =
                     excluded.started_at, ended_at = excluded.ended_at, duration_ms = excluded.duration_ms,
                     retries = excluded.retries
-                """,
+                """
+                    + changedOnly(
+                        "outcomes",
+                        [
+                            "run_id", "device", "step", "status", "detail", "error", "before", "after", "started_at",
+                            "ended_at", "duration_ms", "retries",
+                        ]),
             types: [
                 .bigint, .bigint, .text, .text, .text, .text, .text, .text, .text, .text, .text, .bigint, .bigint,
             ],
@@ -460,7 +532,8 @@ enum ServerSchema {
                     $7::text[])
                 ON CONFLICT (bench_id, local_id) DO UPDATE SET device = excluded.device, at = excluded.at,
                     battery = excluded.battery, rssi = excluded.rssi, firmware = excluded.firmware
-                """,
+                """
+                    + changedOnly("readings", ["device", "at", "battery", "rssi", "firmware"]),
             types: [.bigint, .text, .text, .bigint, .bigint, .text],
         ),
         Table(
@@ -475,7 +548,8 @@ enum ServerSchema {
                 SELECT $1, * FROM unnest($2::text[], $3::bigint[], $4::bigint[], $5::bigint[], $6::text[])
                 ON CONFLICT (bench_id, device, start_ms, end_ms) DO UPDATE SET beacon_index =
                     excluded.beacon_index, pulled_at = excluded.pulled_at
-                """,
+                """
+                    + changedOnly("trips", ["beacon_index", "pulled_at"]),
             types: [.text, .bigint, .bigint, .bigint, .text],
         ),
         Table(
@@ -495,7 +569,9 @@ enum ServerSchema {
                     excluded.duration_ms, average_mg = excluded.average_mg, maximum_mg = excluded.maximum_mg,
                     x_mg = excluded.x_mg, y_mg = excluded.y_mg, z_mg = excluded.z_mg, pulled_at =
                     excluded.pulled_at
-                """,
+                """
+                    + changedOnly(
+                        "events", ["duration_ms", "average_mg", "maximum_mg", "x_mg", "y_mg", "z_mg", "pulled_at"]),
             types: [.text, .bigint, .text, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .text],
         ),
         Table(
@@ -516,7 +592,10 @@ enum ServerSchema {
                     excluded.max_resultant, avg_resultant = excluded.avg_resultant, x_mg = excluded.x_mg, y_mg
                     = excluded.y_mg, z_mg = excluded.z_mg, samples = excluded.samples, pulled_at =
                     excluded.pulled_at
-                """,
+                """
+                    + changedOnly(
+                        "incidents", ["max_resultant", "avg_resultant", "x_mg", "y_mg", "z_mg", "samples", "pulled_at"])
+            ,
             types: [.text, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .bigint, .text, .text],
         ),
         // Sent whole (a device's row is replaced when its identity is);
@@ -537,7 +616,8 @@ enum ServerSchema {
                 ON CONFLICT (bench_id, device) DO UPDATE SET major = excluded.major, minor = excluded.minor,
                     source = excluded.source, profile = excluded.profile, run_id = excluded.run_id,
                     reserved_at = excluded.reserved_at
-                """,
+                """
+                    + changedOnly("identities", ["major", "minor", "source", "profile", "run_id", "reserved_at"]),
             types: [.text, .bigint, .bigint, .text, .text, .bigint, .text],
         ),
     ]

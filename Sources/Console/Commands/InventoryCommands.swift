@@ -148,12 +148,21 @@ public struct SyncCommand: ConsoleCommand {
         options: [
             .value("--to", "URL", .url, "the server (a password comes from PGPASSWORD or ~/.pgpass)", required: true),
             .flag("--include-simulated", "also push runs made on a simulated bench (--sim)"),
+            .value(
+                "--retry-for", "DURATION", .duration(0...86_400),
+                "keep trying again, after what the server asks to retry, for this long (default 120s)"),
+            .flag("--full", "send every row, not only what changed since the last sync"),
         ], emits: [.sync]
     ).shapeNotChecked(because: "needs a PostgreSQL server: SyncTests checks its `sync` lines").documented(
         in: "office.md")
     public var includeSimulated = false
+    /// How long to keep trying again (seconds).
+    public var retryFor: Double = 120
+    public var full = false
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         includeSimulated = arguments.flag("--include-simulated")
+        retryFor = arguments.duration("--retry-for") ?? 120
+        full = arguments.flag("--full")
         guard let url = arguments.text("--to") else {
             throw arguments.fail(at: 0, "sync needs --to URL (usage: \(Self.spec.synopsis))")
         }
@@ -164,7 +173,7 @@ public struct SyncCommand: ConsoleCommand {
         self.url = url
     }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
-        try await session.sync(to: url, includeSimulated: includeSimulated)
+        try await session.sync(to: url, includeSimulated: includeSimulated, retryFor: retryFor, full: full)
     }
 }
 
@@ -237,7 +246,9 @@ extension Session {
     /// (nothing of them taken, nothing of them changed). SIGINT or SIGTERM
     /// stops it at the next statement, the one in flight cancelled: it
     /// says what was sent, then 130 or 143.
-    func sync(to url: String, includeSimulated: Bool) async throws(ConsoleFailure) {
+    func sync(
+        to url: String, includeSimulated: Bool, retryFor: Double = 120, full: Bool = false
+    ) async throws(ConsoleFailure) {
         let inventory = try inventory()
         let terminal = self.terminal
         let stop = SyncStop()
@@ -248,13 +259,14 @@ extension Session {
         do {
             outcome = try await BenchSync.run(
                 inventory, to: url, includeSimulated: includeSimulated, profiles: Set(profiles.keys), stop: stop,
+                retry: RetryPolicy(budget: .milliseconds(Int64(retryFor * 1_000))), full: full,
                 progress: { table, sent in
                     if terminal.errorIsTerminal { terminal.status("sync: \(table) \(sent)…") }
                 },
                 retrying: { error, wait, attempt in
                     terminal.status(nil)
                     terminal.warning(
-                        "sync: \(error.message); trying again in \(Self.seconds(Double(wait.components.seconds)))"
+                        "sync: \(error.message); trying again in \(Self.seconds(Self.tenths(wait)))"
                             + " (attempt \(attempt))")
                 },
                 pushEnded: { terminal.status(nil) })
@@ -307,6 +319,12 @@ extension Session {
                     + " (\(report.heldBackDevices) device\(report.heldBackDevices == 1 ? "" : "s") seen only there);"
                     + " --include-simulated pushes them")
         }
+    }
+
+    /// A wait in seconds, to the tenth (a retry's wait has jitter).
+    static func tenths(_ wait: Duration) -> Double {
+        let seconds = Double(wait.components.seconds) + Double(wait.components.attoseconds) / 1e18
+        return (seconds * 10).rounded() / 10
     }
 
     /// A sync stopped by `reason` (a signal): what it sent, then the exit

@@ -1,0 +1,305 @@
+import FoundationEssentials
+import Inventory
+import SBeaconProtocol
+
+/// A bench's exchange of assignments with the server, O(changes) each way
+/// (docs/office.md, "Sync at scale"): it pushes the bench's own
+/// assignments changed since its last exchange (found in its ledger from
+/// `benches.assignments_seq`), under row locks taken in address order, not
+/// a lock over the whole fleet; and it pulls the rows written since its
+/// last pull (`fleet_assignments.changed_xid` at or after the oldest
+/// transaction still running then, `benches.assignments_xmin`), plus the
+/// rows it refused before, which it checks again each time.
+extension ServerAssignments {
+    /// The columns `PulledRows.assignment` reads, for a `WHERE` to follow.
+    static let selectColumns = """
+        SELECT address, profile, major::text, minor_policy, minor::text, overrides, assigned_at, assigned_by,
+               converged_at, converged_bench
+        FROM fleet_assignments
+        """
+
+    /// `rows` checked as local input is: by device (rows naming one device
+    /// in other letter cases refused together), with the raw addresses of
+    /// the rows refused (to check them again next time).
+    static func grouped(
+        _ rows: [[String?]], profiles: Set<String>
+    ) -> (pulled: Pulled, refusedAddresses: [String]) {
+        var pulled = Pulled()
+        var refusedAddresses: [String] = []
+        var byDevice: [String: [(Assignment, bench: String?, key: String)]] = [:]
+        for row in rows {
+            switch PulledRows.assignment(row, profiles: profiles) {
+            case .success(let entry):
+                byDevice[entry.assignment.address, default: []].append(
+                    (entry.assignment, entry.bench, row.first.flatMap { $0 } ?? ""))
+            case .failure(let refused):
+                pulled.refused.append(refused)
+                if let raw = row.first.flatMap({ $0 }) { refusedAddresses.append(raw) }
+                if let address = row.first.flatMap({ $0 }).flatMap({ MACEnding.address($0) }) {
+                    pulled.blocked.insert(address)
+                }
+            }
+        }
+        for (address, entries) in byDevice {
+            guard entries.count == 1 else {
+                for entry in entries {
+                    pulled.refused.append(
+                        PulledRows.refusal(
+                            "fleet_assignments", key: entry.key,
+                            PulledRows.Problem(
+                                "address", "names the same device as another row (\(entries.count) rows: one is meant)",
+                                entry.key)))
+                    refusedAddresses.append(entry.key)
+                }
+                pulled.blocked.insert(address)
+                continue
+            }
+            pulled.valid[address] = (entries[0].0, entries[0].bench)
+        }
+        for address in pulled.blocked { pulled.valid[address] = nil }
+        pulled.refused.sort { ($0.key, $0.field) < ($1.key, $1.field) }
+        return (pulled, refusedAddresses)
+    }
+
+    /// This bench's cursors: the ledger size its last exchange read its own
+    /// changes up to, the transaction horizon of its last pull, and the
+    /// raw addresses of the rows it refused then.
+    struct Cursors {
+        var ledgerSeq: Int?
+        var xmin: String?
+        var refused: [String] = []
+    }
+
+    static func cursors(_ server: PostgresConnection, bench: String) throws(SyncError) -> Cursors {
+        var cursors = Cursors()
+        guard
+            let row = try server.exec(
+                "SELECT assignments_seq::text, assignments_xmin FROM benches WHERE bench_id = $1", [bench]
+            ).first
+        else { return cursors }
+        cursors.ledgerSeq = (row.first ?? nil).flatMap { Int($0) }.flatMap { $0 >= 0 ? $0 : nil }
+        // An xid8 is a whole number; anything else is not one this wrote.
+        cursors.xmin = (row.count > 1 ? row[1] : nil).flatMap { text in
+            UInt64(text).map { _ in text }
+        }
+        cursors.refused = try server.exec(
+            "SELECT unnest(assignments_refused) FROM benches WHERE bench_id = $1", [bench]
+        ).compactMap { $0.first ?? nil }
+        return cursors
+    }
+
+    /// A bench's sync: pushes its own assignments changed since its last
+    /// exchange (the later one wins each device), reports which of those it
+    /// converged (the server keeps the earliest convergence of the
+    /// assignment in force, with its bench), and pulls every assignment
+    /// written since its last pull that it lacks or holds an older one of.
+    /// Each server row is checked as local input is (`PulledRows`, against
+    /// `profiles`, the profiles this bench loaded): one that fails is not
+    /// taken, never written over, listed in `refused`, and checked again at
+    /// the next exchange. `full`: every assignment each way, as a first
+    /// exchange does.
+    public static func exchange(
+        _ inventory: Inventory, url: String, profiles: Set<String>, full: Bool = false, stop: SyncStop? = nil
+    ) async throws(SyncError) -> Exchange {
+        let bench: String
+        let ledgerSize: Int?
+        do {
+            // The ledger's size before the assignments are read: a change
+            // made after it is found by the next exchange.
+            ledgerSize = try await inventory.hasLedger() ? try await inventory.ledgerTreeHead().size : nil
+            bench = try await inventory.benchID()
+        } catch {
+            throw SyncError("the local inventory: \(error)")
+        }
+        let server = try PostgresConnection(url, stop: stop)
+        try InventorySync.prepareSchema(server, creating: true)
+        let cursors = full ? Cursors() : try cursors(server, bench: bench)
+        // This bench's assignments changed since its last exchange (nil: all).
+        var changed: Set<String>?
+        if let from = cursors.ledgerSeq, let size = ledgerSize, from <= size {
+            let changes = try await SyncChanges.collect(inventory, from..<size, tables: ["assignments"])
+            changed = Set((changes.keys["assignments"] ?? []).compactMap { SyncChanges.address($0) })
+        }
+        // Only those read here when they are known (a bench holds every
+        // assignment of the fleet it pulled: reading them all is O(fleet)).
+        let local: [Assignment]
+        do {
+            if let changed, changed.count <= 1_000 {
+                local = try await assignments(of: changed.sorted(), in: inventory)
+            } else {
+                // Many (after a large pull, whose entries are changes too): one query.
+                local = try await inventory.assignments().filter { changed?.contains($0.address) ?? true }
+            }
+        } catch {
+            throw SyncError("the local inventory: \(error)")
+        }
+        var exchange = Exchange()
+        let own = local.filter { $0.source == .local && changed?.contains($0.address) ?? true }
+        var start = 0
+        while start < own.count {
+            let chunk = Array(own[start..<min(own.count, start + 500)])
+            try server.transaction { () throws(SyncError) in
+                try push(chunk, bench: bench, profiles: profiles, server, into: &exchange)
+            }
+            start += chunk.count
+        }
+        let converged = local.filter { $0.convergedAt != nil && changed?.contains($0.address) ?? true }
+        if !converged.isEmpty {
+            exchange.converged = try server.transaction { () throws(SyncError) in
+                try reportConverged(converged, bench: bench, server)
+            }
+        }
+        // The pull: what was written since the last one. The horizon is
+        // read first: a transaction still running then writes rows at or
+        // after it, found next time.
+        let horizon = try server.exec("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").first?.first ?? nil
+        let rows: [[String?]]
+        if let xmin = cursors.xmin {
+            // Every row of a device written since (all its letter cases),
+            // and of the devices refused last time: by index, not a scan.
+            rows = try server.exec(
+                """
+                WITH wanted AS (
+                    SELECT upper(address) AS device FROM fleet_assignments WHERE changed_xid >= $1::xid8
+                    UNION SELECT upper(a) FROM unnest($2::text[]) AS a)
+                """ + selectColumns + " WHERE upper(address) IN (SELECT device FROM wanted) ORDER BY address",
+                [xmin, PostgresArray.literal(cursors.refused.map { Optional($0) })])
+        } else {
+            rows = try server.exec(selectColumns + " ORDER BY address")
+        }
+        let (pulled, refusedAddresses) = grouped(rows, profiles: profiles)
+        exchange.refused = pulled.refused
+        // What this bench holds of the devices pulled (all of them read
+        // when there are many: one query instead of one per device).
+        var mine = Dictionary(local.map { ($0.address, $0) }) { first, _ in first }
+        let pulledDevices = pulled.valid.keys.filter { mine[$0] == nil }
+        do {
+            // (With no change set, every one was read above.)
+            let held =
+                changed == nil
+                ? []
+                : pulledDevices.count > 1_000
+                    ? try await inventory.assignments()
+                    : try await assignments(of: pulledDevices.sorted(), in: inventory)
+            for assignment in held where mine[assignment.address] == nil { mine[assignment.address] = assignment }
+        } catch {
+            throw SyncError("the local inventory: \(error)")
+        }
+        let wanted = pulled.valid.values.map(\.0).filter { there in mine[there.address].map { !same($0, there) } ?? true
+        }
+        .sorted { $0.address < $1.address }
+        do {
+            try await inventory.takeAssignments(wanted)
+        } catch {
+            throw SyncError("the local inventory: \(error)")
+        }
+        exchange.pulled = wanted.count
+        // Taken: the cursors move (were this not reached, the next
+        // exchange does this one's work again, harmlessly).
+        try server.exec(
+            """
+            UPDATE benches SET assignments_seq = $2::bigint, assignments_xmin = $3, assignments_refused = $4::text[]
+            WHERE bench_id = $1
+            """,
+            [
+                bench, ledgerSize.map { String($0) }, horizon,
+                PostgresArray.literal(refusedAddresses.map { Optional($0) }),
+            ])
+        return exchange
+    }
+
+    /// The bench's assignments of `addresses`, one query each.
+    static func assignments(of addresses: [String], in inventory: Inventory) async throws -> [Assignment] {
+        var found: [Assignment] = []
+        for address in addresses {
+            if let assignment = try await inventory.assignment(for: address) { found.append(assignment) }
+        }
+        return found
+    }
+
+    /// Pushes `chunk` (this bench's own assignments, in address order) in
+    /// the caller's transaction: the server's rows for those devices
+    /// locked first, in address order (benches pushing at once wait for
+    /// each other row by row, and cannot deadlock on them), then each
+    /// judged by the conflict rule; a device the server has no row for is
+    /// inserted unless another bench inserted it meanwhile, when it is
+    /// judged against that row.
+    static func push(
+        _ chunk: [Assignment], bench: String, profiles: Set<String>, _ server: PostgresConnection,
+        into exchange: inout Exchange
+    ) throws(SyncError) {
+        func locked(_ addresses: [String]) throws(SyncError) -> Pulled {
+            grouped(
+                try server.exec(
+                    selectColumns + " WHERE upper(address) = ANY($1::text[]) ORDER BY address FOR UPDATE",
+                    [PostgresArray.literal(addresses.map { Optional($0.uppercased()) })]),
+                profiles: profiles
+            ).pulled
+        }
+        func judge(_ assignment: Assignment, against there: Assignment) throws(SyncError) {
+            if same(assignment, there) { return }
+            let wins = later(assignment, than: there)
+            let conflict = Conflict(
+                address: assignment.address, kept: wins ? assignment : there, lost: wins ? there : assignment)
+            try recordConflict(conflict, by: bench, server)
+            exchange.conflicts.append(conflict)
+            guard wins else { return }
+            try write(assignment, origin: bench, server)
+            exchange.pushed += 1
+        }
+        let held = try locked(chunk.map(\.address))
+        var missing: [Assignment] = []
+        for assignment in chunk {
+            if held.blocked.contains(assignment.address) {
+                exchange.notPushed.append(assignment.address)
+            } else if let (there, _) = held.valid[assignment.address] {
+                try judge(assignment, against: there)
+            } else {
+                missing.append(assignment)
+            }
+        }
+        for assignment in missing {
+            if try insertIfNew(assignment, origin: bench, server) {
+                exchange.pushed += 1
+                continue
+            }
+            // Another bench's row came first (committed): judged against it.
+            let now = try locked([assignment.address])
+            if let (there, _) = now.valid[assignment.address] {
+                try judge(assignment, against: there)
+            } else {
+                exchange.notPushed.append(assignment.address)
+            }
+        }
+    }
+
+    /// Reports the convergences in `converged` (the server keeps the
+    /// earliest of the assignment in force), the rows locked in address
+    /// order first; returns how many this bench reported first.
+    static func reportConverged(
+        _ converged: [Assignment], bench: String, _ server: PostgresConnection
+    ) throws(SyncError) -> Int {
+        let sorted = converged.sorted { $0.address < $1.address }
+        let addresses = PostgresArray.literal(sorted.map { Optional($0.address) })
+        try server.exec(
+            "SELECT address FROM fleet_assignments WHERE address = ANY($1::text[]) ORDER BY address FOR UPDATE",
+            [addresses])
+        return try server.exec(
+            """
+            UPDATE fleet_assignments f
+            SET converged_at = c.at, converged_bench = $2, converged_run = c.run
+            FROM unnest($1::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
+                AS c(address, assigned_at, assigned_by, at, run)
+            WHERE f.address = c.address AND f.assigned_at = c.assigned_at AND f.assigned_by = c.assigned_by
+              AND (f.converged_at IS NULL OR f.converged_at > c.at)
+            RETURNING f.address
+            """,
+            [
+                addresses, bench, PostgresArray.literal(sorted.map { Optional($0.assignedAt) }),
+                PostgresArray.literal(sorted.map { Optional($0.assignedBy) }),
+                PostgresArray.literal(sorted.map { $0.convergedAt }),
+                PostgresArray.literal(sorted.map { $0.convergedRun.map { String($0) } }),
+            ]
+        ).count
+    }
+}
