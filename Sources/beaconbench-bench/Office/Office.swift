@@ -8,12 +8,16 @@
 //   office claims …     identity claims under contention
 //   office reads …      the office's reads at fleet scale: time and peak memory
 //   office faults …     restart, kill and cut network during syncs
+//   office check …      the union check: the server holds exactly the benches' rows
 import Foundation
 
 func officeMain(_ arguments: [String]) async throws -> Never {
     guard let subcommand = arguments.first else { officeUsage("a subcommand is needed") }
     let rest = Array(arguments.dropFirst())
     switch subcommand {
+    case "sync": try await officeSync(rest)
+    case "check": try await officeCheck(rest)
+    case "faults": try await officeFaults(rest)
     default:
         _ = rest
         officeUsage("unknown office subcommand '\(subcommand)'")
