@@ -194,7 +194,8 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
             try hold.exec("BEGIN")
             try hold.exec("LOCK TABLE devices IN SHARE MODE")
             let midSync = reached && fleet.running(victim)
-            fleet.children[victim].send(SIGKILL)
+            // (Not ChildProcess.send: its reaper thread holds the child's lock while waiting.)
+            kill(fleet.children[victim].pid, SIGKILL)
             _ = try await waitUntil("bench \(victim)'s process to end after kill -9") { !fleet.running(victim) }
             try hold.exec("COMMIT")
             fault =
@@ -223,7 +224,7 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
         for run in runs where !run.completed {
             print(
                 "  \(run.bench): \(run.signal.map { "signal \($0)" } ?? "exit \(run.status)"): "
-                    + run.stderr.split(separator: "\n").suffix(2).joined(separator: " | "))
+                    + String(run.stderr.split(separator: "\n").last ?? "").prefix(300))
         }
         let failed = runs.filter { !$0.completed }.map(\.bench)
         var rerun: SyncRound?

@@ -86,6 +86,7 @@ final class OfficeServer: @unchecked Sendable {
     /// A new empty database (dropped first if it exists).
     func freshDatabase(_ name: String) throws -> String {
         let admin = try OfficePostgres(url())
+        try admin.exec("SET client_min_messages TO warning")
         try admin.exec("DROP DATABASE IF EXISTS \(name)")
         try admin.exec("CREATE DATABASE \(name)")
         return url(name)
@@ -481,7 +482,7 @@ func officeSyncRun(_ arguments: [String]) async throws -> Never {
         for run in result.runs where !run.completed {
             ok = false
             print("failed: \(run.bench): \(run.signal.map { "signal \($0)" } ?? "exit \(run.status)"): "
-                + run.stderr.split(separator: "\n").suffix(3).joined(separator: " | "))
+                + String(run.stderr.split(separator: "\n").last ?? "").prefix(300))
         }
         if check {
             let report = try await UnionCheck.run(url: url, benches: options.benches)
