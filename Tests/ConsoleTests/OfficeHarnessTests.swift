@@ -48,10 +48,10 @@ struct OfficeHarnessTests {
             #expect(clean.status == 0, "\(clean.stdout)\n\(clean.stderr)")
 
             let ids = try await files.asyncMap { try await Inventory(path: $0, readOnly: true).benchID() }
-            _ = try server.psql(
+            _ = try await server.psql(
                 "UPDATE outcomes SET status = 'failed' WHERE bench_id = '\(ids[1])' AND local_id = 7")
-            _ = try server.psql("DELETE FROM readings WHERE bench_id = '\(ids[2])' AND local_id = 3")
-            _ = try server.psql(
+            _ = try await server.psql("DELETE FROM readings WHERE bench_id = '\(ids[2])' AND local_id = 3")
+            _ = try await server.psql(
                 """
                 INSERT INTO identities (bench_id, device, major, minor, source, profile, run_id, reserved_at)
                 SELECT bench_id, 'C2:FF:FF:FF:00:00', major, minor, source, profile, run_id, reserved_at
