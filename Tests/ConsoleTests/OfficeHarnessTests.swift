@@ -8,7 +8,9 @@ import Testing
 /// docs/office.md "Faults"), with the built binaries at a small size: 4
 /// benches × 100 devices (60 step outcomes each, so a bench's ledger is
 /// more than one 5,000-entry chunk).
-@Suite("office harness: concurrent sync, union check, kill -9", .serialized, .exclusive(.postgreSQL), .timeLimit(.minutes(4)))
+@Suite(
+    "office harness: concurrent sync, union check, kill -9", .serialized, .exclusive(.postgreSQL),
+    .timeLimit(.minutes(4)))
 struct OfficeHarnessTests {
     static let bench = builtProduct("beaconbench-bench")
 
@@ -18,7 +20,8 @@ struct OfficeHarnessTests {
 
     /// Four test benches in a new directory.
     static func benches() async throws -> (directory: String, files: [String]) {
-        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("office-\(UUID().uuidString)").path
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("office-\(UUID().uuidString)")
+            .path
         let files = (0..<4).map { directory + String(format: "/bench-%03d.sqlite", $0) }
         return (directory, files)
     }
@@ -61,13 +64,16 @@ struct OfficeHarnessTests {
             #expect(tampered.status == 1, "\(tampered.stdout)\n\(tampered.stderr)")
             let out = tampered.stdout
             #expect(
-                out.contains("differs: outcomes bench \(ids[1]) key '7': differs: status bench 'changed' server 'failed'"),
+                out.contains(
+                    "differs: outcomes bench \(ids[1]) key '7': differs: status bench 'changed' server 'failed'"),
                 "\(out)")
             #expect(out.contains("differs: readings bench \(ids[2]) key '3': missing on the server"), "\(out)")
             #expect(
-                out.contains("differs: identities bench \(ids[3]) key 'C2:FF:FF:FF:00:00': on the server only"), "\(out)")
+                out.contains("differs: identities bench \(ids[3]) key 'C2:FF:FF:FF:00:00': on the server only"),
+                "\(out)")
             #expect(
-                out.contains("duplicate identity: identities: (1003, 5) reserved for C2:03:00:05:00:00 C2:FF:FF:FF:00:00"),
+                out.contains(
+                    "duplicate identity: identities: (1003, 5) reserved for C2:03:00:05:00:00 C2:FF:FF:FF:00:00"),
                 "\(out)")
             let report = ConsoleFixture.jsonLines(out, kind: "union_check").first
             #expect(report?["missing"] as? Int == 1)
@@ -83,7 +89,8 @@ struct OfficeHarnessTests {
         let (directory, _) = try await Self.benches()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let faults = try await Self.office(
-            ["faults", "kill", "--local-server", "--dir", directory, "--json", "--logs", directory + "/logs"] + Self.make)
+            ["faults", "kill", "--local-server", "--dir", directory, "--json", "--logs", directory + "/logs"]
+                + Self.make)
         #expect(faults.status == 0, "\(faults.stdout)\n\(faults.stderr)")
         let result = ConsoleFixture.jsonLines(faults.stdout, kind: "fault_case").first
         #expect(result?["case"] as? String == "kill")

@@ -50,7 +50,8 @@ struct FaultCaseResult {
         [
             "kind": "fault_case", "case": name, "benches": benches, "fault": fault, "completed_first": completedFirst,
             "retried_next": retried, "completed_next": completedNext, "lost": lost, "doubled": doubled,
-            "union_exact": report.ok, "first_wall_s": first.wall, "first_p50_s": percentile(first.runs.map(\.seconds), 50),
+            "union_exact": report.ok, "first_wall_s": first.wall,
+            "first_p50_s": percentile(first.runs.map(\.seconds), 50),
             "first_p99_s": percentile(first.runs.map(\.seconds), 99),
             "first_exit_codes": first.runs.map { $0.signal.map { -Int($0) } ?? Int($0.status) },
             "next_exit_codes": rerun?.runs.map { $0.signal.map { -Int($0) } ?? Int($0.status) } ?? [],
@@ -163,7 +164,8 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
         var proxy: CutProxy?
         if name == "reset" || name == "blackhole" {
             guard let proxyScript else { throw OfficePostgresError("bench/office/cutproxy.py not found: --proxy PATH") }
-            proxy = try await CutProxy(script: proxyScript, port: proxyPort, target: server.socket, directory: options.logs)
+            proxy = try await CutProxy(
+                script: proxyScript, port: proxyPort, target: server.socket, directory: options.logs)
             syncURL = "postgresql://bench@127.0.0.1:\(proxyPort)/fault_\(name)"
         }
         let fleet = try SyncFleet(
@@ -177,7 +179,8 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
                 let at = benchesWithAChunk(url)
                 let started = ContinuousClock.now
                 try server.restart()
-                fault = "pg_ctl restart -m fast when \(at) benches had a committed chunk (restart took \(String(format: "%.2f", seconds(ContinuousClock.now - started))) s)"
+                fault =
+                    "pg_ctl restart -m fast when \(at) benches had a committed chunk (restart took \(String(format: "%.2f", seconds(ContinuousClock.now - started))) s)"
             } else {
                 fault = "no restart: every sync ended before \(threshold) benches had a committed chunk"
             }

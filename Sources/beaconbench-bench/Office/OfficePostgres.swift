@@ -88,7 +88,9 @@ final class OfficePostgres {
     /// The rows of `sql` in batches of `batch`, through a cursor; `body`
     /// sees each batch (empty only when there are no rows at all).
     /// Inside a REPEATABLE READ transaction the caller opened (`snapshot`).
-    func stream(_ sql: String, _ parameters: [String?], batch: Int = 10_000, _ body: ([[String?]]) throws -> Void)
+    func stream(
+        _ sql: String, _ parameters: [String?], batch: Int = 10_000, _ body: ([[String?]]) throws -> Void
+    )
         throws
     {
         try exec("DECLARE office_rows NO SCROLL CURSOR FOR " + sql, parameters)

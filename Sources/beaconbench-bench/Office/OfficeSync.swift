@@ -36,7 +36,9 @@ final class OfficeServer: @unchecked Sendable {
     init(directory given: String?, port: Int = 54_441) throws {
         self.port = port
         temporary = given == nil
-        directory = given ?? FileManager.default.temporaryDirectory.appendingPathComponent("office-pg-\(UUID().uuidString)").path
+        directory =
+            given
+            ?? FileManager.default.temporaryDirectory.appendingPathComponent("office-pg-\(UUID().uuidString)").path
         let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
         guard let version = versions.sorted(by: { (Int($0) ?? 0) < (Int($1) ?? 0) }).last else {
             throw OfficePostgresError("PostgreSQL is not installed (scripts/install-deps installs it)")
@@ -116,7 +118,9 @@ final class OfficeServer: @unchecked Sendable {
 /// the previous bench (same address, the other bench's identity). Written
 /// through the Inventory API with the ledger on. The office generator
 /// (`office generate`) replaces this: swap the body, keep the signature.
-func makeOfficeBenches(count: Int, devices: Int, outcomesPerDevice: Int = 5, in directory: String) async throws
+func makeOfficeBenches(
+    count: Int, devices: Int, outcomesPerDevice: Int = 5, in directory: String
+) async throws
     -> [String]
 {
     try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -147,7 +151,8 @@ func makeOfficeBenches(count: Int, devices: Int, outcomesPerDevice: Int = 5, in 
             try await inventory.recordDevice(device)
             if !shared {
                 identities.append([
-                    "device": device.address, "major": Int(major), "minor": number % 65_536, "at": "2026-12-01T08:00:00.000Z",
+                    "device": device.address, "major": Int(major), "minor": number % 65_536,
+                    "at": "2026-12-01T08:00:00.000Z",
                 ])
             }
             readings.append([
@@ -162,7 +167,8 @@ func makeOfficeBenches(count: Int, devices: Int, outcomesPerDevice: Int = 5, in 
                 batch.append(
                     (
                         deviceAddress(number), steps[step % steps.count],
-                        step % 17 == 16 ? .failed : .changed, "bench \(bench) device \(number) step \(step): \"q\", \\, {b}"
+                        step % 17 == 16 ? .failed : .changed,
+                        "bench \(bench) device \(number) step \(step): \"q\", \\, {b}"
                     ))
                 if batch.count == 1_000 {
                     try await inventory.recordOutcomes(run: run, batch)
@@ -196,7 +202,9 @@ func makeOfficeBenches(count: Int, devices: Int, outcomesPerDevice: Int = 5, in 
         try await inventory.endRun(run, .finished)
         _ = try await inventory.query("PRAGMA wal_checkpoint(TRUNCATE)")
         try FileManager.default.moveItem(atPath: path + ".part", toPath: path)
-        for suffix in ["-wal", "-shm", "-reserve"] { try? FileManager.default.removeItem(atPath: path + ".part" + suffix) }
+        for suffix in ["-wal", "-shm", "-reserve"] {
+            try? FileManager.default.removeItem(atPath: path + ".part" + suffix)
+        }
     }
     return paths
 }
@@ -243,7 +251,9 @@ final class SyncFleet: @unchecked Sendable {
                 let (status, _) = child.waitForExit()
                 let elapsed = ContinuousClock.now - started
                 lock.lock()
-                ends[index] = (status, Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+                ends[index] = (
+                    status, Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+                )
                 let done = ends.count == children.count
                 let continuation = done ? waiting : nil
                 if done { waiting = nil }
@@ -313,10 +323,13 @@ struct SyncRound {
     var rows: Int { runs.reduce(0) { $0 + $1.sent.values.reduce(0, +) } }
     var line: String {
         let seconds = runs.map(\.seconds)
-        let codes = Dictionary(runs.map { ($0.signal.map { "signal \($0)" } ?? "exit \($0.status)", 1) }, uniquingKeysWith: +)
-            .sorted { $0.key < $1.key }.map { "\($0.key) ×\($0.value)" }.joined(separator: ", ")
+        let codes = Dictionary(
+            runs.map { ($0.signal.map { "signal \($0)" } ?? "exit \($0.status)", 1) }, uniquingKeysWith: +
+        )
+        .sorted { $0.key < $1.key }.map { "\($0.key) ×\($0.value)" }.joined(separator: ", ")
         return "\(name): \(runs.count) benches in " + String(format: "%.2f", wall) + " s; per bench p50 "
-            + String(format: "%.2f", percentile(seconds, 50)) + " s, p99 " + String(format: "%.2f", percentile(seconds, 99))
+            + String(format: "%.2f", percentile(seconds, 50)) + " s, p99 "
+            + String(format: "%.2f", percentile(seconds, 99))
             + " s, min " + String(format: "%.2f", seconds.min() ?? 0) + " s, max "
             + String(format: "%.2f", seconds.max() ?? 0) + " s; \(rows) rows sent ("
             + String(format: "%.0f", Double(rows) / max(wall, 0.001)) + " rows/s); \(codes)"
@@ -324,7 +337,8 @@ struct SyncRound {
     var json: [String: Any] {
         let seconds = runs.map(\.seconds)
         return [
-            "kind": "sync_round", "round": name, "benches": runs.count, "wall_s": wall, "p50_s": percentile(seconds, 50),
+            "kind": "sync_round", "round": name, "benches": runs.count, "wall_s": wall,
+            "p50_s": percentile(seconds, 50),
             "p99_s": percentile(seconds, 99), "max_s": seconds.max() ?? 0, "rows_sent": rows,
             "rows_per_s": Double(rows) / max(wall, 0.001), "completed": runs.filter(\.completed).count,
             "exit_codes": runs.map { $0.signal.map { -Int($0) } ?? Int($0.status) },
@@ -332,7 +346,9 @@ struct SyncRound {
     }
 }
 
-func syncRound(_ name: String, beaconbench: String, url: String, benches: [String], logs: String) async throws
+func syncRound(
+    _ name: String, beaconbench: String, url: String, benches: [String], logs: String
+) async throws
     -> SyncRound
 {
     let fleet = try SyncFleet(beaconbench: beaconbench, url: url, benches: benches, logDirectory: logs, tag: name)
@@ -390,7 +406,9 @@ struct OfficeOptions {
             }
         }
         if let makeCount {
-            make = (makeCount, devices, outcomes, directory ?? FileManager.default.currentDirectoryPath + "/office-benches")
+            make = (
+                makeCount, devices, outcomes, directory ?? FileManager.default.currentDirectoryPath + "/office-benches"
+            )
         }
     }
 
@@ -481,8 +499,9 @@ func officeSyncRun(_ arguments: [String]) async throws -> Never {
         if options.json { printJSON(shown.json) }
         for run in result.runs where !run.completed {
             ok = false
-            print("failed: \(run.bench): \(run.signal.map { "signal \($0)" } ?? "exit \(run.status)"): "
-                + String(run.stderr.split(separator: "\n").last ?? "").prefix(300))
+            print(
+                "failed: \(run.bench): \(run.signal.map { "signal \($0)" } ?? "exit \(run.status)"): "
+                    + String(run.stderr.split(separator: "\n").last ?? "").prefix(300))
         }
         if check {
             let report = try await UnionCheck.run(url: url, benches: options.benches)

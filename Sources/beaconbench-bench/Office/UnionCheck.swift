@@ -26,7 +26,8 @@ enum UnionCheck {
 
     static let simulatedDevice = "device NOT IN (SELECT address FROM simulated_only_devices)"
     static let tables: [Table] = [
-        Table(name: "devices", keys: ["address"], heldBack: "address NOT IN (SELECT address FROM simulated_only_devices)"),
+        Table(
+            name: "devices", keys: ["address"], heldBack: "address NOT IN (SELECT address FROM simulated_only_devices)"),
         Table(name: "runs", keys: ["local_id"], heldBack: "simulated = 0"),
         Table(
             name: "outcomes", keys: ["local_id"], heldBack: "run_id NOT IN (SELECT id FROM runs WHERE simulated <> 0)"),
@@ -87,7 +88,9 @@ enum UnionCheck {
     }
 
     /// Checks `benches` (SQLite files) against the server at `url`.
-    static func run(url: String, benches: [String], shown: Int = 100, allowOtherBenches: Bool = false) async throws
+    static func run(
+        url: String, benches: [String], shown: Int = 100, allowOtherBenches: Bool = false
+    ) async throws
         -> Report
     {
         let started = ContinuousClock.now
@@ -105,7 +108,8 @@ enum UnionCheck {
                 let bench = try await inventory.benchID()
                 benchIDs.append(bench)
                 let simulated =
-                    try await inventory.query("SELECT count(*) FROM runs WHERE simulated <> 0").first?.first?.integer ?? 0
+                    try await inventory.query("SELECT count(*) FROM runs WHERE simulated <> 0").first?.first?.integer
+                    ?? 0
                 for table in tables {
                     var tally = Tally(bench: bench, table: table.name)
                     try await compare(
@@ -113,12 +117,14 @@ enum UnionCheck {
                         tally: &tally, report: &report, shown: shown
                     ) { row, columns in
                         if table.name == "identities", let major = row[columns["major"] ?? -1] ?? nil,
-                            let minor = row[columns["minor"] ?? -1] ?? nil, let device = row[columns["device"] ?? -1] ?? nil
+                            let minor = row[columns["minor"] ?? -1] ?? nil,
+                            let device = row[columns["device"] ?? -1] ?? nil
                         {
                             localIdentities["\(major):\(minor)", default: []].insert(device)
                         }
                         if table.name == "devices", let major = row[columns["major"] ?? -1] ?? nil,
-                            let minor = row[columns["minor"] ?? -1] ?? nil, let address = row[columns["address"] ?? -1] ?? nil
+                            let minor = row[columns["minor"] ?? -1] ?? nil,
+                            let address = row[columns["address"] ?? -1] ?? nil
                         {
                             localDeviceIdentities["\(major):\(minor)", default: []].insert(address)
                         }
@@ -136,7 +142,8 @@ enum UnionCheck {
             for row in try server.exec(
                 "SELECT major, minor, count(*) FROM identity_claims GROUP BY major, minor HAVING count(*) > 1")
             {
-                report.duplicates.append("identity_claims: (\(row[0] ?? ""), \(row[1] ?? "")) claimed \(row[2] ?? "") times")
+                report.duplicates.append(
+                    "identity_claims: (\(row[0] ?? ""), \(row[1] ?? "")) claimed \(row[2] ?? "") times")
             }
             for row in try server.exec(
                 "SELECT address, count(*) FROM identity_claims GROUP BY address HAVING count(*) > 1")
@@ -275,7 +282,8 @@ enum UnionCheck {
             if report.differences.count < shown {
                 report.differences.append(
                     Difference(
-                        table: table.name, bench: bench, key: keyIndex.map { shownValue(key[$0]) }.joined(separator: "/"),
+                        table: table.name, bench: bench,
+                        key: keyIndex.map { shownValue(key[$0]) }.joined(separator: "/"),
                         what: what))
             }
         }
@@ -366,7 +374,9 @@ enum UnionCheck {
     /// size and root, or (the bench wrote entries after the push — the
     /// assignments it pulled) the server's root equal to the bench's at
     /// the server's size.
-    static func checkLedger(_ inventory: Inventory, bench: String, server: OfficePostgres, report: inout Report)
+    static func checkLedger(
+        _ inventory: Inventory, bench: String, server: OfficePostgres, report: inout Report
+    )
         async throws
     {
         guard try await inventory.hasLedger() else {
@@ -374,11 +384,13 @@ enum UnionCheck {
             return
         }
         let head = try await inventory.ledgerTreeHead()
-        guard let row = try server.exec(
-            "SELECT size, encode(root, 'hex') FROM bench_ledger_heads WHERE bench_id = $1", [bench]
-        ).first, let sizeText = row[0] ?? nil, let size = Int(sizeText), let root = row[1] ?? nil
+        guard
+            let row = try server.exec(
+                "SELECT size, encode(root, 'hex') FROM bench_ledger_heads WHERE bench_id = $1", [bench]
+            ).first, let sizeText = row[0] ?? nil, let size = Int(sizeText), let root = row[1] ?? nil
         else {
-            report.ledgerProblems.append("bench \(bench): the server holds no ledger of it (the bench has \(head.size) entries)")
+            report.ledgerProblems.append(
+                "bench \(bench): the server holds no ledger of it (the bench has \(head.size) entries)")
             return
         }
         func hex(_ digest: Digest) -> String { digest.bytes.map { String(format: "%02x", $0) }.joined() }
@@ -421,7 +433,8 @@ enum UnionCheck {
             guard let entry = byTable[table] else { continue }
             lines.append(
                 "table \(table): bench \(entry.local) rows, server \(entry.server); checksum bench "
-                    + String(format: "%016llx", entry.localSum) + " server " + String(format: "%016llx", entry.serverSum))
+                    + String(format: "%016llx", entry.localSum) + " server "
+                    + String(format: "%016llx", entry.serverSum))
         }
         lines += report.differences.map { "differs: \($0)" }
         if report.differenceCount > report.differences.count {
@@ -433,9 +446,11 @@ enum UnionCheck {
         lines += report.inheritedDuplicates.map { "duplicate identity already in the benches' own rows: \($0)" }
         lines += report.otherBenches.map { "the server holds bench \($0), not among those given" }
         lines.append(
-            (report.ok ? "union exact" : "union NOT exact") + ": \(report.tallies.count / max(tables.count, 1)) benches,"
+            (report.ok ? "union exact" : "union NOT exact")
+                + ": \(report.tallies.count / max(tables.count, 1)) benches,"
                 + " \(report.rows) rows compared row by row, \(report.differenceCount) differences,"
-                + " \(report.duplicates.count) duplicate identities, in " + String(format: "%.1f", report.seconds) + " s")
+                + " \(report.duplicates.count) duplicate identities, in " + String(format: "%.1f", report.seconds)
+                + " s")
         return lines
     }
 
