@@ -333,10 +333,17 @@ struct SyncRound {
             + " s, min " + String(format: "%.2f", seconds.min() ?? 0) + " s, max "
             + String(format: "%.2f", seconds.max() ?? 0) + " s; \(rows) rows sent ("
             + String(format: "%.0f", Double(rows) / max(wall, 0.001)) + " rows/s); \(codes)"
+            + "; deadlocks reported \(mentions("deadlock detected")), serialization failures reported"
+            + " \(mentions("could not serialize"))"
     }
+    /// Syncs whose standard error mentions `text` (a server error they met).
+    func mentions(_ text: String) -> Int { runs.filter { $0.stderr.contains(text) }.count }
+
     var json: [String: Any] {
         let seconds = runs.map(\.seconds)
         return [
+            "deadlocks_reported": mentions("deadlock detected"),
+            "serialization_failures_reported": mentions("could not serialize"),
             "kind": "sync_round", "round": name, "benches": runs.count, "wall_s": wall,
             "p50_s": percentile(seconds, 50),
             "p99_s": percentile(seconds, 99), "max_s": seconds.max() ?? 0, "rows_sent": rows,
