@@ -133,8 +133,10 @@ let package = Package(
             name: "beaconbench-bench",
             dependencies: [
                 "DBusBinding", "TestSupport", "LocalBus", "BeaconSimulator", "Inventory", "InventorySync", "Profiles",
-                "SBeaconProtocol", "Ledger",
-            ]),
+                "SBeaconProtocol", "Ledger", "CPostgres",
+            ],
+            // libpq's headers, for the office's union check (Office/OfficePostgres.swift).
+            swiftSettings: [.unsafeFlags(["-Xcc", "-I/usr/include/postgresql"])]),
 
         // MARK: Tests and what they share.
         .target(name: "TestSupport", dependencies: ["DBusBinding", "LocalBus"]),

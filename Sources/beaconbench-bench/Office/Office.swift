@@ -9,6 +9,7 @@
 //   office reads …      the office's reads at fleet scale: time and peak memory
 //   office faults …     restart, kill and cut network during syncs
 //   office migrate …    a server schema migration applied under syncing benches
+//   office check …      the union check: the server holds exactly the benches' rows
 import Foundation
 
 func officeMain(_ arguments: [String]) async throws -> Never {
@@ -19,6 +20,9 @@ func officeMain(_ arguments: [String]) async throws -> Never {
     case "generate": try await generateFleet(rest)
     case "claims": try await officeClaims(rest)
     case "reads": try await officeReadsMain(rest)
+    case "sync": try await officeSync(rest)
+    case "check": try await officeCheck(rest)
+    case "faults": try await officeFaults(rest)
     default:
         _ = rest
         officeUsage("unknown office subcommand '\(subcommand)'")

@@ -1,0 +1,113 @@
+import Foundation
+import Inventory
+import LocalBus
+import TestSupport
+import Testing
+
+/// The office harness (`beaconbench-bench office sync|check|faults`,
+/// docs/office.md "Faults"), with the built binaries at a small size: 4
+/// benches × 100 devices (60 step outcomes each, so a bench's ledger is
+/// more than one 5,000-entry chunk).
+@Suite(
+    "office harness: concurrent sync, union check, kill -9", .serialized, .exclusive(.postgreSQL),
+    .timeLimit(.minutes(4)))
+struct OfficeHarnessTests {
+    static let bench = builtProduct("beaconbench-bench")
+
+    static func office(_ arguments: [String]) async throws -> ToolOutput {
+        try await runTool(bench, ["office"] + arguments, timeout: 240)
+    }
+
+    /// Four test benches in a new directory.
+    static func benches() async throws -> (directory: String, files: [String]) {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("office-\(UUID().uuidString)")
+            .path
+        let files = (0..<4).map { directory + String(format: "/bench-%03d.sqlite", $0) }
+        return (directory, files)
+    }
+
+    static let make = ["--make", "4", "--devices", "100", "--outcomes-per-device", "60"]
+
+    /// Four benches sync at once: all complete, and the check finds the
+    /// server holding exactly their rows — then, once one outcome is
+    /// altered, one reading deleted and one identity doubled on the server,
+    /// names each (table, bench, key) and fails.
+    @Test func syncThenCheckThenTamper() async throws {
+        let (directory, files) = try await Self.benches()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try await withPostgres(port: 54_447) { server in
+            let sync = try await Self.office(["sync", "--to", server.url, "--dir", directory, "--json"] + Self.make)
+            #expect(sync.status == 0, "\(sync.stdout)\n\(sync.stderr)")
+            #expect(sync.stdout.contains("union exact"), "\(sync.stdout)")
+            let round = ConsoleFixture.jsonLines(sync.stdout, kind: "sync_round").first
+            #expect(round?["completed"] as? Int == 4, "\(sync.stdout)")
+            let check = ConsoleFixture.jsonLines(sync.stdout, kind: "union_check").first
+            #expect(check?["ok"] as? Bool == true)
+            // Every row of every bench compared: devices, runs, outcomes, readings, identities.
+            #expect((check?["rows"] as? Int ?? 0) >= 4 * (100 + 1 + 6_000 + 100) + 3 * 90, "\(sync.stdout)")
+
+            // Nothing changed: the check alone passes.
+            let clean = try await Self.office(["check", "--to", server.url] + files)
+            #expect(clean.status == 0, "\(clean.stdout)\n\(clean.stderr)")
+
+            let ids = try await files.asyncMap { try await Inventory(path: $0, readOnly: true).benchID() }
+            _ = try await server.psql(
+                "UPDATE outcomes SET status = 'failed' WHERE bench_id = '\(ids[1])' AND local_id = 7")
+            _ = try await server.psql("DELETE FROM readings WHERE bench_id = '\(ids[2])' AND local_id = 3")
+            _ = try await server.psql(
+                """
+                INSERT INTO identities (bench_id, device, major, minor, source, profile, run_id, reserved_at)
+                SELECT bench_id, 'C2:FF:FF:FF:00:00', major, minor, source, profile, run_id, reserved_at
+                FROM identities WHERE bench_id = '\(ids[3])' AND device = 'C2:03:00:05:00:00'
+                """)
+            let tampered = try await Self.office(["check", "--to", server.url, "--json"] + files)
+            #expect(tampered.status == 1, "\(tampered.stdout)\n\(tampered.stderr)")
+            let out = tampered.stdout
+            #expect(
+                out.contains(
+                    "differs: outcomes bench \(ids[1]) key '7': differs: status bench 'changed' server 'failed'"),
+                "\(out)")
+            #expect(out.contains("differs: readings bench \(ids[2]) key '3': missing on the server"), "\(out)")
+            #expect(
+                out.contains("differs: identities bench \(ids[3]) key 'C2:FF:FF:FF:00:00': on the server only"),
+                "\(out)")
+            #expect(
+                out.contains(
+                    "duplicate identity: identities: (1003, 5) reserved for C2:03:00:05:00:00 C2:FF:FF:FF:00:00"),
+                "\(out)")
+            let report = ConsoleFixture.jsonLines(out, kind: "union_check").first
+            #expect(report?["missing"] as? Int == 1)
+            #expect(report?["server_only"] as? Int == 1)
+            #expect(report?["differing"] as? Int == 1)
+            #expect(out.contains("union NOT exact"))
+        }
+    }
+
+    /// One of four benches `kill -9`ed once the server holds its first
+    /// committed chunk: the next run completes it, nothing lost or doubled.
+    @Test func killedMidSync() async throws {
+        let (directory, _) = try await Self.benches()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let faults = try await Self.office(
+            ["faults", "kill", "--local-server", "--dir", directory, "--json", "--logs", directory + "/logs"]
+                + Self.make)
+        #expect(faults.status == 0, "\(faults.stdout)\n\(faults.stderr)")
+        let result = ConsoleFixture.jsonLines(faults.stdout, kind: "fault_case").first
+        #expect(result?["case"] as? String == "kill")
+        #expect((result?["fault"] as? String)?.contains("mid-sync") == true, "\(faults.stdout)")
+        #expect(result?["first_exit_codes"] as? [Int] == [-9, 0, 0, 0], "\(faults.stdout)")
+        #expect(result?["retried_next"] as? Int == 1)
+        #expect(result?["completed_next"] as? Int == 1)
+        #expect(result?["lost"] as? Int == 0)
+        #expect(result?["doubled"] as? Int == 0)
+        #expect(result?["union_exact"] as? Bool == true, "\(faults.stdout)")
+    }
+}
+
+extension Array {
+    fileprivate func asyncMap<T>(_ transform: (Element) async throws -> T) async throws -> [T] {
+        var results: [T] = []
+        for element in self { results.append(try await transform(element)) }
+        return results
+    }
+}
