@@ -180,9 +180,10 @@ public actor ServerInventory: InventoryReader {
                 }
             }
             if query.kinds.contains(.incident) {
-                candidates += try server.query(OfficeReads.incidents(backfilled: backfilled), parameters).rows.compactMap {
-                    RecordRows.incident($0, findings: &findings).map(PulledRecord.incident)
-                }
+                candidates += try server.query(OfficeReads.incidents(backfilled: backfilled), parameters).rows
+                    .compactMap {
+                        RecordRows.incident($0, findings: &findings).map(PulledRecord.incident)
+                    }
             }
         }
         storedFindingLog.add(findings)

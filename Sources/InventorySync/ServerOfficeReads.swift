@@ -124,14 +124,38 @@ enum OfficeReads {
                     """))
         }
         let indexes: [(String, String)] = [
-            ("trips_by_sort", "CREATE INDEX CONCURRENTLY IF NOT EXISTS trips_by_sort ON trips (listed_ms DESC, device, start_ms DESC)"),
-            ("trips_by_key", "CREATE INDEX CONCURRENTLY IF NOT EXISTS trips_by_key ON trips (device, start_ms, end_ms, pulled_at, bench_id)"),
-            ("events_by_sort", "CREATE INDEX CONCURRENTLY IF NOT EXISTS events_by_sort ON events (listed_ms DESC, device, at_ms DESC, beacon_index DESC)"),
-            ("events_by_key", "CREATE INDEX CONCURRENTLY IF NOT EXISTS events_by_key ON events (device, at_ms, type, beacon_index, pulled_at, bench_id)"),
-            ("incidents_by_sort", "CREATE INDEX CONCURRENTLY IF NOT EXISTS incidents_by_sort ON incidents (listed_ms DESC, device, at_ms DESC, incident_id DESC)"),
-            ("incidents_by_key", "CREATE INDEX CONCURRENTLY IF NOT EXISTS incidents_by_key ON incidents (device, incident_id, at_ms, pulled_at, bench_id)"),
-            ("outcomes_problems", "CREATE INDEX CONCURRENTLY IF NOT EXISTS outcomes_problems ON outcomes (started_at) INCLUDE (device, step, status, error, detail) WHERE status IN ('failed', 'skipped')"),
-            ("readings_by_device_at", "CREATE INDEX CONCURRENTLY IF NOT EXISTS readings_by_device_at ON readings (device, at) INCLUDE (battery) WHERE battery IS NOT NULL"),
+            (
+                "trips_by_sort",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS trips_by_sort ON trips (listed_ms DESC, device, start_ms DESC)"
+            ),
+            (
+                "trips_by_key",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS trips_by_key ON trips (device, start_ms, end_ms, pulled_at, bench_id)"
+            ),
+            (
+                "events_by_sort",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS events_by_sort ON events (listed_ms DESC, device, at_ms DESC, beacon_index DESC)"
+            ),
+            (
+                "events_by_key",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS events_by_key ON events (device, at_ms, type, beacon_index, pulled_at, bench_id)"
+            ),
+            (
+                "incidents_by_sort",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS incidents_by_sort ON incidents (listed_ms DESC, device, at_ms DESC, incident_id DESC)"
+            ),
+            (
+                "incidents_by_key",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS incidents_by_key ON incidents (device, incident_id, at_ms, pulled_at, bench_id)"
+            ),
+            (
+                "outcomes_problems",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS outcomes_problems ON outcomes (started_at) INCLUDE (device, step, status, error, detail) WHERE status IN ('failed', 'skipped')"
+            ),
+            (
+                "readings_by_device_at",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS readings_by_device_at ON readings (device, at) INCLUDE (battery) WHERE battery IS NOT NULL"
+            ),
         ]
         return backfills + indexes.map { ServerAfterwork(version: version, name: $0.0, kind: .index($0.1)) }
     }
@@ -179,7 +203,8 @@ enum OfficeReads {
     }
 
     static func trips(backfilled: Bool = true) -> String {
-        let listed = backfilled ? "t.listed_ms" : "coalesce(t.listed_ms, beaconbench_listed_ms(t.start_ms, t.pulled_at))"
+        let listed =
+            backfilled ? "t.listed_ms" : "coalesce(t.listed_ms, beaconbench_listed_ms(t.start_ms, t.pulled_at))"
         return """
             SELECT t.device, t.start_ms, t.end_ms, t.beacon_index, t.pulled_at, t.bench_id
             \(recordFilter("trips", key: ["device", "start_ms", "end_ms"], listed: listed))

@@ -65,10 +65,22 @@ enum ServerSchema {
     /// by scans — slower, the same rows.
     static func syncAtScaleAfterwork(version: Int) -> [ServerAfterwork] {
         [
-            ("runs_running", "CREATE INDEX CONCURRENTLY IF NOT EXISTS runs_running ON runs (bench_id, local_id) WHERE status = 'running'"),
-            ("outcomes_running", "CREATE INDEX CONCURRENTLY IF NOT EXISTS outcomes_running ON outcomes (bench_id, local_id) WHERE status = 'running'"),
-            ("fleet_assignments_by_change", "CREATE INDEX CONCURRENTLY IF NOT EXISTS fleet_assignments_by_change ON fleet_assignments (changed_xid)"),
-            ("fleet_assignments_by_device", "CREATE INDEX CONCURRENTLY IF NOT EXISTS fleet_assignments_by_device ON fleet_assignments (upper(address))"),
+            (
+                "runs_running",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS runs_running ON runs (bench_id, local_id) WHERE status = 'running'"
+            ),
+            (
+                "outcomes_running",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS outcomes_running ON outcomes (bench_id, local_id) WHERE status = 'running'"
+            ),
+            (
+                "fleet_assignments_by_change",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS fleet_assignments_by_change ON fleet_assignments (changed_xid)"
+            ),
+            (
+                "fleet_assignments_by_device",
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS fleet_assignments_by_device ON fleet_assignments (upper(address))"
+            ),
         ].map { ServerAfterwork(version: version, name: $0.0, kind: .index($0.1)) }
     }
 

@@ -234,7 +234,8 @@ struct OfficeReadsTests {
                 DELETE FROM beaconbench_afterwork WHERE name = 'trips_listed_ms';
                 """)
             let url = server.url
-            let whileEmpty = try await onThreadOfItsOwn { () throws -> (done: Bool, now: [[String?]], before: [[String?]]) in
+            let whileEmpty = try await onThreadOfItsOwn {
+                () throws -> (done: Bool, now: [[String?]], before: [[String?]]) in
                 let connection = try PostgresConnection(url)
                 let window: [String?] = [nil, nil, nil, nil, "100000"]
                 return (
@@ -279,7 +280,8 @@ struct OfficeReadsTests {
                 ["C0:FE:00:00:00:02", nil, nil, nil, "10"],
             ]
             for (table, query) in [
-                ("trips", OfficeReads.trips()), ("events", OfficeReads.events()), ("incidents", OfficeReads.incidents()),
+                ("trips", OfficeReads.trips()), ("events", OfficeReads.events()),
+                ("incidents", OfficeReads.incidents()),
                 ("trips", OfficeReads.trips(backfilled: false)), ("events", OfficeReads.events(backfilled: false)),
                 ("incidents", OfficeReads.incidents(backfilled: false)),
             ] {
