@@ -20,13 +20,17 @@ public final class ReportRowsFile: @unchecked Sendable {
     public private(set) var bytes = 0
     public private(set) var rows = 0
 
-    public init(directory: String) throws(OutputFile.Refusal) {
+    /// `page`: the page the rows are for (named when they cannot be kept).
+    public init(directory: String, page: String? = nil) throws(OutputFile.Refusal) {
         self.directory = directory
         var template = Array((directory + "/.beaconbench-rows-XXXXXX").utf8CString)
         let descriptor = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
         guard descriptor >= 0 else {
             throw OutputFile.Refusal(
-                path: directory, reason: "cannot hold the report's rows: \(String(cString: strerror(errno)))")
+                path: page ?? directory,
+                reason: page == nil
+                    ? "cannot hold the report's rows: \(String(cString: strerror(errno)))"
+                    : "cannot be written: its directory \(directory): \(String(cString: strerror(errno)))")
         }
         let name = template.withUnsafeBufferPointer { String(cString: $0.baseAddress!) }
         unlink(name)

@@ -122,7 +122,7 @@ extension Session {
         let directory = OutputFile.split(command.output).directory
         let rows: ReportRowsFile
         do {
-            rows = try ReportRowsFile(directory: directory)
+            rows = try ReportRowsFile(directory: directory, page: command.output)
         } catch {
             throw ConsoleFailure(.badInput, "report: \(error)")
         }
@@ -138,7 +138,7 @@ extension Session {
                 let built = try FleetReport.streamed(
                     source: source, server: server, reading: reading, profiles: profiles, filters: filters,
                     selectors: selectors, since: since
-                ) { json throws(OutputFile.Refusal) in try rows.append(json) }
+                ) { row throws(OutputFile.Refusal) in try rows.append(row) }
                 return Built(report: built.report, tableHead: built.tableHead)
             }.pair
         } catch let error as ConsoleFailure {

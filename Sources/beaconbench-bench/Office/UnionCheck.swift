@@ -211,7 +211,12 @@ enum UnionCheck {
             try await inventory.query("SELECT name FROM pragma_table_info(?1)", [.text(table.name)]).compactMap {
                 $0.first?.text
             })
-        let columns = serverColumns.filter { localNames.contains($0.0 == "local_id" ? "id" : $0.0) }
+        // Names go into the statements below (quoted): only plain lower-case
+        // identifiers, as every migration writes them, are compared.
+        let plain = { (name: String) in
+            !name.isEmpty && name.utf8.allSatisfy { (97...122).contains($0) || (48...57).contains($0) || $0 == 95 }
+        }
+        let columns = serverColumns.filter { plain($0.0) && localNames.contains($0.0 == "local_id" ? "id" : $0.0) }
         guard !columns.isEmpty else { return }
         let integer = columns.map(\.1)
         let index = Dictionary(uniqueKeysWithValues: columns.enumerated().map { ($1.0, $0) })
