@@ -106,38 +106,7 @@ public enum ServerAssignments {
     /// device (its address written in other letter cases) are refused
     /// together: which one is meant cannot be told.
     static func all(_ server: PostgresConnection, profiles: Set<String>) throws(SyncError) -> Pulled {
-        var pulled = Pulled()
-        var byDevice: [String: [(Assignment, bench: String?, key: String)]] = [:]
-        for row in try server.exec(columns) {
-            switch PulledRows.assignment(row, profiles: profiles) {
-            case .success(let entry):
-                byDevice[entry.assignment.address, default: []].append(
-                    (entry.assignment, entry.bench, row.first.flatMap { $0 } ?? ""))
-            case .failure(let refused):
-                pulled.refused.append(refused)
-                if let address = row.first.flatMap({ $0 }).flatMap({ MACEnding.address($0) }) {
-                    pulled.blocked.insert(address)
-                }
-            }
-        }
-        for (address, entries) in byDevice {
-            guard entries.count == 1 else {
-                for entry in entries {
-                    pulled.refused.append(
-                        PulledRows.refusal(
-                            "fleet_assignments", key: entry.key,
-                            PulledRows.Problem(
-                                "address", "names the same device as another row (\(entries.count) rows: one is meant)",
-                                entry.key)))
-                }
-                pulled.blocked.insert(address)
-                continue
-            }
-            pulled.valid[address] = (entries[0].0, entries[0].bench)
-        }
-        for address in pulled.blocked { pulled.valid[address] = nil }
-        pulled.refused.sort { ($0.key, $0.field) < ($1.key, $1.field) }
-        return pulled
+        grouped(try server.exec(columns), profiles: profiles).pulled
     }
 
     /// Writes `assignment` over the server's row (the caller has judged it

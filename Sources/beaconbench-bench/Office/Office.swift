@@ -3,6 +3,7 @@
 // this folder and is one case below; the options after the subcommand
 // are its own.
 //
+//   office all …        every scenario below at a size make bench affords
 //   office generate …   the fleet generator: N bench inventories with history
 //   office sync …       N benches syncing at once (processes) to one server
 //   office claims …     identity claims under contention
@@ -16,6 +17,7 @@ func officeMain(_ arguments: [String]) async throws -> Never {
     guard let subcommand = arguments.first else { officeUsage("a subcommand is needed") }
     let rest = Array(arguments.dropFirst())
     switch subcommand {
+    case "all": try await officeAll(rest)
     case "migrate": try await officeMigrate(rest)
     case "generate": try await generateFleet(rest)
     case "claims": try await officeClaims(rest)
