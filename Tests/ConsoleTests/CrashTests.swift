@@ -101,10 +101,16 @@ struct CrashTests {
                     if let hook {
                         try await control.setFaultPlan(
                             // (Counted per beacon: a beacon is asked to connect once
-                            // a run, and written several times.)
+                            // a run, and written several times — but late in the
+                            // series, after earlier killed runs configured most of
+                            // the fleet, a beacon may have a single write left: a
+                            // landed write is held at the first, an ATT write at
+                            // the first or second, so that some beacon always gets
+                            // there. A third landed write never came in two runs
+                            // of this series on a quiet machine.)
                             Self.hold(
                                 name, at: hook,
-                                nth: hook == "connect.requested" ? 1 : Int.random(in: 1...3, using: &random)))
+                                nth: hook == "att.write" ? Int.random(in: 1...2, using: &random) : 1))
                     } else {
                         try await control.setFaultPlan(#"{"rules":[]}"#)
                     }
