@@ -142,18 +142,17 @@ struct ReportMemoryTests {
     /// last statement a `FETCH`), other than `not`; waits for one (at most
     /// two minutes, then fails naming what it waited for).
     static func streaming(_ server: LocalPostgres, not: String? = nil) async throws -> String {
-        let deadline = ContinuousClock.now + .seconds(120)
-        while ContinuousClock.now < deadline {
-            let pid = try await server.psql(
+        var pid = ""
+        try await waitUntil("a beaconbench connection fetching from a cursor") {
+            pid = try await server.psql(
                 """
                 SELECT pid FROM pg_stat_activity WHERE application_name = 'beaconbench' AND query LIKE 'FETCH%'
                   AND pid::text <> '\(not ?? "")' LIMIT 1
                 """
             ).trimmingCharacters(in: .whitespacesAndNewlines)
-            if !pid.isEmpty { return pid }
-            try await Task.sleep(for: .milliseconds(20))
+            return !pid.isEmpty
         }
-        throw LocalBusError("no beaconbench connection fetched from a cursor within 2 minutes")
+        return pid
     }
 
     @Test func aConnectionLostMidStreamStartsAgainOnceThenFails() async throws {
