@@ -334,14 +334,8 @@ public enum ServerLedger {
             let end = min(limit, start + chunkSize)
             let local = try await reader.entries(start..<end)
             var held: [Int: [UInt8]] = [:]
-            for row in try server.exec(
-                "SELECT seq::text, encode(entry, 'hex') FROM bench_ledgers WHERE bench_id = $1 AND seq >= $2 AND seq < $3",
-                [bench, String(start), String(end)])
-            {
-                guard let seq = (row.first ?? nil).flatMap({ Int($0) }), let hex = row.count > 1 ? row[1] : nil,
-                    let bytes = Hex.decode(hex)
-                else { continue }
-                held[seq] = bytes
+            for stored in try storedEntries(server, bench: bench, start..<end) {
+                if let bytes = stored.entry { held[stored.seq] = bytes }
             }
             for seq in start..<end {
                 let mine = seq - start < local.count ? local[seq - start] : nil
@@ -405,13 +399,16 @@ public enum ServerLedger {
                     sentCheckpoints += 1
                 }
                 guard end > start else { return }
+                // One block (`bench_ledger_blocks`, version 10): the
+                // server hashes and folds every entry of it itself.
                 try server.exec(
                     """
-                    INSERT INTO bench_ledgers (bench_id, seq, entry)
-                    SELECT $1, seq, decode(entry, 'hex') FROM unnest($2::bigint[], $3::text[]) AS t(seq, entry) ORDER BY seq
+                    INSERT INTO bench_ledger_blocks (bench_id, first, count, entries)
+                    SELECT $1, $2::bigint, $3::integer, array_agg(decode(e, 'hex') ORDER BY n)
+                    FROM unnest($4::text[]) WITH ORDINALITY AS t(e, n)
                     """,
                     [
-                        bench, PostgresArray.literal((start..<end).map { Optional(String($0)) }),
+                        bench, String(start), String(end - start),
                         PostgresArray.literal(entries.map { Optional(Hex.encode($0)) }),
                     ])
                 let (size, root) = try serverHead(server, bench: bench)

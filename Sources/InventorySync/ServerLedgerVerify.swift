@@ -150,25 +150,26 @@ extension ServerLedger {
         }
         checkCheckpoints()
         var next = 0
-        reading: while true {
-            let rows = try server.exec(
+        let held =
+            try server.exec(
                 """
-                SELECT l.seq::text, encode(l.entry, 'hex'), encode(l.leaf, 'hex') FROM bench_ledgers l
-                WHERE l.bench_id = $1 AND l.seq >= $2 ORDER BY l.seq LIMIT $3
-                """, [bench, String(next), String(chunkSize)])
-            for row in rows {
-                guard let seq = (row.first ?? nil).flatMap({ Int($0) }), seq == next else {
+                SELECT greatest((SELECT max(seq) + 1 FROM bench_ledgers WHERE bench_id = $1),
+                                (SELECT max(first + count) FROM bench_ledger_blocks WHERE bench_id = $1))::text
+                """, [bench]
+            ).first.flatMap { $0.first ?? nil }.flatMap { Int($0) } ?? 0
+        reading: while next < held {
+            let end = min(held, next + chunkSize)
+            for stored in try storedEntries(server, bench: bench, next..<end) {
+                guard stored.seq == next else {
                     found("entry \(next) is missing")
                     break reading
                 }
-                guard let entry = (row.count > 1 ? row[1] : nil).flatMap(Hex.decode),
-                    let leaf = try? MerkleTree.leafHash(entry)
-                else {
-                    found("entry \(seq) is unreadable")
+                guard let entry = stored.entry, let leaf = try? MerkleTree.leafHash(entry) else {
+                    found("entry \(next) is unreadable")
                     break reading
                 }
-                if (row.count > 2 ? row[2] : nil).flatMap({ Digest(hex: $0) }) != leaf {
-                    found("entry \(seq) is not the entry whose leaf hash the server stored")
+                if stored.leaf != nil, stored.leaf != leaf {
+                    found("entry \(next) is not the entry whose leaf hash the server stored")
                 }
                 do {
                     try tree.append(leaf)
@@ -178,7 +179,10 @@ extension ServerLedger {
                 next += 1
                 checkCheckpoints()
             }
-            if rows.count < chunkSize { break }
+            if next < end {
+                found("entry \(next) is missing")
+                break
+            }
         }
         result.size = tree.size
         result.root = (try? tree.root().hex) ?? ""

@@ -23,6 +23,7 @@ enum ServerSchema {
         ("sync at scale: running rows indexed, each bench's sync cursors, assignments' change marks", syncAtScale),
         ("office reads at fleet scale: record sort keys, read indexes, fleet pages", OfficeReads.migration),
         ("identity claims from blocks of minors leased per bench", ServerIdentities.blocksSchema),
+        ("every bench's ledger stored in compressed blocks", ServerLedger.blocksSchema),
     ]
 
     /// The slow parts of the migrations above, done after their

@@ -114,7 +114,7 @@ struct SyncAtScaleTests {
     static func fingerprint(_ server: LocalPostgres) async throws -> [String] {
         let tables = [
             "devices", "runs", "outcomes", "readings", "trips", "events", "incidents", "identities", "identity_claims",
-            "bench_ledgers", "fleet_assignments",
+            "bench_ledgers", "bench_ledger_blocks", "fleet_assignments",
         ]
         return try await tables.asyncMap { table in
             let line = try await server.psql(

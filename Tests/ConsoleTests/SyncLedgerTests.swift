@@ -21,7 +21,7 @@ struct SyncLedgerTests {
         let head = try await inventory.ledgerTreeHead()
         let local = try await inventory.ledgerEntries(0..<head.size)
         let remote = try await server.rows(
-            "SELECT seq, encode(entry, 'hex') FROM bench_ledgers WHERE bench_id = '\(bench)' ORDER BY seq")
+            "SELECT seq, encode(entry, 'hex') FROM bench_ledger_entries WHERE bench_id = '\(bench)' ORDER BY seq")
         var differences: [String] = []
         if local.count != remote.count {
             differences.append("\(local.count) entries here, \(remote.count) on the server")
@@ -45,8 +45,8 @@ struct SyncLedgerTests {
     /// Every server table (its rows' count and digest): what a refused sync must leave as it was.
     static let serverTables = [
         "benches", "devices", "runs", "outcomes", "readings", "trips", "events", "incidents", "identities",
-        "identity_claims", "fleet_assignments", "assignment_conflicts", "bench_ledgers", "bench_ledger_heads",
-        "bench_checkpoints", "ledger_rewrites",
+        "identity_claims", "fleet_assignments", "assignment_conflicts", "bench_ledgers", "bench_ledger_blocks",
+        "bench_ledger_heads", "bench_checkpoints", "ledger_rewrites",
     ]
 
     static func snapshot(_ server: LocalPostgres) async throws -> [String: String] {
@@ -252,7 +252,7 @@ struct SyncLedgerTests {
             #expect((line["sent"] as? [String: Int])?["ledger"] == 10_000, "\(line)")
             #expect(try Self.shapeProblems(scene.stdout).isEmpty, "\(scene.stdout)")
             // A whole prefix: 10,000 entries from 0, the head the server computed at 10,000.
-            let there = "FROM bench_ledgers WHERE bench_id = '\(id)'"
+            let there = "FROM bench_ledger_entries WHERE bench_id = '\(id)'"
             await #expect(try server.count("SELECT count(*) \(there)") == 10_000)
             await #expect(try server.count("SELECT max(seq) \(there)") == 9_999)
             let prefixRoot = try await bench.inventory.ledgerRoot(size: 10_000)
@@ -286,6 +286,14 @@ struct SyncLedgerTests {
                 "TRUNCATE bench_ledgers",
                 "INSERT INTO bench_ledgers (bench_id, seq, entry) VALUES ('\(id)', \(head.size + 1), 'x'::bytea)",
                 "INSERT INTO bench_ledgers (bench_id, seq, entry) VALUES ('\(id)', 3, 'x'::bytea)",
+                "UPDATE bench_ledger_blocks SET entries[1] = 'x'::bytea WHERE bench_id = '\(id)' AND first = 0",
+                "DELETE FROM bench_ledger_blocks WHERE bench_id = '\(id)' AND first = 0",
+                "TRUNCATE bench_ledger_blocks",
+                "INSERT INTO bench_ledger_blocks VALUES ('\(id)', \(head.size + 1), 1, ARRAY['x'::bytea])",
+                "INSERT INTO bench_ledger_blocks VALUES ('\(id)', 3, 1, ARRAY['x'::bytea])",
+                "INSERT INTO bench_ledger_blocks VALUES ('\(id)', \(head.size), 2, ARRAY['x'::bytea])",
+                "INSERT INTO bench_ledger_blocks VALUES ('\(id)', \(head.size), 2, ARRAY['x'::bytea, NULL])",
+                "INSERT INTO bench_ledger_blocks VALUES ('\(id)', \(head.size), 0, ARRAY[]::bytea[])",
                 "UPDATE bench_ledger_heads SET size = 3 WHERE bench_id = '\(id)'",
                 "DELETE FROM bench_ledger_heads",
                 "INSERT INTO bench_ledger_heads VALUES ('someone', 0, ''::bytea, sha256(''::bytea))",
@@ -298,22 +306,84 @@ struct SyncLedgerTests {
             }
             #expect(try await Self.snapshot(server) == before, "the server's tables changed")
             // A change made with the triggers off (an administrator's) is found.
+            // (Entries are stored in blocks, with no leaf each: the tree
+            // rebuilt from them is not the head's, nor its checkpoint's.)
             _ = try await server.psql(
                 """
-                ALTER TABLE bench_ledgers DISABLE TRIGGER USER;
-                UPDATE bench_ledgers SET entry = convert_to('{"v":1}', 'UTF8') WHERE bench_id = '\(id)' AND seq = 7;
-                ALTER TABLE bench_ledgers ENABLE TRIGGER USER;
+                ALTER TABLE bench_ledger_blocks DISABLE TRIGGER USER;
+                UPDATE bench_ledger_blocks SET entries[8] = convert_to('{"v":1}', 'UTF8') WHERE bench_id = '\(id)' AND first = 0;
+                ALTER TABLE bench_ledger_blocks ENABLE TRIGGER USER;
                 """)
             let tampered = try scene.beaconbench(["--inventory", server.url, "ledger", "verify"])
             await #expect(tampered.waitForExit().status >> 8 == 2)
             #expect(
-                scene.stdout.contains("bench \(id): ledger on the server does not hold: entry 7 is not the entry"),
+                scene.stdout.contains("bench \(id): ledger on the server does not hold: its checkpoint of"),
                 "\(scene.stdout)")
         }
     }
 }
 
 extension SyncLedgerTests {
+    /// A server that took a bench's entries as rows (before version 10)
+    /// takes the rest as blocks once migrated: the bench's ledger there is
+    /// its rows then its blocks, exact; `ledger verify` rebuilds the same
+    /// tree from both; a block that does not follow the rows is refused;
+    /// and blocks cost a fraction of rows.
+    @Test func entriesHeldAsRowsGoOnInBlocks() async throws {
+        try await withSyncScene("sync-ledger-blocks") { scene in
+            let bench = try await LargeInventory(
+                path: scene.directory + "/inventory.sqlite", devices: 200, outcomes: 12_000)
+            let id = try await bench.inventory.benchID()
+            let url = scene.server.url
+            try await onThreadOfItsOwn { try ServerAdministration.migrate(url, through: 9) }
+            // The first k entries as a version-9 bench pushed them: rows.
+            let k = 1_234
+            let early = try await bench.inventory.ledgerEntries(0..<k)
+            let hex = PostgresArray.literal(early.map { Optional(Hex.encode($0)) })
+            try await onThreadOfItsOwn {
+                try PostgresConnection(url).exec(
+                    """
+                    INSERT INTO bench_ledgers (bench_id, seq, entry)
+                    SELECT $1, n - 1, decode(e, 'hex') FROM unnest($2::text[]) WITH ORDINALITY AS t(e, n)
+                    """, [id, hex])
+            }
+            await #expect(try scene.server.count("SELECT size FROM bench_ledger_heads WHERE bench_id = '\(id)'") == k)
+
+            let sync = try scene.sync(bench)
+            await #expect(sync.waitForExit().status >> 8 == 0, "\(scene.stderr)")
+            let head = try await bench.inventory.ledgerTreeHead()
+            #expect(try await Self.ledgerDifferences(bench.inventory, scene.server).isEmpty)
+            await #expect(try scene.server.count("SELECT count(*) FROM bench_ledgers WHERE bench_id = '\(id)'") == k)
+            await #expect(
+                try scene.server.count("SELECT min(first) FROM bench_ledger_blocks WHERE bench_id = '\(id)'") == k)
+            await #expect(
+                try scene.server.count("SELECT sum(count) FROM bench_ledger_blocks WHERE bench_id = '\(id)'")
+                    == head.size - k)
+            let verified = try scene.beaconbench(["--inventory", url, "--json", "ledger", "verify"])
+            await #expect(verified.waitForExit().status >> 8 == 0, "\(scene.stdout) \(scene.stderr)")
+            let mine = ConsoleFixture.jsonLines(scene.stdout, kind: "ledger_bench").first {
+                $0["bench"] as? String == id
+            }
+            #expect(mine?["size"] as? Int == head.size && mine?["root"] as? String == head.root.hex, "\(scene.stdout)")
+            // A block must start at the head's size, even one of true entries.
+            let again = try await bench.inventory.ledgerEntries(0..<1)
+            await #expect(throws: (any Error).self) {
+                try await scene.server.psql(
+                    "INSERT INTO bench_ledger_blocks VALUES ('\(id)', \(k), 1, ARRAY['\\x\(Hex.encode(again[0]))'::bytea])"
+                )
+            }
+            // What each form costs the server (the same kind of entries).
+            let rowBytes = try await scene.server.count(
+                "SELECT (pg_total_relation_size('bench_ledgers') / \(k))::bigint")
+            let blockBytes = try await scene.server.count(
+                "SELECT (pg_total_relation_size('bench_ledger_blocks') / \(head.size - k))::bigint")
+            #expect(blockBytes * 3 < rowBytes, "rows \(rowBytes) B per entry, blocks \(blockBytes) B")
+            print(
+                "SyncLedgerTests: \(k) entries as rows, \(head.size - k) in blocks; \(rowBytes) B an entry as a row, \(blockBytes) B in a block"
+            )
+        }
+    }
+
     /// The ledger's part of a sync of a large bench, measured: a ledger of
     /// about 100,000 entries checked against the server and pushed
     /// (`ServerLedger.check` and `push`, in process), then the server's
