@@ -120,6 +120,17 @@ func generateFleet(_ arguments: [String]) async throws -> Never {
     exit(0)
 }
 
+/// The fleet's profiles written beside its benches (`OUT/profiles/`): a
+/// bench syncing checks the assignments it pulls against them
+/// (`fleetProfileDirectory`), wherever it is run from.
+func copyProfiles(from directory: String, to destination: String) throws {
+    try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: true)
+    for file in (try FileManager.default.contentsOfDirectory(atPath: directory)).sorted() where file.hasSuffix(".json") {
+        let data = try Data(contentsOf: URL(fileURLWithPath: directory + "/" + file))
+        try writeFile(data, to: destination + "/" + file)
+    }
+}
+
 func benchFileName(_ index: Int) -> String { "bench-" + String(format: "%03d", index) + ".sqlite" }
 
 func runGenerator(_ options: GenerateOptions) async throws {
@@ -208,6 +219,7 @@ func runGenerator(_ options: GenerateOptions) async throws {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
     try writeFile(try encoder.encode(manifest) + Data("\n".utf8), to: out + "/manifest.json")
+    try copyProfiles(from: profileDirectory, to: out + "/profiles")
     let rows = rowCount(totals)
     let bytes = results.reduce(0) { $0 + $1.bytes }
     print(

@@ -169,7 +169,8 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
             syncURL = "postgresql://bench@127.0.0.1:\(proxyPort)/fault_\(name)"
         }
         let fleet = try SyncFleet(
-            beaconbench: options.beaconbench, url: syncURL, benches: benches, logDirectory: options.logs, tag: name)
+            beaconbench: options.beaconbench, url: syncURL, benches: benches, logDirectory: options.logs, tag: name,
+            profiles: options.profiles)
         switch name {
         case "restart":
             let reached = try await waitUntil("\(threshold) benches with a committed chunk", stop: { fleet.allDone }) {
@@ -234,7 +235,8 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
         if !failed.isEmpty {
             officeLog("\(name): the next run: \(failed.count) syncs again")
             var next = try await syncRound(
-                "\(name)-next", beaconbench: options.beaconbench, url: syncURL, benches: failed, logs: options.logs)
+                "\(name)-next", beaconbench: options.beaconbench, url: syncURL, benches: failed, logs: options.logs,
+                profiles: options.profiles)
             next.name = "\(name) next run"
             print(next.line)
             rerun = next

@@ -232,16 +232,19 @@ final class SyncFleet: @unchecked Sendable {
     private var ends: [Int: (Int32, Double)] = [:]
     private var waiting: CheckedContinuation<Void, Never>?
 
-    init(beaconbench: String, url: String, benches: [String], logDirectory: String, tag: String) throws {
+    init(
+        beaconbench: String, url: String, benches: [String], logDirectory: String, tag: String, profiles: String? = nil
+    ) throws {
         try FileManager.default.createDirectory(atPath: logDirectory, withIntermediateDirectories: true)
         self.benches = benches
+        let profiles = profiles ?? fleetProfileDirectory(benches)
         logs = benches.indices.map { logDirectory + "/\(tag)-\($0)" }
         started = .now
         var made: [ChildProcess] = []
         for (index, bench) in benches.enumerated() {
             made.append(
                 try ChildProcess(
-                    beaconbench, ["--json", "--inventory", bench, "sync", "--to", url],
+                    beaconbench, ["--json", "--profiles", profiles, "--inventory", bench, "sync", "--to", url],
                     standardOutput: logs[index] + ".out", standardError: logs[index] + ".err"))
         }
         children = made
@@ -354,11 +357,12 @@ struct SyncRound {
 }
 
 func syncRound(
-    _ name: String, beaconbench: String, url: String, benches: [String], logs: String
+    _ name: String, beaconbench: String, url: String, benches: [String], logs: String, profiles: String? = nil
 ) async throws
     -> SyncRound
 {
-    let fleet = try SyncFleet(beaconbench: beaconbench, url: url, benches: benches, logDirectory: logs, tag: name)
+    let fleet = try SyncFleet(
+        beaconbench: beaconbench, url: url, benches: benches, logDirectory: logs, tag: name, profiles: profiles)
     let runs = await fleet.wait()
     return SyncRound(name: name, runs: runs, wall: runs.map(\.seconds).max() ?? 0)
 }
@@ -373,6 +377,9 @@ struct OfficeOptions {
     var beaconbench = siblingExecutable("beaconbench")
     var logs = FileManager.default.temporaryDirectory.appendingPathComponent("office-logs-\(getpid())").path
     var json = false
+    /// The profiles each bench's sync checks pulled assignments against
+    /// (`--profiles DIR`; else `fleetProfileDirectory`).
+    var profiles: String?
     var rest: [String] = []
 
     /// Parses the shared options; the others are left in `rest`.
@@ -409,6 +416,7 @@ struct OfficeOptions {
             case "--beaconbench": beaconbench = queue.popFirst() ?? beaconbench
             case "--logs": logs = queue.popFirst() ?? logs
             case "--json": json = true
+            case "--profiles": profiles = queue.popFirst()
             default: rest.append(argument)
             }
         }
@@ -428,6 +436,20 @@ struct OfficeOptions {
         }
         guard !benches.isEmpty else { officeUsage("no benches: --benches FILE… or --make N [--devices D] [--dir DIR]") }
     }
+}
+
+/// The profiles a fleet's benches sync with: the `profiles/` the
+/// generator wrote beside the benches (their fleet's), else the shipped
+/// ones (`shippedProfileDirectory`). Without them every pulled
+/// assignment would name a profile the bench does not know, and be
+/// refused.
+func fleetProfileDirectory(_ benches: [String]) -> String {
+    if let first = benches.first {
+        let beside = URL(fileURLWithPath: first).deletingLastPathComponent().appendingPathComponent("profiles").path
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: beside)) ?? []
+        if files.contains(where: { $0.hasSuffix(".json") }) { return beside }
+    }
+    return shippedProfileDirectory()
 }
 
 /// A program built beside this one.
@@ -498,7 +520,7 @@ func officeSyncRun(_ arguments: [String]) async throws -> Never {
         officeLog("\(name): \(options.benches.count) benches at once")
         let result = try await syncRound(
             round == 0 ? "first" : "resync\(round)", beaconbench: options.beaconbench, url: url,
-            benches: options.benches, logs: options.logs)
+            benches: options.benches, logs: options.logs, profiles: options.profiles)
         var shown = result
         shown.name = name
         rounds.append(shown)
