@@ -18,11 +18,27 @@ public final class LocalPostgres: Sendable {
     /// The URL a client connects with: database `postgres`, user `bench`.
     public var url: String { "postgresql:///postgres?host=\(directory)&port=\(port)&user=bench" }
 
-    /// Creates the cluster (not started). `port` only names the socket file.
+    /// Whether `remove()` deletes the cluster (one made in a temporary
+    /// directory) or only stops it (one in a directory the caller named).
+    public let temporary: Bool
+
+    /// The URL of database `database`, over the Unix socket.
+    public func url(_ database: String) -> String {
+        "postgresql:///\(database)?host=\(directory)&port=\(port)&user=bench"
+    }
+
+    /// The Unix socket's path (what a proxy in front of it connects to).
+    public var socket: String { directory + "/.s.PGSQL.\(port)" }
+
+    /// Creates the cluster (not started). `port` only names the socket
+    /// file. In `directory` when given (kept, and reused when it already
+    /// holds a cluster), else in a temporary one.
     @available(*, noasync, message: "initdb blocks its thread: use `await LocalPostgres.create(port:)`")
-    public init(port: Int = 54_329) throws {
+    public init(port: Int = 54_329, directory given: String? = nil) throws {
         self.port = port
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent("pg-\(UUID().uuidString)").path
+        temporary = given == nil
+        directory =
+            given ?? FileManager.default.temporaryDirectory.appendingPathComponent("pg-\(UUID().uuidString)").path
         let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
         guard let version = versions.sorted(by: { (Int($0) ?? 0) < (Int($1) ?? 0) }).last else {
             throw LocalBusError("PostgreSQL is not installed (scripts/install-deps installs it)")
@@ -30,6 +46,7 @@ public final class LocalPostgres: Sendable {
         binaries = "/usr/lib/postgresql/\(version)/bin"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         if getuid() == 0 { chownToPostgres(directory) }
+        guard !FileManager.default.fileExists(atPath: directory + "/data/PG_VERSION") else { return }
         let made = try asOwner("initdb", ["-D", directory + "/data", "-A", "trust", "-U", "bench", "--no-sync"])
         guard made.status == 0 else { throw LocalBusError("initdb: \(made.log)") }
     }
@@ -46,12 +63,19 @@ public final class LocalPostgres: Sendable {
     /// the server accepts connections) or when the postmaster dies, or after
     /// `-t` seconds. `pg_isready` on the socket then confirms it from the
     /// client's side, once.
-    public func start() throws {
+    /// (PostgreSQL's default `max_connections` is 100: a hundred benches
+    /// syncing at once need more, `start(maxConnections:)`.)
+    public func start() throws { try start(maxConnections: nil) }
+
+    /// `start()`, with `max_connections` when given.
+    public func start(maxConnections: Int?) throws {
         let started = try asOwner(
             "pg_ctl",
             [
                 "-D", directory + "/data", "-l", directory + "/log", "-w", "-t", Self.pgCtlTimeout, "-o",
-                "-k \(directory) -h '' -p \(port) -c fsync=off -c synchronous_commit=off", "start",
+                "-k \(directory) -h '' -p \(port) -c fsync=off -c synchronous_commit=off"
+                    + (maxConnections.map { " -c max_connections=\($0)" } ?? ""),
+                "start",
             ])
         guard started.status == 0 else {
             let log = (try? String(contentsOfFile: directory + "/log", encoding: .utf8)) ?? ""
@@ -71,8 +95,25 @@ public final class LocalPostgres: Sendable {
             "pg_ctl", ["-D", directory + "/data", "-m", "immediate", "-w", "-t", Self.pgCtlTimeout, "stop"])
     }
 
-    /// Stops the server and deletes the cluster.
+    /// `pg_ctl restart -m fast -w`: clients' connections are closed, the
+    /// server comes back with the options it had; returns once it accepts
+    /// connections again.
+    public func restart() throws {
+        let restarted = try asOwner(
+            "pg_ctl", ["-D", directory + "/data", "-m", "fast", "-w", "-t", Self.pgCtlTimeout, "restart"])
+        guard restarted.status == 0 else { throw LocalBusError("pg_ctl restart: \(restarted.log)") }
+    }
+
+    /// Stops the server as an administrator would (`-m fast`: clients
+    /// disconnected, then a clean shutdown; nothing to recover next start).
+    public func stopCleanly() {
+        _ = try? asOwner("pg_ctl", ["-D", directory + "/data", "-m", "fast", "-w", "-t", Self.pgCtlTimeout, "stop"])
+    }
+
+    /// Stops the server and deletes the cluster; one in a directory the
+    /// caller named is stopped cleanly and kept.
     public func remove() {
+        guard temporary else { return stopCleanly() }
         stop()
         try? FileManager.default.removeItem(atPath: directory)
     }

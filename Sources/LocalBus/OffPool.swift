@@ -108,9 +108,10 @@ private struct UsageBox: @unchecked Sendable {
 }
 
 extension LocalPostgres {
-    /// A new cluster (initdb), made on a thread of its own.
-    public static func create(port: Int = 54_329) async throws -> LocalPostgres {
-        try await onThreadOfItsOwn { try LocalPostgres(port: port) }
+    /// A new cluster (initdb), made on a thread of its own; in
+    /// `directory` when given (kept; an existing cluster there reused).
+    public static func create(port: Int = 54_329, directory: String? = nil) async throws -> LocalPostgres {
+        try await onThreadOfItsOwn { try LocalPostgres(port: port, directory: directory) }
     }
 
     /// `start()` on a thread of its own.

@@ -125,7 +125,8 @@ func generateFleet(_ arguments: [String]) async throws -> Never {
 /// (`fleetProfileDirectory`), wherever it is run from.
 func copyProfiles(from directory: String, to destination: String) throws {
     try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: true)
-    for file in (try FileManager.default.contentsOfDirectory(atPath: directory)).sorted() where file.hasSuffix(".json") {
+    for file in (try FileManager.default.contentsOfDirectory(atPath: directory)).sorted() where file.hasSuffix(".json")
+    {
         let data = try Data(contentsOf: URL(fileURLWithPath: directory + "/" + file))
         try writeFile(data, to: destination + "/" + file)
     }

@@ -147,9 +147,8 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
         officeUsage("office faults restarts and cuts its own server: --local-server [DIR], not --to")
     }
     try await options.resolveBenches()
-    let server = try OfficeServer(directory: options.localServer ?? nil)
-    defer { server.finish() }
-    try server.start(maxConnections: max(300, options.benches.count * 2 + 20))
+    let server = try await officeServer(directory: options.localServer ?? nil, benches: options.benches.count)
+    defer { server.remove() }
     try FileManager.default.createDirectory(atPath: options.logs, withIntermediateDirectories: true)
     let benches = options.benches
     let threshold = trigger ?? max(1, benches.count / 2)
@@ -157,7 +156,7 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
     for path in benches { benchIDs.append(try await Inventory(path: path, readOnly: true).benchID()) }
     var allOK = true
     for name in cases {
-        let url = try server.freshDatabase("fault_\(name)")
+        let url = try await freshDatabase(server, "fault_\(name)")
         officeLog("\(name): \(benches.count) benches syncing at once")
         var fault = ""
         var syncURL = url
@@ -250,6 +249,6 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
         if options.json { printJSON(result.json) }
         allOK = allOK && result.ok
     }
-    server.finish()
+    await server.remove()
     exit(allOK ? 0 : 1)
 }

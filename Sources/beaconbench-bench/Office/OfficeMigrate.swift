@@ -111,7 +111,8 @@ func officeMigrateMeasure(
     defer { try? FileManager.default.removeItem(atPath: directory) }
     let children = try options.benches.enumerated().map { index, file in
         try ChildProcess(
-            beaconbench, ["--profiles", fleetProfileDirectory(options.benches), "--inventory", file, "sync", "--to", url],
+            beaconbench,
+            ["--profiles", fleetProfileDirectory(options.benches), "--inventory", file, "sync", "--to", url],
             standardOutput: "\(directory)/\(index).out", standardError: "\(directory)/\(index).err")
     }
     var statuses: [Int32] = []

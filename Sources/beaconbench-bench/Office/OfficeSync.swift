@@ -14,98 +14,21 @@ import SBeaconProtocol
 
 // MARK: A PostgreSQL cluster of the harness's own
 
-/// A PostgreSQL server started the way `LocalPostgres` starts one (initdb,
-/// Unix socket only, trust, `fsync=off`, `synchronous_commit=off`), with
-/// room for a hundred benches at once (`max_connections`), in a directory
-/// the caller names (kept) or a temporary one (removed), and restartable
-/// (`pg_ctl restart -m fast`, the server-restart fault).
-final class OfficeServer: @unchecked Sendable {
-    let directory: String
-    let port: Int
-    let binaries: String
-    let temporary: Bool
+/// The harness's server: `LocalPostgres` (initdb, Unix socket only, trust,
+/// `fsync=off`, `synchronous_commit=off`) in the directory `--local-server
+/// DIR` names (kept) or a temporary one, with room for every bench at once.
+func officeServer(directory: String?, benches: Int) async throws -> LocalPostgres {
+    let server = try await LocalPostgres.create(port: 54_441, directory: directory)
+    let connections = max(300, benches * 2 + 20)
+    try await onThreadOfItsOwn { try server.start(maxConnections: connections) }
+    return server
+}
 
-    /// The server's URL for database `database`, over its Unix socket.
-    func url(_ database: String = "postgres") -> String {
-        "postgresql:///\(database)?host=\(directory)&port=\(port)&user=bench"
-    }
-
-    /// The Unix socket's path (the proxy's target).
-    var socket: String { directory + "/.s.PGSQL.\(port)" }
-
-    init(directory given: String?, port: Int = 54_441) throws {
-        self.port = port
-        temporary = given == nil
-        directory =
-            given
-            ?? FileManager.default.temporaryDirectory.appendingPathComponent("office-pg-\(UUID().uuidString)").path
-        let versions = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib/postgresql")) ?? []
-        guard let version = versions.sorted(by: { (Int($0) ?? 0) < (Int($1) ?? 0) }).last else {
-            throw OfficePostgresError("PostgreSQL is not installed (scripts/install-deps installs it)")
-        }
-        binaries = "/usr/lib/postgresql/\(version)/bin"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        if getuid() == 0, let user = getpwnam("postgres") { chown(directory, user.pointee.pw_uid, user.pointee.pw_gid) }
-        if !FileManager.default.fileExists(atPath: directory + "/data/PG_VERSION") {
-            let made = try asOwner("initdb", ["-D", directory + "/data", "-A", "trust", "-U", "bench", "--no-sync"])
-            guard made.status == 0 else { throw OfficePostgresError("initdb: \(made.log)") }
-        }
-    }
-
-    func start(maxConnections: Int = 300) throws {
-        let started = try asOwner(
-            "pg_ctl",
-            [
-                "-D", directory + "/data", "-l", directory + "/log", "-w", "-t", "300", "-o",
-                "-k \(directory) -h '' -p \(port) -c fsync=off -c synchronous_commit=off"
-                    + " -c max_connections=\(maxConnections)",
-                "start",
-            ])
-        guard started.status == 0 else {
-            let log = (try? String(contentsOfFile: directory + "/log", encoding: .utf8)) ?? ""
-            throw OfficePostgresError("pg_ctl start: \(started.log) \(log.suffix(2000))")
-        }
-    }
-
-    /// `pg_ctl restart -m fast -w`: clients' connections are closed, the
-    /// server comes back with the same options; returns once it accepts
-    /// connections again.
-    func restart() throws {
-        let restarted = try asOwner("pg_ctl", ["-D", directory + "/data", "-m", "fast", "-w", "-t", "300", "restart"])
-        guard restarted.status == 0 else { throw OfficePostgresError("pg_ctl restart: \(restarted.log)") }
-    }
-
-    func stop() {
-        _ = try? asOwner("pg_ctl", ["-D", directory + "/data", "-m", "fast", "-w", "-t", "300", "stop"])
-    }
-
-    /// Stops it, and deletes it when it was temporary.
-    func finish() {
-        stop()
-        if temporary { try? FileManager.default.removeItem(atPath: directory) }
-    }
-
-    /// A new empty database (dropped first if it exists).
-    func freshDatabase(_ name: String) throws -> String {
-        let admin = try OfficePostgres(url())
-        try admin.exec("SET client_min_messages TO warning")
-        try admin.exec("DROP DATABASE IF EXISTS \(name)")
-        try admin.exec("CREATE DATABASE \(name)")
-        return url(name)
-    }
-
-    func asOwner(_ program: String, _ arguments: [String]) throws -> (status: Int32, log: String) {
-        let path = binaries + "/" + program
-        let log = directory + "/\(program).out"
-        let child =
-            getuid() == 0
-            ? try ChildProcess(
-                "/usr/bin/setpriv", ["--reuid=postgres", "--regid=postgres", "--init-groups", path] + arguments,
-                standardOutput: log, standardError: log + ".err")
-            : try ChildProcess(path, arguments, standardOutput: log, standardError: log + ".err")
-        let (status, _) = child.waitForExit()
-        return (status, (try? String(contentsOfFile: log + ".err", encoding: .utf8)) ?? "")
-    }
+/// A new empty database `name` on `server` (dropped first if it exists).
+func freshDatabase(_ server: LocalPostgres, _ name: String) async throws -> String {
+    _ = try await onThreadOfItsOwn { try server.psql("DROP DATABASE IF EXISTS \(name)") }
+    _ = try await onThreadOfItsOwn { try server.psql("CREATE DATABASE \(name)") }
+    return server.url(name)
 }
 
 // MARK: Test benches (until the generator's land)
@@ -499,16 +422,15 @@ func officeSyncRun(_ arguments: [String]) async throws -> Never {
         }
     }
     try await options.resolveBenches()
-    var server: OfficeServer?
-    defer { server?.finish() }
+    var server: LocalPostgres?
+    defer { server?.remove() }
     let url: String
     if let given = options.url {
         url = given
     } else if let directory = options.localServer {
-        let own = try OfficeServer(directory: directory)
+        let own = try await officeServer(directory: directory, benches: options.benches.count)
         server = own
-        try own.start(maxConnections: max(300, options.benches.count * 2 + 20))
-        url = own.url()
+        url = own.url
         officeLog("PostgreSQL of its own in \(own.directory)")
     } else {
         officeUsage("office sync needs --to URL or --local-server [DIR]")
@@ -539,7 +461,7 @@ func officeSyncRun(_ arguments: [String]) async throws -> Never {
             ok = ok && report.ok
         }
     }
-    server?.finish()
+    await server?.remove()
     server = nil
     exit(ok ? 0 : 1)
 }
