@@ -12,7 +12,9 @@ import Testing
 struct PulledAssignmentLedgerTests {
     static func address(_ number: Int) -> String { String(format: "C3:00:00:00:%02X:%02X", number / 256, number % 256) }
 
-    static func pulled(_ number: Int, _ profile: String = "van", at: String = "2026-12-01T08:00:00.000Z")
+    static func pulled(
+        _ number: Int, _ profile: String = "van", at: String = "2026-12-01T08:00:00.000Z"
+    )
         -> Assignment
     {
         Assignment(

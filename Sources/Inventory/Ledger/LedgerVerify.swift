@@ -350,7 +350,8 @@ struct LedgerVerifier {
                     guard let implied = expected.removeValue(forKey: key), table.covers({ implied.row[$0] }) else {
                         continue
                     }
-                    for (index, column) in table.columns.enumerated() where values[index] != implied.row[column] ?? .null {
+                    for (index, column) in table.columns.enumerated()
+                    where values[index] != implied.row[column] ?? .null {
                         find(
                             implied.seq,
                             "\(name): \(column) is \(Self.text(values[index])) but the ledger says \(Self.text(implied.row[column] ?? .null)) (entry \(implied.seq)): it was changed outside beaconbench"
