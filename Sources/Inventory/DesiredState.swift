@@ -400,7 +400,10 @@ extension Inventory {
 
     /// Takes assignments pulled from the shared server in one transaction:
     /// each replaces the device's own (which lost under the conflict rule,
-    /// or is older); none of them is converged here yet.
+    /// or is older); none of them is converged here yet. The rows taken
+    /// are not ledger entries (the server holds them, with their history:
+    /// docs/ledger.md, "What is covered"); an own or converged row
+    /// replaced is one, a `delete` (event `sync`).
     public func takeAssignments(_ assignments: [Assignment]) throws {
         guard !assignments.isEmpty else { return }
         try database.inTransaction {

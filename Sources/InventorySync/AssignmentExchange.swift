@@ -122,12 +122,17 @@ extension ServerAssignments {
         }
         // Only those read here when they are known (a bench holds every
         // assignment of the fleet it pulled: reading them all is O(fleet)).
+        // A pull writes no entry (the ledger does not cover an assignment
+        // pulled and not converged here: docs/ledger.md, "What is
+        // covered"), so these are the bench's own changes: assignments made
+        // here, convergences here, and its own or converged rows a pull
+        // replaced.
         let local: [Assignment]
         do {
             if let changed, changed.count <= 1_000 {
                 local = try await assignments(of: changed.sorted(), in: inventory)
             } else {
-                // Many (after a large pull, whose entries are changes too): one query.
+                // Many (a large `assign` here): one query.
                 local = try await inventory.assignments().filter { changed?.contains($0.address) ?? true }
             }
         } catch {

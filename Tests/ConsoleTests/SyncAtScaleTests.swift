@@ -1,6 +1,7 @@
 import Foundation
 import Inventory
 import LocalBus
+import Profiles
 import SBeaconProtocol
 import TestSupport
 import Testing
@@ -212,6 +213,100 @@ struct SyncAtScaleTests {
             let taken = try await ServerAssignments.exchange(other, url: server.url, profiles: ["car", "van"])
             #expect(taken.pulled == 1, "\(taken)")
             #expect(try await other.assignment(for: LargeInventory.address(9))?.profile == "car")
+        }
+    }
+
+    /// The office's desired state pulled is not pushed back (docs/ledger.md,
+    /// "What is covered"; docs/office.md, "Sync at scale"): bench A pushes
+    /// N assignments; bench B's sync pulls them without writing a ledger
+    /// entry, and its re-sync pushes no entry; B still holds A's desired
+    /// state (its assignments, its drift); a pulled one converged at B is
+    /// one entry, reported; one B assigns again is pushed, and A, whose own
+    /// row a pull replaces, pushes that one entry back.
+    @Test func pulledAssignmentsAreNotPushedBackAsLedgerEntries() async throws {
+        try await withPostgres { server in
+            let directory = try scratchDirectory("sync-pulled")
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let profiles: Set<String> = ["car", "van", "truck"]
+            func sync(_ inventory: Inventory) async throws -> BenchSync.Outcome {
+                try await BenchSync.run(
+                    inventory, to: server.url, includeSimulated: true, profiles: profiles, stop: SyncStop())
+            }
+            func size(_ inventory: Inventory) async throws -> Int { try await inventory.ledgerTreeHead().size }
+            let count = 1_000
+            let a = try Inventory(path: directory + "/a.sqlite")
+            _ = try await a.assign(
+                (0..<count).map { number in
+                    Assignment(
+                        address: LargeInventory.address(number), profile: number % 2 == 0 ? "van" : "car",
+                        major: 250, assignedAt: "2026-12-01T08:00:00.000Z", assignedBy: "tech@a")
+                })
+            let first = try await sync(a)
+            #expect(first.exchange.pushed == count, "\(first.exchange)")
+            #expect(first.report.sent["ledger"] ?? 0 >= count, "\(first.report.sent)")
+
+            let b = try Inventory(path: directory + "/b.sqlite")
+            var device = DeviceRecord(address: LargeInventory.address(4))
+            device.profile = "car"
+            device.config = DrivingBehaviourConfig(
+                cornering: 300, braking: 300, acceleration: 300, duration: 500, enable: .init(rawValue: 7))
+            try await b.recordDevice(device)
+            let beforePull = try await size(b)
+            let pulled = try await sync(b)
+            #expect(pulled.exchange.pulled == count, "\(pulled.exchange)")
+            #expect(try await size(b) == beforePull, "the pull wrote ledger entries")
+            let again = try await sync(b)
+            #expect(again.report.sent["ledger"] == 0, "\(again.report.sent)")
+            #expect(again.exchange.pushed == 0 && again.exchange.pulled == 0, "\(again.exchange)")
+            let quiet = try await sync(b)
+            #expect(quiet.report.sent["ledger"] == 0 && quiet.exchange.pulled == 0, "\(quiet)")
+            // B's desired state is A's, as before.
+            let held = try #require(try await b.assignment(for: LargeInventory.address(4)))
+            #expect(held.profile == "van" && held.major == 250 && held.source == .server, "\(held)")
+            #expect(try await b.assignments().count == count)
+            func profile(_ name: String) throws -> Profile {
+                Profile(
+                    name: name, description: name,
+                    config: DrivingBehaviourConfig(
+                        cornering: 500, braking: 550, acceleration: 450, duration: 150, enable: [.detection]),
+                    requirements: .init(
+                        minimumBatteryPercent: 40, minimumFirmware: try FirmwareVersion("1.1.0"),
+                        calibrationRequired: true, maximumCalibrationAgeDays: 180),
+                    identity: .init(major: 200, minor: .sequential))
+            }
+            let drift = try await b.drift(profiles: ["car": try profile("car"), "van": try profile("van")])
+            #expect(drift.assigned == count && drift.unseen == count - 1, "\(drift)")
+            #expect(
+                drift.findings.contains { $0.device == LargeInventory.address(4) && $0.field == "profile" },
+                "\(drift.findings)")
+            #expect(try await b.verifyLedger().ok)
+
+            // Converged at B: one entry, pushed, and the convergence reported.
+            let run = try await b.beginRun(.init(command: "station"))
+            try await b.markConverged(LargeInventory.address(4), run: run)
+            try await b.endRun(run, .finished)
+            let converged = try await sync(b)
+            #expect(converged.exchange.converged == 1, "\(converged.exchange)")
+            #expect((1...3).contains(converged.report.sent["ledger"] ?? 0), "\(converged.report.sent)")
+            // Assigned again at B: pushed; A takes it, and its own row replaced is one entry.
+            _ = try await b.assign([
+                Assignment(
+                    address: LargeInventory.address(9), profile: "truck", assignedAt: "2026-12-02T08:00:00.000Z",
+                    assignedBy: "tech@b")
+            ])
+            let reassigned = try await sync(b)
+            #expect(reassigned.exchange.pushed == 1 && reassigned.report.sent["ledger"] == 1, "\(reassigned)")
+            let aSize = try await size(a)
+            let taken = try await sync(a)
+            #expect(taken.exchange.pulled == 1 && taken.exchange.pushed == 0, "\(taken.exchange)")
+            #expect(try await size(a) == aSize + 1, "A's own row replaced by the pull: one entry")
+            #expect(try await a.assignment(for: LargeInventory.address(9))?.profile == "truck")
+            let back = try await sync(a)
+            #expect(back.report.sent["ledger"] == 1 && back.exchange.pushed == 0, "\(back)")
+            #expect(try await a.verifyLedger().ok)
+            #expect(try await b.verifyLedger().ok)
+            let verified = try ServerLedger.verify(url: server.url)
+            #expect(verified.count == 2 && verified.allSatisfy(\.ok), "\(verified)")
         }
     }
 

@@ -68,6 +68,15 @@ final class LedgerRecorder {
             let index = LedgerTable.cNames.firstIndex(where: { strcmp($0, tableName) == 0 })
         else { return }
         let table = LedgerTable.all[index]
+        // A change from a row the ledger does not cover to another (a pull
+        // writing the office's desired state) makes no entry: not noted.
+        // Should the row later enter the cover in this transaction, that
+        // change is noted, from a state that is as good as absent.
+        if table.name == "assignments", !Self.coversAssignment(db, op, old: true),
+            !Self.coversAssignment(db, op, old: false)
+        {
+            return
+        }
         func old() -> [SQLiteValue]? {
             guard !table.sealed else { return nil }
             return (0..<Int32(table.columns.count)).map { index in
@@ -90,6 +99,22 @@ final class LedgerRecorder {
         guard !seen.contains(reference) else { return }
         seen.insert(reference)
         pending.append(Change(table: table, rowid: rowid, old: old()))
+    }
+
+    /// Whether the assignment before the change (`old`) or after it is
+    /// one the ledger covers (`LedgerTable.covers`); false when there is
+    /// none (the old row of an insert, the new one of a delete).
+    private static func coversAssignment(_ db: OpaquePointer, _ op: Int32, old: Bool) -> Bool {
+        if old ? op == SQLITE_INSERT : op == SQLITE_DELETE { return false }
+        func value(_ column: Int32) -> SQLiteValue {
+            var value: OpaquePointer?
+            let status =
+                old ? sqlite3_preupdate_old(db, column, &value) : sqlite3_preupdate_new(db, column, &value)
+            guard status == SQLITE_OK, let value else { return .null }
+            return Self.value(value)
+        }
+        return value(LedgerTable.assignmentSource) != .text("server")
+            || value(LedgerTable.assignmentConverged) != .null
     }
 
     func discard() {
@@ -136,8 +161,11 @@ final class LedgerRecorder {
             if table.sealed {
                 try seal(table, change.rowid, current, &head, database)
             } else {
-                for (op, key, row) in Self.entries(table, old: change.old, new: current) {
-                    let event = table.event(op: op, changed: row)
+                // A row outside the ledger's cover is as good as absent.
+                let old = change.old.flatMap { table.covers(row: $0) ? $0 : nil }
+                let new = current.flatMap { table.covers(row: $0) ? $0 : nil }
+                for (op, key, row) in Self.entries(table, old: old, new: new) {
+                    let event = table.event(op: op, changed: row, after: current)
                     try Self.append(
                         LedgerStorage.Stored(table: table, op: op, event: event, at: .text(now), key: key, row: row),
                         to: &head, database)

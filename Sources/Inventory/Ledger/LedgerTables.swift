@@ -8,7 +8,11 @@ import Ledger
 /// The tables the ledger covers: what the inventory says about beacons
 /// (docs/ledger.md, "Entries"). `meta` and `claims` (a run's hold on a
 /// device while it works on it) are not covered: they say nothing about a
-/// beacon.
+/// beacon. Nor is an assignment pulled from the shared server and not
+/// converged here (`assignments` with `source` 'server' and no
+/// `converged_at`): it is the office's desired state, which the server
+/// holds with its history; the bench's ledger says what happened at the
+/// bench (`covers`).
 struct LedgerTable: Sendable {
     let name: String
     /// The primary key's columns, in order.
@@ -46,6 +50,34 @@ struct LedgerTable: Sendable {
 
     /// The columns, as a select list.
     var selectList: String { columns.joined(separator: ", ") }
+
+    /// Whether the ledger covers a row of this table, its values given by
+    /// column name. Every row but an assignment pulled from the server and
+    /// not converged here: one made at this bench (`source` not 'server'),
+    /// or one this bench brought a beacon to (`converged_at` set). A row
+    /// that enters this set is an `insert` entry, one that leaves it a
+    /// `delete` (docs/ledger.md, "What is covered").
+    func covers(_ value: (String) -> SQLiteValue?) -> Bool {
+        guard name == "assignments" else { return true }
+        return value("source") != .text("server") || (value("converged_at") ?? .null) != .null
+    }
+
+    /// `covers`, of a row in the table's column order.
+    func covers(row: [SQLiteValue]) -> Bool {
+        guard name == "assignments" else { return true }
+        return covers { column in columns.firstIndex(of: column).map { row[$0] } }
+    }
+
+    /// `covers` as SQL: the condition (with its `WHERE`) of the rows
+    /// covered, empty for a table whose rows all are.
+    var coveredWhere: String {
+        name == "assignments" ? " WHERE (source IS NOT 'server' OR converged_at IS NOT NULL)" : ""
+    }
+
+    /// Where `source` and `converged_at` are among the columns, for the
+    /// preupdate hook (which reads them before anything else of the row).
+    static let assignmentSource = Int32(assignments.columns.firstIndex(of: "source")!)
+    static let assignmentConverged = Int32(assignments.columns.firstIndex(of: "converged_at")!)
 
     static let runs = LedgerTable(
         name: "runs", key: ["id"],
@@ -107,9 +139,19 @@ struct LedgerTable: Sendable {
     static var sealedTables: [LedgerTable] { all.filter(\.sealed) }
 
     /// What happened, for people (docs/ledger.md): decided by the change
-    /// alone, so that an entry made again from a sealed row says the same.
-    func event(op: LedgerOp, changed: [(String, SQLiteValue)]) -> String {
+    /// alone, so that an entry made again from a sealed row says the same;
+    /// `after`, the row as it is now, tells a covered assignment that a
+    /// pull replaced (the row left the ledger's cover: `sync`) from one
+    /// deleted.
+    func event(op: LedgerOp, changed: [(String, SQLiteValue)], after: [SQLiteValue]? = nil) -> String {
         func value(_ column: String) -> SQLiteValue? { changed.first { $0.0 == column }?.1 }
+        if name == "assignments" {
+            if op == .delete, let after, !covers(row: after) { return "sync" }
+            // A pulled assignment converged here enters the ledger whole.
+            if op == .insert, value("source")?.text == "server", (value("converged_at") ?? .null) != .null {
+                return "converged"
+            }
+        }
         if value("source")?.text == "server" { return "sync" }
         switch name {
         case "runs": return "run"
@@ -151,10 +193,11 @@ extension LedgerTable {
         "SELECT \(selectList)\(sealed ? ", ledger_seq" : "") FROM \(name) WHERE rowid = ?"
     }
     var sealRow: String { "UPDATE \(name) SET ledger_seq = ?, ledger_leaf = ? WHERE rowid = ?" }
-    var countRows: String { "SELECT count(*) FROM \(name)" }
-    /// Every row with its rowid, in the order it was made.
+    /// The rows covered (`coveredWhere`), counted.
+    var countRows: String { "SELECT count(*) FROM \(name)\(coveredWhere)" }
+    /// Every row covered with its rowid, in the order it was made.
     var selectAllByRowid: String {
-        "SELECT rowid, \(selectList) FROM \(name) ORDER BY \(key == ["id"] ? "id" : "rowid")"
+        "SELECT rowid, \(selectList) FROM \(name)\(coveredWhere) ORDER BY \(key == ["id"] ? "id" : "rowid")"
     }
     var selectAll: String { "SELECT \(selectList) FROM \(name)" }
     var selectSealedAboutDevice: String {
