@@ -58,8 +58,9 @@ public final class OfficeStreams: @unchecked Sendable {
     /// their checks are logged (`drift`), or dropped (`audit` drops them,
     /// as it always did).
     public func drift(profiles: [String: Profile], logging: Bool) throws -> OfficeDriftStream {
+        let irregular = try snapshot.connection.query(OfficeReads.driftIrregular).rows
         let cursor = try snapshot.cursor(OfficeReads.driftStream, batch: 2_000)
-        return OfficeDriftStream(cursor: cursor, profiles: profiles, log: logging ? log : nil)
+        return OfficeDriftStream(irregular: irregular, cursor: cursor, profiles: profiles, log: logging ? log : nil)
     }
 
     private func stream<T>(
@@ -90,19 +91,25 @@ public struct OfficeDriftGroup: Sendable {
 }
 
 /// `ServerAssignments.drift` as a stream. The cursor reads every
-/// assignment with its device as the merged fleet observed it, ordered by
-/// the address in capitals (byte order), so that rows naming one device in
-/// other letter cases come together and are judged together
-/// (`ServerAssignments.grouped`: refused together); the assignments come
-/// out in the order the array read sorted them. Refused rows are also kept
-/// (`unusable`: few — rows a sync or an office never wrote), complete when
-/// the stream has ended.
+/// assignment with its device as the merged fleet observed it and the
+/// identity claimed for it, in address order (`OfficeReads.driftStream`:
+/// the assignments' primary key and the fleet's `devices_by_address`,
+/// merged, no sort). Rows naming one device in other letter cases are
+/// judged together (`ServerAssignments.grouped`: refused together), so
+/// the rows whose address is not in capitals, and the rows of the same
+/// devices, are read first (`OfficeReads.driftIrregular`: few — rows no
+/// sync or office writes) and each such device judged in its place by
+/// address; the assignments come out in the order the array read sorted
+/// them. Refused rows are also kept (`unusable`), complete when the
+/// stream has ended.
 public final class OfficeDriftStream {
     private let cursor: PostgresCursor
     private let profiles: [String: Profile]
     private let names: Set<String>
     private let log: ServerReportReading.Log?
-    private var group: [[SQLiteValue]] = []
+    /// The devices read first, by address in capitals: their rows.
+    private var irregular: [(key: String, rows: [[SQLiteValue]])]
+    private let irregularKeys: Set<String>
     private var ready: [OfficeDriftGroup] = []
     private var ended = false
     /// Assignments read: those that passed their checks and the rows refused.
@@ -111,32 +118,42 @@ public final class OfficeDriftStream {
     /// read lists them, after every assignment's findings).
     public private(set) var unusable: [DriftFinding] = []
 
-    init(cursor: PostgresCursor, profiles: [String: Profile], log: ServerReportReading.Log?) {
+    init(
+        irregular rows: [[SQLiteValue]], cursor: PostgresCursor, profiles: [String: Profile],
+        log: ServerReportReading.Log?
+    ) {
         self.cursor = cursor
         self.profiles = profiles
         self.names = Set(profiles.keys)
         self.log = log
+        var groups: [String: [[SQLiteValue]]] = [:]
+        for row in rows { groups[row[23].textForm ?? "", default: []].append(row) }
+        irregular = groups.map { (key: $0.key, rows: $0.value) }.sorted { $0.key > $1.key }  // the least last
+        irregularKeys = Set(groups.keys)
     }
 
     /// The next device's drift, in address order; nil after the last.
     public func next() throws -> OfficeDriftGroup? {
         while ready.isEmpty, !ended {
             guard let row = try cursor.next() else {
+                while let group = irregular.popLast() { judge(group.rows) }
                 ended = true
-                flush()
                 unusable.sort { ($0.device, $0.field) < ($1.device, $1.field) }
                 break
             }
-            if let first = group.first, first[23] != row[23] { flush() }
-            group.append(row)
+            let key = row[23].textForm ?? ""
+            while let last = irregular.last, last.key < key {
+                judge(last.rows)
+                irregular.removeLast()
+            }
+            if irregularKeys.contains(key) { continue }  // judged with its device's other rows
+            judge([row])
         }
         return ready.isEmpty ? nil : ready.removeFirst()
     }
 
-    /// The rows of one address (in capitals) judged together.
-    private func flush() {
-        guard !group.isEmpty else { return }
-        defer { group = [] }
+    /// The rows of one device (of one address in capitals) judged together.
+    private func judge(_ group: [[SQLiteValue]]) {
         let cells = group.map { row in row[0..<10].map(\.textForm) }
         let pulled = ServerAssignments.grouped(cells, profiles: names).pulled
         var observed: [String: ObservedState] = [:]
