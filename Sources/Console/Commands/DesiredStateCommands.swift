@@ -317,7 +317,8 @@ extension Session {
                 throw ConsoleFailure(.infrastructure, "drift: \(error)")
             }
             terminal.message(
-                "\(drifting) of \(assigned) assigned device\(assigned == 1 ? "" : "s") drift\(drifting == 1 ? "s" : "")")
+                "\(drifting) of \(assigned) assigned device\(assigned == 1 ? "" : "s") drift\(drifting == 1 ? "s" : "")"
+            )
             if drifting > 0 { note(.devicesFailed) }
             return
         } else {

@@ -39,7 +39,8 @@ extension Session {
                         count += 1
                         if record.benches != nil { benches = true }
                         let line = DeviceLine(record: record)
-                        item(StreamedItem(values: [line], rows: [columns.prefix(shown).map { $0.cell(line, terminal) }]))
+                        item(
+                            StreamedItem(values: [line], rows: [columns.prefix(shown).map { $0.cell(line, terminal) }]))
                     }
                 },
                 after: { [.message("\(count) device\(count == 1 ? "" : "s") in \(location)")] })
@@ -115,7 +116,9 @@ extension Session {
             }
             keys.sort()
             var duplicated = Set<UInt32>()
-            for index in keys.indices.dropFirst() where keys[index] == keys[index - 1] { duplicated.insert(keys[index]) }
+            for index in keys.indices.dropFirst() where keys[index] == keys[index - 1] {
+                duplicated.insert(keys[index])
+            }
             keys = []
             // Pass 2: their holders, in address order, as the finding names them.
             var holders: [UInt32: [String]] = [:]
@@ -126,7 +129,9 @@ extension Session {
                         duplicated.contains(key(identity))
                     else { continue }
                     let named =
-                        subject.benches.flatMap { $0.isEmpty ? nil : "\(subject.address) (bench \($0.joined(separator: ", ")))" }
+                        subject.benches.flatMap {
+                            $0.isEmpty ? nil : "\(subject.address) (bench \($0.joined(separator: ", ")))"
+                        }
                         ?? subject.address
                     holders[key(identity), default: []].append(named)
                 }
@@ -229,7 +234,8 @@ extension Session {
                     for rewrite in rewrites {
                         item(
                             StreamedItem(
-                                values: [LedgerRewriteLine(rewrite: rewrite)], rows: [AuditDocument.row(rewrite, terminal)]
+                                values: [LedgerRewriteLine(rewrite: rewrite)],
+                                rows: [AuditDocument.row(rewrite, terminal)]
                             ))
                     }
                 },
