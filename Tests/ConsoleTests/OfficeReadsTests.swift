@@ -512,7 +512,57 @@ struct OfficeReadsTests {
             }
         }
     }
+
+    /// A beaconbench connection waiting for a lock in the middle of
+    /// declaring a cursor, other than `not`: its pid (waits at most two
+    /// minutes, then fails naming what it waited for).
+    static func declaring(_ scene: SyncScene, not: String? = nil) async throws -> String {
+        var pid = ""
+        try await waitUntil("a beaconbench connection declaring a cursor, waiting for a lock") {
+            pid = try await scene.server.psql(
+                """
+                SELECT pid FROM pg_stat_activity WHERE application_name = 'beaconbench' AND wait_event_type = 'Lock'
+                  AND query LIKE 'DECLARE%' AND pid::text <> '\(not ?? "")' LIMIT 1
+                """
+            ).trimmingCharacters(in: .whitespacesAndNewlines)
+            return !pid.isEmpty
+        }
+        return pid
+    }
+
+    /// A connection lost before the streamed `inventory list` wrote
+    /// anything (its first pass's cursor waiting for a lock the test holds
+    /// on `devices`): read again once from the beginning, the whole list
+    /// written once; lost twice: exit 3, nothing written.
+    @Test func aStreamedReadLostBeforeItWroteStartsAgainOnceThenFails() async throws {
+        try await Self.withFleet("office-lost", OfficeFleet.sql(n: 300, b: 3, outcomes: 1, readings: 1)) { scene in
+            let whole = try await Self.office(scene, ["inventory", "list"])
+            #expect(whole.status == 0, "\(whole.stderr)")
+            #expect(whole.stdout.split(separator: "\n").count == 301)
+            for lostTwice in [false, true] {
+                let url = scene.server.url
+                let lock = try await onThreadOfItsOwn { try TableLock(url: url, "devices", mode: "ACCESS EXCLUSIVE") }
+                async let run = Self.office(scene, ["inventory", "list"])
+                let first = try await Self.declaring(scene)
+                _ = try await scene.server.psql("SELECT pg_terminate_backend(\(first))")
+                let second = try await Self.declaring(scene, not: first)
+                if lostTwice { _ = try await scene.server.psql("SELECT pg_terminate_backend(\(second))") }
+                await onThreadOfItsOwn { lock.release() }
+                let ended = try await run
+                if lostTwice {
+                    #expect(ended.status == 3, "\(ended.stderr)")
+                    #expect(ended.stdout.isEmpty, "nothing written: \(ended.stdout.prefix(300))")
+                    #expect(ended.stderr.contains("connection"), "\(ended.stderr)")
+                } else {
+                    #expect(ended.status == 0, "\(ended.stderr)")
+                    #expect(ended.stdout == whole.stdout, "the whole list, once")
+                    #expect(ended.stderr == whole.stderr)
+                }
+            }
+        }
+    }
 }
+
 
 /// The audit's drift merge at fleet size, in process: linear in findings
 /// and reports (it was a scan of every report per finding: with the sizes
