@@ -563,7 +563,6 @@ struct OfficeReadsTests {
     }
 }
 
-
 /// The audit's drift merge at fleet size, in process: linear in findings
 /// and reports (it was a scan of every report per finding: with the sizes
 /// here, 3·10¹⁰ comparisons, hours; now a dictionary, about a second).
