@@ -160,6 +160,7 @@ public final class Terminal: Sendable {
     /// bounded, the console's own style marks turned into colour codes (or
     /// dropped without colour).
     static func rendered(_ text: String, color: Bool, limit: Int? = lineLimit) -> String {
+        if isPlain(text, limit: limit) { return text }
         var line = ""
         for (index, piece) in visible(text, limit: limit).components(separatedBy: StyleMark.mark).enumerated() {
             if index == 0 {
@@ -176,6 +177,7 @@ public final class Terminal: Sendable {
     /// style marks, which stay for `rendered` to turn into colour; at most
     /// `limit` characters.
     static func visible(_ text: String, limit: Int? = Visible.defaultLimit) -> String {
+        if isPlain(text, limit: limit) { return text }
         guard text.contains(StyleMark.mark) else { return Visible.text(text, limit: limit) }
         return text.components(separatedBy: StyleMark.mark).map { Visible.text($0, limit: limit) }
             .joined(separator: StyleMark.mark)
@@ -191,7 +193,22 @@ public final class Terminal: Sendable {
     /// (`TextWidth`): its style marks and colour codes take none, a wide
     /// character two, a combining mark none.
     static func width(_ text: String) -> Int {
-        TextWidth.columns(of: rendered(text, color: false, limit: nil))
+        if isPlain(text, limit: nil) { return text.utf8.count }
+        return TextWidth.columns(of: rendered(text, color: false, limit: nil))
+    }
+
+    /// Whether `text` is printable ASCII alone (a space to `~`), at most
+    /// `limit` characters: shown as it is, a column per character, with no
+    /// style mark — what `visible`, `rendered` and `width` would find the
+    /// long way (issue 31: a million table rows spent most of their time
+    /// there).
+    static func isPlain(_ text: String, limit: Int?) -> Bool {
+        var count = 0
+        for byte in text.utf8 {
+            guard byte >= 0x20, byte < 0x7F else { return false }
+            count += 1
+        }
+        return limit.map { count <= $0 } ?? true
     }
 
     private func write(_ text: String, to descriptor: Int32) {

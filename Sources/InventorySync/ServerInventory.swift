@@ -243,6 +243,31 @@ public actor ServerInventory: InventoryReader {
         }
     }
 
+    /// The office's whole-fleet reads (`OfficeStreams`: `inventory list`,
+    /// `drift`, `audit`), handed to `body` in one read-only snapshot; `body`
+    /// must not keep the streams past its return. A connection lost before
+    /// `body` wrote anything (`OfficeStreams.started`) starts the whole read
+    /// again once, on a new connection; lost after that, or a second time,
+    /// it is the error.
+    public func withOfficeStreams<T: Sendable>(_ body: @Sendable (OfficeStreams) throws -> T) throws -> T {
+        var repeated = false
+        while true {
+            let log = ServerReportReading.Log()
+            var started = false
+            defer { storedFindingLog.add(log.kept.findings) }
+            do {
+                return try connection.snapshot { snapshot in
+                    let streams = OfficeStreams(snapshot: snapshot, log: log)
+                    defer { started = streams.started }
+                    return try body(streams)
+                }
+            } catch let error as SyncError where error.isConnectionFailure && !repeated && !started {
+                repeated = true
+                connection = try PostgresConnection(url)
+            }
+        }
+    }
+
     public func history(since: Date?) throws -> FleetHistory {
         let since = since.map(Self.timestamp)
         let limit = String(FleetHistory.stepMillisecondsLimit)

@@ -368,6 +368,199 @@ struct OfficeReadsTests {
             }
         }
     }
+
+    /// Anomalies for the streamed reads to meet as the array reads did: two
+    /// devices in service holding one identity (three holders of another),
+    /// vans converged to their assignment (the rest drift),
+    /// a device without profile and one whose stored battery fails its
+    /// check, assignments of devices the fleet does not hold (before the
+    /// first, in the middle — its device deleted — and after the last),
+    /// assignment rows the checks refuse (an unknown profile; one device
+    /// named twice in other letter cases; no address at all).
+    static let anomalies = """
+        UPDATE devices SET config_cornering = 320, config_braking = 330, config_acceleration = 380,
+            config_duration = 350, config_enable = 5, major = 200
+            WHERE profile = 'van' AND address < 'C0:FE:00:00:01:00';
+        UPDATE identity_claims SET major = 200 WHERE address IN (SELECT address FROM devices
+            WHERE profile = 'van' AND address < 'C0:FE:00:00:01:00');
+        UPDATE devices SET major = 100, minor = 7 WHERE address IN ('C0:FE:00:00:00:0C', 'C0:FE:00:00:00:40');
+        UPDATE devices SET major = 101, minor = 9
+            WHERE address IN ('C0:FE:00:00:00:11', 'C0:FE:00:00:01:00', 'C0:FE:00:00:02:02');
+        UPDATE devices SET profile = NULL WHERE address = 'C0:FE:00:00:00:21';
+        UPDATE devices SET battery = 300 WHERE address = 'C0:FE:00:00:00:22';
+        DELETE FROM devices WHERE address = 'C0:FE:00:00:00:0A';
+        INSERT INTO fleet_assignments (address, profile, major, minor_policy, minor, overrides, assigned_at,
+            assigned_by, origin) VALUES
+            ('C0:FD:00:00:00:01', 'van', NULL, 'keep', NULL, '{}', '2026-01-01T00:00:00.000Z', 'office@hq', 'office'),
+            ('C0:FF:00:00:00:01', 'car', NULL, 'keep', NULL, '{}', '2026-01-01T00:00:00.000Z', 'office@hq', 'office'),
+            ('c0:fe:00:00:00:1e', 'car', NULL, 'keep', NULL, '{}', '2026-01-01T00:00:00.000Z', 'office@hq', 'office'),
+            ('not an address', 'car', NULL, 'keep', NULL, '{}', '2026-01-01T00:00:00.000Z', 'office@hq', 'office');
+        UPDATE fleet_assignments SET profile = 'no-such-profile' WHERE address = 'C0:FE:00:00:00:14';
+        ANALYZE;
+        """
+
+    /// The array reads' output, rendered in process as the commands
+    /// rendered it before they streamed: stdout lines (people or JSON).
+    static func arrayOutput(_ url: String, _ command: String, json: Bool) async throws -> [String] {
+        let profiles = try ProfileLoader.loadAll(from: [Self.profiles])
+        let caught = RendererTests.Caught()
+        let renderer = Renderer(terminal: caught.terminal(), json: json)
+        switch command {
+        case "drift":
+            renderer.render(DriftRow.table(try ServerAssignments.drift(url: url, profiles: profiles).findings))
+        case "audit":
+            let subjects = try await ServerInventory(url: url).auditSubjects()
+            let drift = try ServerAssignments.drift(url: url, profiles: profiles).findings
+            let reports = Session.merging(
+                drift, into: Auditor.auditFleet(subjects, profiles: profiles), chosen: nil)
+            renderer.render(
+                AuditDocument(reports: reports, source: .inventory, rewrites: try ServerLedger.rewrites(url: url)))
+        default:
+            renderer.render(DeviceLine.list(try await ServerInventory(url: url).devices(), in: url))
+        }
+        return caught.lines.filter { $0.stream == 1 }.map(\.text)
+    }
+
+    /// `inventory list`, `drift` and `audit` stream (cursors of one
+    /// snapshot, each row written as it is folded), and what they write is
+    /// what the array reads wrote — text and JSON, byte for byte — on a
+    /// fleet of drifting, converged, unassigned and problem devices.
+    @Test func theStreamedReadsWriteWhatTheArrayReadsWrote() async throws {
+        try await Self.withFleet(
+            "office-streamed", OfficeFleet.sql(n: 600, b: 3, outcomes: 1, readings: 1, driftEvery: 3)
+        ) { scene in
+            _ = try await scene.server.psql(Self.anomalies)
+            for command in [["inventory", "list"], ["drift"], ["audit"]] {
+                for json in [false, true] {
+                    let run = try await Self.office(scene, (json ? ["--json"] : []) + command)
+                    // Exit 2: findings, drift, or the stored battery that fails its check.
+                    #expect(run.status == 2, "\(command): \(run.stderr.suffix(500))")
+                    if command == ["inventory", "list"] {
+                        #expect(run.stderr.contains("stored value: devices row C0:FE:00:00:00:22, battery: 300"))
+                    }
+                    // The stored value's JSON line comes after the command's output
+                    // (Session.reportStoredFindings, for either read).
+                    let streamed = run.stdout.split(separator: "\n", omittingEmptySubsequences: false).map(String.init)
+                        .filter { !$0.contains("\"kind\":\"stored_value\"") }
+                    let before = try await Self.arrayOutput(scene.server.url, command[0], json: json) + [""]
+                    #expect(before.count > 300, "\(command) json \(json): \(before.count) lines to compare")
+                    #expect(streamed.count == before.count, "\(command) json \(json): \(streamed.count) lines")
+                    for (index, (now, then)) in zip(streamed, before).enumerated() where now != then {
+                        Issue.record("\(command) json \(json), line \(index): \(now) ≠ \(then)")
+                        break
+                    }
+                    // The fleet's anomalies are in it.
+                    if command == ["audit"], !json {
+                        for expected in [
+                            "duplicate-identity", "C0:FD:00:00:00:01", "C0:FF:00:00:00:01", "C0:FE:00:00:00:0A",
+                            "not an address", "c0:fe:00:00:00:1e", "no-such-profile",
+                        ] {
+                            #expect(run.stdout.contains(expected), "audit names \(expected)")
+                        }
+                    }
+                }
+            }
+            // drift's count on standard error, as before.
+            let profiles = try ProfileLoader.loadAll(from: [Self.profiles])
+            let (findings, assigned, _) = try ServerAssignments.drift(url: scene.server.url, profiles: profiles)
+            let drifting = Set(findings.map(\.device)).count
+            let run = try await Self.office(scene, ["drift"])
+            #expect(run.stderr.contains("\(drifting) of \(assigned) assigned devices drift"), "\(run.stderr)")
+            #expect(drifting < assigned - 10, "some assigned devices have converged: \(drifting) of \(assigned)")
+        }
+    }
+
+    /// Peak memory of `inventory list`, `drift` and `audit` (people's
+    /// tables, two passes) does not grow with the fleet: each in a child
+    /// process whose peak RSS `wait4` reports (`ReportMemoryTests.measure`),
+    /// at 5,000 and at 20,000 devices (half assigned, every one of those
+    /// drifting); the larger no more than 8 MB above the smaller. The
+    /// arrays they replaced grew by 1.8–8 KB per device (+27–120 MB here).
+    @Test func peakMemoryOfTheStreamedReadsDoesNotGrowWithTheFleet() async throws {
+        try await withSyncScene("office-memory") { scene in
+            try await scene.makeSchema()
+            var peaks: [String: [Double]] = [:]
+            for devices in [5_000, 20_000] {
+                _ = try await scene.server.psql(
+                    """
+                    TRUNCATE devices, identity_claims, fleet_assignments, outcomes, readings, trips, events, incidents;
+                    """ + OfficeFleet.sql(n: devices, b: 4, outcomes: 1, readings: 1))
+                for command in [["inventory", "list"], ["drift"], ["audit"]] {
+                    let run = try await runTool(
+                        "/usr/bin/python3",
+                        [
+                            "-c", ReportMemoryTests.measure, builtProduct("beaconbench"), "--profiles", Self.profiles,
+                            "--inventory", scene.server.url,
+                        ] + command,
+                        environment: [
+                            "NO_COLOR": "1", "HOME": scene.directory, "XDG_DATA_HOME": scene.directory + "/data",
+                            "XDG_CONFIG_HOME": scene.directory + "/config",
+                        ], timeout: 600)
+                    #expect([0, 2].contains(run.status), "\(command): \(run.stderr.suffix(500))")
+                    let rows = run.stdout.split(separator: "\n").count
+                    #expect(rows > devices / 2, "\(command): \(rows) lines for \(devices) devices")
+                    let peak = run.stderr.split(separator: "\n").last { $0.hasPrefix("peak ") }
+                        .flatMap { Double($0.dropFirst(5)) }
+                    let mib = (peak ?? .infinity) / 1024
+                    print("\(command.joined(separator: " ")) of \(devices) devices: peak RSS \(mib) MiB")
+                    peaks[command.joined(separator: " "), default: []].append(mib)
+                }
+            }
+            for (command, mib) in peaks {
+                #expect(mib.allSatisfy { $0 < 128 }, "\(command): peak RSS \(mib) MiB, the bound is 256")
+                #expect(mib[1] < mib[0] + 8, "\(command): peak RSS grew from \(mib[0]) to \(mib[1]) MiB, 4 × the fleet")
+            }
+        }
+    }
+
+    /// A beaconbench connection waiting for a lock in the middle of
+    /// declaring a cursor, other than `not`: its pid (waits at most two
+    /// minutes, then fails naming what it waited for).
+    static func declaring(_ scene: SyncScene, not: String? = nil) async throws -> String {
+        var pid = ""
+        try await waitUntil("a beaconbench connection declaring a cursor, waiting for a lock") {
+            pid = try await scene.server.psql(
+                """
+                SELECT pid FROM pg_stat_activity WHERE application_name = 'beaconbench' AND wait_event_type = 'Lock'
+                  AND query LIKE 'DECLARE%' AND pid::text <> '\(not ?? "")' LIMIT 1
+                """
+            ).trimmingCharacters(in: .whitespacesAndNewlines)
+            return !pid.isEmpty
+        }
+        return pid
+    }
+
+    /// A connection lost before the streamed `inventory list` wrote
+    /// anything (its first pass's cursor waiting for a lock the test holds
+    /// on `devices`): read again once from the beginning, the whole list
+    /// written once; lost twice: exit 3, nothing written.
+    @Test func aStreamedReadLostBeforeItWroteStartsAgainOnceThenFails() async throws {
+        try await Self.withFleet("office-lost", OfficeFleet.sql(n: 300, b: 3, outcomes: 1, readings: 1)) { scene in
+            let whole = try await Self.office(scene, ["inventory", "list"])
+            #expect(whole.status == 0, "\(whole.stderr)")
+            #expect(whole.stdout.split(separator: "\n").count == 301)
+            for lostTwice in [false, true] {
+                let url = scene.server.url
+                let lock = try await onThreadOfItsOwn { try TableLock(url: url, "devices", mode: "ACCESS EXCLUSIVE") }
+                async let run = Self.office(scene, ["inventory", "list"])
+                let first = try await Self.declaring(scene)
+                _ = try await scene.server.psql("SELECT pg_terminate_backend(\(first))")
+                let second = try await Self.declaring(scene, not: first)
+                if lostTwice { _ = try await scene.server.psql("SELECT pg_terminate_backend(\(second))") }
+                await onThreadOfItsOwn { lock.release() }
+                let ended = try await run
+                if lostTwice {
+                    #expect(ended.status == 3, "\(ended.stderr)")
+                    #expect(ended.stdout.isEmpty, "nothing written: \(ended.stdout.prefix(300))")
+                    #expect(ended.stderr.contains("connection"), "\(ended.stderr)")
+                } else {
+                    #expect(ended.status == 0, "\(ended.stderr)")
+                    #expect(ended.stdout == whole.stdout, "the whole list, once")
+                    #expect(ended.stderr == whole.stderr)
+                }
+            }
+        }
+    }
 }
 
 /// The audit's drift merge at fleet size, in process: linear in findings

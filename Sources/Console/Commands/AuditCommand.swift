@@ -67,6 +67,27 @@ extension Session {
         case .live:
             return  // a device step, run by the fleet runner
         case .inventory:
+            if invocation.inventoryIsServer, let url = invocation.inventoryPath,
+                let server = try reader() as? ServerInventory
+            {
+                // The office's audit, streamed (OfficeStreamCommands.swift).
+                let rewrites: [LedgerRewrite]
+                do {
+                    rewrites = try ServerLedger.rewrites(url: url)
+                } catch {
+                    throw ConsoleFailure(.infrastructure, "audit: the benches' ledgers: \(error.message)")
+                }
+                let findings: Bool
+                do {
+                    findings = try await streamedAudit(server, profile: profile, rewrites: rewrites)
+                } catch let error as ConsoleFailure {
+                    throw error
+                } catch {
+                    throw ConsoleFailure(.infrastructure, "audit: \(error)")
+                }
+                if findings { note(.devicesFailed) }
+                return
+            }
             subjects = try await inventorySubjects()
         case .passive:
             let bench = try await openBench()

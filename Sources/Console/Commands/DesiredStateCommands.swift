@@ -304,15 +304,23 @@ extension Session {
         let findings: [DriftFinding]
         let assigned: Int
         var unseen = 0
-        if invocation.inventoryIsServer, let url = invocation.inventoryPath {
-            // The office: every assignment against the merged fleet.
+        if invocation.inventoryIsServer {
+            // The office: every assignment against the merged fleet, streamed
+            // (OfficeStreamCommands.swift).
+            guard let server = try reader() as? ServerInventory else { return }
+            let drifting: Int
             do {
-                let stored: [StoredFinding]
-                (findings, assigned, stored) = try ServerAssignments.drift(url: url, profiles: profiles)
-                pendingStoredFindings += stored
-            } catch {
+                (drifting, assigned) = try await streamedDrift(server)
+            } catch let error as SyncError {
                 throw ConsoleFailure(.infrastructure, "drift: \(error.message)")
+            } catch {
+                throw ConsoleFailure(.infrastructure, "drift: \(error)")
             }
+            terminal.message(
+                "\(drifting) of \(assigned) assigned device\(assigned == 1 ? "" : "s") drift\(drifting == 1 ? "s" : "")"
+            )
+            if drifting > 0 { note(.devicesFailed) }
+            return
         } else {
             let inventory = try inventory()
             do {

@@ -185,7 +185,12 @@ extension Session {
         do {
             switch action {
             case .list:
-                output.render(DeviceLine.list(try await inventory.devices(), in: inventory.location))
+                if let server = inventory as? ServerInventory {
+                    // The whole fleet, streamed (OfficeStreamCommands.swift).
+                    try await streamedInventoryList(server)
+                } else {
+                    output.render(DeviceLine.list(try await inventory.devices(), in: inventory.location))
+                }
             case .show(let name):
                 guard let device = try await inventory.device(name) else {
                     throw ConsoleFailure(.badInput, "the inventory has no device \(name)")

@@ -36,31 +36,44 @@ struct AuditDocument: ResultDocument {
     }
 
     func people(_ terminal: Terminal) -> [PeopleLine] {
+        let rows = reports.flatMap { Self.rows($0, terminal) } + rewrites.map { Self.row($0, terminal) }
+        return Self.title(source, terminal) + [.table(header: Self.header, rows: rows, numeric: [])]
+            + [Self.count(reports: reports.count, clean: reports.filter(\.isClean).count, rewrites: rewrites.count)]
+    }
+
+    static let header = ["device", "profile", "code", "finding"]
+
+    /// The lines before the table.
+    static func title(_ source: AuditCommand.Source, _ terminal: Terminal) -> [PeopleLine] {
+        [.result(""), .result(terminal.styled("AUDIT (\(source.rawValue))", .bold))]
+    }
+
+    /// A device's rows: `ok`, or a row per finding.
+    static func rows(_ report: AuditReport, _ terminal: Terminal) -> [[String]] {
         var rows: [[String]] = []
-        for report in reports {
-            if report.isClean {
-                rows.append([report.address, report.profile ?? "-", terminal.styled("ok", .green), ""])
-            }
-            for finding in report.findings {
-                rows.append([report.address, report.profile ?? "-", terminal.styled(finding.code, .red), "\(finding)"])
-            }
+        if report.isClean {
+            rows.append([report.address, report.profile ?? "-", terminal.styled("ok", .green), ""])
         }
-        for rewrite in rewrites {
-            rows.append([
-                "bench " + String(rewrite.bench.prefix(8)), "-", terminal.styled(LedgerRewriteLine.code, .red),
-                rewrite.finding,
-            ])
+        for finding in report.findings {
+            rows.append([report.address, report.profile ?? "-", terminal.styled(finding.code, .red), "\(finding)"])
         }
-        let clean = reports.filter(\.isClean).count
-        let rewritten =
-            rewrites.isEmpty
-            ? "" : "; \(rewrites.count) bench ledger rewrite\(rewrites.count == 1 ? "" : "s") refused by the server"
-        return [
-            .result(""), .result(terminal.styled("AUDIT (\(source.rawValue))", .bold)),
-            .table(header: ["device", "profile", "code", "finding"], rows: rows, numeric: []),
-            .result(
-                "\(reports.count) device\(reports.count == 1 ? "" : "s"): \(clean) clean, \(reports.count - clean) with findings\(rewritten)"
-            ),
+        return rows
+    }
+
+    /// A bench ledger rewrite's row.
+    static func row(_ rewrite: LedgerRewrite, _ terminal: Terminal) -> [String] {
+        [
+            "bench " + String(rewrite.bench.prefix(8)), "-", terminal.styled(LedgerRewriteLine.code, .red),
+            rewrite.finding,
         ]
+    }
+
+    /// The line after the table.
+    static func count(reports: Int, clean: Int, rewrites: Int) -> PeopleLine {
+        let rewritten =
+            rewrites == 0
+            ? "" : "; \(rewrites) bench ledger rewrite\(rewrites == 1 ? "" : "s") refused by the server"
+        return .result(
+            "\(reports) device\(reports == 1 ? "" : "s"): \(clean) clean, \(reports - clean) with findings\(rewritten)")
     }
 }
