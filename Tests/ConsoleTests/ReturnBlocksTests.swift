@@ -95,6 +95,14 @@ struct ReturnBlocksTests {
             #expect(dryPeople.status == 0 && dryPeople.stdout.contains("nothing was changed"), "\(dryPeople)")
             #expect(try await Self.allBlocks(server) == before, "a dry run changed minor_blocks")
 
+            // In an office batch, `run FILE --dry-run` is a dry run too.
+            let batch = directory + "/office.batch"
+            try "identities blocks\nidentities return-blocks --bench retired\n".write(
+                toFile: batch, atomically: true, encoding: .utf8)
+            let batchDry = try await Self.office(server, directory, ["run", batch, "--dry-run"])
+            #expect(batchDry.status == 0 && batchDry.stdout.contains("nothing was changed"), "\(batchDry)")
+            #expect(try await Self.allBlocks(server) == before, "a batch's dry run changed minor_blocks")
+
             // A bench the server does not know: named, exit 1, nothing changed.
             let unknown = try await Self.office(
                 server, directory, ["identities", "return-blocks", "--bench", "nobody\u{1B}[31m"])
@@ -138,6 +146,18 @@ struct ReturnBlocksTests {
                 try await server.count(
                     "SELECT count(*) FROM (SELECT minor FROM identity_claims WHERE major = 800 GROUP BY minor HAVING count(*) > 1) d"
                 ) == 0)
+
+            // A bench id on the server is hostile text: never raw on a terminal, bounded.
+            _ = try await server.psql(
+                "UPDATE minor_blocks SET bench_id = E'evil\\x1b[2J\\u200b' || repeat('x', 5000) WHERE bench_id = 'busy'")
+            let hostile = try await Self.office(server, directory, ["identities", "blocks"])
+            #expect(hostile.status == 0, "\(hostile.stderr)")
+            #expect(!hostile.stdout.contains("\u{1B}") && !hostile.stdout.contains("\u{200B}"), "\(hostile.stdout)")
+            #expect(hostile.stdout.contains("evil") && hostile.stdout.count < 2_000, "\(hostile.stdout)")
+            let hostileJSON = try Self.jsonLines(
+                try await Self.office(server, directory, ["identities", "blocks", "--json"]))
+            let evil = try #require(hostileJSON.first { ($0["bench"] as? String)?.hasPrefix("evil") == true })
+            #expect((evil["bench"] as? String)?.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x200B } == false)
 
             // On a bench's own inventory there are no blocks: refused.
             let local = try await runTool(
