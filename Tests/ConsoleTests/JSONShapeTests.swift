@@ -123,6 +123,8 @@ struct JSONShapeTests {
         "sync": "SyncTests, against PostgreSQL",
         "ledger_bench": "SyncLedgerTests, against PostgreSQL",
         "ledger_rewrite": "SyncLedgerTests, against PostgreSQL",
+        "minor_block": "ReturnBlocksTests, against PostgreSQL",
+        "blocks_returned": "ReturnBlocksTests, against PostgreSQL",
         "note": "a warning (a retry, a device gone): RecoveryTests",
         "recovery": "RecoveryTests and StationTests, under fault plans",
         "checkpoint": "LedgerCommandTests, with an SSH key made for it",

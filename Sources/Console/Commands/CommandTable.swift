@@ -17,6 +17,8 @@ public enum CommandTable {
         InventoryListCommand.self, InventoryShowCommand.self, InventoryExportCommand.self,
         InventoryForgetCommand.self, LogCommand.self, SyncCommand.self, LedgerVerifyCommand.self,
         LedgerCheckpointCommand.self, LedgerProveCommand.self, LedgerCheckCommand.self,
+        // Leased blocks of minors on the shared server (IdentitiesCommands.swift)
+        IdentitiesBlocksCommand.self, IdentitiesReturnBlocksCommand.self,
         // The fleet report (ReportCommand.swift)
         ReportCommand.self,
         // Desired state and the install bench (DesiredStateCommands.swift, StationCommands.swift)

@@ -11,6 +11,7 @@ public enum ResultKind: String, Sendable, CaseIterable {
     case recovery
     case ledger, checkpoint, proof, proofCheck = "proof_check"
     case ledgerBench = "ledger_bench", ledgerRewrite = "ledger_rewrite"
+    case minorBlock = "minor_block", blocksReturned = "blocks_returned"
 }
 
 /// The version of the JSON output: raised when a field changes meaning or
