@@ -174,6 +174,8 @@ enum OfficeReads {
     /// One page of the merged fleet: `$1` the address to start after
     /// (NULL: the first), `$2` how many devices.
     static let devicePage = "SELECT \(deviceColumns) FROM fleet_device_rows($1::text, $2::bigint)"
+    /// The whole fleet in address order, for a cursor (`ServerOfficeStreams`).
+    static let deviceStream = "SELECT \(deviceColumns) FROM fleet_devices ORDER BY address"
 
     /// The audit's subjects, every device in address order
     /// (`devices_by_address`), with the identity claimed for it; `light`:

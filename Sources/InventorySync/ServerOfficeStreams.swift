@@ -33,7 +33,7 @@ public final class OfficeStreams: @unchecked Sendable {
     /// The merged fleet's devices in address order, as `devices()` reads them.
     public func devices() throws -> RowStream<DeviceRecord> {
         let cursor = try snapshot.cursor(
-            "SELECT \(OfficeReads.deviceColumns) FROM fleet_devices ORDER BY address", batch: 2_000)
+            OfficeReads.deviceStream, batch: 2_000)
         return stream(cursor, logging: true, ServerInventory.record)
     }
 
