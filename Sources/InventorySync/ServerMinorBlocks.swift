@@ -89,15 +89,13 @@ public enum ServerMinorBlocks {
                     """, [bench]
                 ).first?.first ?? nil
             guard known == "t" else { return nil }
-            let claimed = """
-                (SELECT count(*) FROM identity_claims c
-                 WHERE c.major = r.major AND c.minor BETWEEN r.first_minor AND r.first_minor + r.size - 1)::text
-                """
             if dryRun {
                 let blocks = try readBlocks(
                     server,
                     """
-                    SELECT r.bench_id, r.major::text, r.first_minor::text, r.size::text, r.leased_at, \(claimed)
+                    SELECT r.bench_id, r.major::text, r.first_minor::text, r.size::text, r.leased_at,
+                        (SELECT count(*) FROM identity_claims c
+                        WHERE c.major = r.major AND c.minor BETWEEN r.first_minor AND r.first_minor + r.size - 1)::text
                     FROM minor_blocks r WHERE r.bench_id = $1 AND r.returned_at IS NULL AND NOT r.used_up
                     ORDER BY r.major, r.first_minor
                     """, [bench])
@@ -111,7 +109,9 @@ public enum ServerMinorBlocks {
                     UPDATE minor_blocks b SET returned_at = $2
                     WHERE b.bench_id = $1 AND b.returned_at IS NULL AND NOT b.used_up
                     RETURNING b.bench_id, b.major, b.first_minor, b.size, b.leased_at)
-                SELECT r.bench_id, r.major::text, r.first_minor::text, r.size::text, r.leased_at, \(claimed)
+                SELECT r.bench_id, r.major::text, r.first_minor::text, r.size::text, r.leased_at,
+                    (SELECT count(*) FROM identity_claims c
+                        WHERE c.major = r.major AND c.minor BETWEEN r.first_minor AND r.first_minor + r.size - 1)::text
                 FROM r ORDER BY r.major, r.first_minor
                 """, [bench, now])
             return Return(bench: bench, blocks: blocks, returnedAt: now)
