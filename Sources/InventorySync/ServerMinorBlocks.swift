@@ -49,6 +49,12 @@ public enum ServerMinorBlocks {
         public var blocks: [LiveMinorBlock]
         /// The time written as their `returned_at` (nil: a dry run).
         public var returnedAt: String?
+
+        public init(bench: String, blocks: [LiveMinorBlock], returnedAt: String?) {
+            self.bench = bench
+            self.blocks = blocks
+            self.returnedAt = returnedAt
+        }
     }
 
     /// The server's live blocks, by bench, major and first minor: every

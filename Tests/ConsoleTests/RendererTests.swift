@@ -175,6 +175,17 @@ struct RendererTests {
                 BenchLedgerVerification(bench: "b2", size: 900, rewrites: [rewrite], problem: "entry 57 differs"),
             ]),
             ServerLedgerDocument(benches: []),
+            MinorBlocksDocument(blocks: [
+                LiveMinorBlock(
+                    bench: "b1", major: 4242, firstMinor: 64, size: 64, claimed: 5,
+                    leasedAt: "2026-12-03T21:40:00.000Z")
+            ]),
+            BlocksReturnedDocument(
+                outcome: ServerMinorBlocks.Return(
+                    bench: "b1",
+                    blocks: [
+                        LiveMinorBlock(bench: "b1", major: 4242, firstMinor: 0, size: 64, claimed: 3, leasedAt: nil)
+                    ], returnedAt: "2026-12-03T22:00:00.000Z")),
             ProofWritten(
                 device: first, entries: 20, size: 1778, signers: ["ana@depot"], out: "a.proof", bytes: 23610),
             ProofCheckResult(file: "a.proof", report: nil, failure: "entry 29: its inclusion proof does not verify"),
