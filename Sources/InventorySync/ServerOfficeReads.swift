@@ -199,6 +199,15 @@ enum OfficeReads {
             """
     }
 
+    /// The columns `driftStream` and `driftIrregular` read (described there).
+    static let driftColumns = """
+        SELECT a.address, a.profile, a.major::text, a.minor_policy, a.minor::text, a.overrides, a.assigned_at,
+               a.assigned_by, a.converged_at, a.converged_bench,
+               d.profile, d.config_cornering, d.config_braking, d.config_acceleration, d.config_duration,
+               d.config_enable, d.config_read_at, d.major, d.minor, d.identity_at, c.major, c.minor, d.address,
+               upper(a.address)
+        """
+
     /// `drift` streamed (`OfficeDriftStream`): each assignment's columns as
     /// `ServerAssignments.columns` reads them (0–9), its device as the
     /// merged fleet observed it and the identity claimed for it as
@@ -207,11 +216,7 @@ enum OfficeReads {
     /// merged with `devices_by_address` and `identity_claims`' address key,
     /// no sort.
     static let driftStream = """
-        SELECT a.address, a.profile, a.major::text, a.minor_policy, a.minor::text, a.overrides, a.assigned_at,
-               a.assigned_by, a.converged_at, a.converged_bench,
-               d.profile, d.config_cornering, d.config_braking, d.config_acceleration, d.config_duration,
-               d.config_enable, d.config_read_at, d.major, d.minor, d.identity_at, c.major, c.minor, d.address,
-               upper(a.address)
+        \(driftColumns)
         FROM fleet_assignments a LEFT JOIN fleet_devices d ON d.address = a.address
         LEFT JOIN identity_claims c ON c.address = a.address
         ORDER BY a.address
@@ -224,11 +229,7 @@ enum OfficeReads {
     /// (an index-only scan of the whole `fleet_assignments_pkey`: 0.2 s
     /// for 500,000 assignments), each device then merged alone.
     static let driftIrregular = """
-        SELECT a.address, a.profile, a.major::text, a.minor_policy, a.minor::text, a.overrides, a.assigned_at,
-               a.assigned_by, a.converged_at, a.converged_bench,
-               d.profile, d.config_cornering, d.config_braking, d.config_acceleration, d.config_duration,
-               d.config_enable, d.config_read_at, d.major, d.minor, d.identity_at, c.major, c.minor, d.address,
-               upper(a.address)
+        \(driftColumns)
         FROM fleet_assignments a
         LEFT JOIN LATERAL (SELECT * FROM fleet_devices v WHERE v.address = a.address OFFSET 0) d ON true
         LEFT JOIN identity_claims c ON c.address = a.address

@@ -26,8 +26,8 @@ func officeServer(directory: String?, benches: Int) async throws -> LocalPostgre
 
 /// A new empty database `name` on `server` (dropped first if it exists).
 func freshDatabase(_ server: LocalPostgres, _ name: String) async throws -> String {
-    _ = try await onThreadOfItsOwn { try server.psql("DROP DATABASE IF EXISTS \(name)") }
-    _ = try await onThreadOfItsOwn { try server.psql("CREATE DATABASE \(name)") }
+    _ = try await server.psql("DROP DATABASE IF EXISTS \(name)")
+    _ = try await server.psql("CREATE DATABASE \(name)")
     return server.url(name)
 }
 
