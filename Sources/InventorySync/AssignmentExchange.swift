@@ -99,7 +99,8 @@ extension ServerAssignments {
     /// the next exchange. `full`: every assignment each way, as a first
     /// exchange does.
     public static func exchange(
-        _ inventory: Inventory, url: String, profiles: Set<String>, full: Bool = false, stop: SyncStop? = nil
+        _ inventory: Inventory, url: String, profiles: Set<String>, full: Bool = false, stop: SyncStop? = nil,
+        page: Int = 5_000
     ) async throws(SyncError) -> Exchange {
         let bench: String
         let ledgerSize: Int?
@@ -130,10 +131,10 @@ extension ServerAssignments {
         let local: [Assignment]
         do {
             if let changed, changed.count <= 1_000 {
-                local = try await assignments(of: changed.sorted(), in: inventory)
+                local = try await inventory.assignments(of: changed.map { $0.uppercased() }.sorted())
             } else {
-                // Many (a large `assign` here): one query.
-                local = try await inventory.assignments().filter { changed?.contains($0.address) ?? true }
+                // Many (a large `assign` here): the covered ones, one query.
+                local = try await inventory.coveredAssignments().filter { changed?.contains($0.address) ?? true }
             }
         } catch {
             throw SyncError("the local inventory: \(error)")
@@ -158,47 +159,32 @@ extension ServerAssignments {
         // read first: a transaction still running then writes rows at or
         // after it, found next time.
         let horizon = try server.exec("SELECT pg_snapshot_xmin(pg_current_snapshot())::text").first?.first ?? nil
-        let rows: [[String?]]
+        let pull: (sql: String, parameters: [String?])
         if let xmin = cursors.xmin {
             // Every row of a device written since (all its letter cases),
             // and of the devices refused last time: by index, not a scan.
-            rows = try server.exec(
+            pull = (
                 """
                 WITH wanted AS (
                     SELECT upper(address) AS device FROM fleet_assignments WHERE changed_xid >= $1::xid8
                     UNION SELECT upper(a) FROM unnest($2::text[]) AS a)
-                """ + selectColumns + " WHERE upper(address) IN (SELECT device FROM wanted) ORDER BY address",
-                [xmin, PostgresArray.literal(cursors.refused.map { Optional($0) })])
+                """ + selectColumns + " WHERE upper(address) IN (SELECT device FROM wanted) " + pullOrder,
+                [xmin, PostgresArray.literal(cursors.refused.map { Optional($0) })]
+            )
         } else {
-            rows = try server.exec(selectColumns + " ORDER BY address")
+            pull = (selectColumns + " " + pullOrder, [])
         }
-        let (pulled, refusedAddresses) = grouped(rows, profiles: profiles)
-        exchange.refused = pulled.refused
-        // What this bench holds of the devices pulled (all of them read
-        // when there are many: one query instead of one per device).
-        var mine = Dictionary(local.map { ($0.address, $0) }) { first, _ in first }
-        let pulledDevices = pulled.valid.keys.filter { mine[$0] == nil }
-        do {
-            // (With no change set, every one was read above.)
-            let held =
-                changed == nil
-                ? []
-                : pulledDevices.count > 1_000
-                    ? try await inventory.assignments()
-                    : try await assignments(of: pulledDevices.sorted(), in: inventory)
-            for assignment in held where mine[assignment.address] == nil { mine[assignment.address] = assignment }
-        } catch {
-            throw SyncError("the local inventory: \(error)")
+        var refusedAddresses: [String] = []
+        try await server.streamingRead { (snapshot) async throws(SyncError) in
+            var pages = PulledPages(try snapshot.cursor(pull.sql, pull.parameters, batch: page), size: page)
+            while let rows = try pages.next() {
+                let (pulled, refused) = grouped(rows, profiles: profiles)
+                exchange.refused += pulled.refused
+                refusedAddresses += refused
+                exchange.pulled += try await take(pulled, into: inventory)
+            }
         }
-        let wanted = pulled.valid.values.map(\.0).filter { there in mine[there.address].map { !same($0, there) } ?? true
-        }
-        .sorted { $0.address < $1.address }
-        do {
-            try await inventory.takeAssignments(wanted)
-        } catch {
-            throw SyncError("the local inventory: \(error)")
-        }
-        exchange.pulled = wanted.count
+        exchange.refused.sort { ($0.key, $0.field) < ($1.key, $1.field) }
         // Taken: the cursors move (were this not reached, the next
         // exchange does this one's work again, harmlessly).
         try server.exec(
@@ -213,13 +199,29 @@ extension ServerAssignments {
         return exchange
     }
 
-    /// The bench's assignments of `addresses`, one query each.
-    static func assignments(of addresses: [String], in inventory: Inventory) async throws -> [Assignment] {
-        var found: [Assignment] = []
-        for address in addresses {
-            if let assignment = try await inventory.assignment(for: address) { found.append(assignment) }
+    /// The pull's order: the rows of one device (its address in every
+    /// letter case) next to each other, so that a page holds all of them
+    /// (`PulledPages`) and `grouped` judges them together; by the index
+    /// `fleet_assignments_by_device`.
+    static let pullOrder = "ORDER BY upper(address), address"
+
+    /// Takes one page of the pull: of the valid rows, those this bench
+    /// lacks or holds another assignment of (its own that lost, or an
+    /// older pull), in one local transaction; how many.
+    static func take(_ pulled: Pulled, into inventory: Inventory) async throws(SyncError) -> Int {
+        do {
+            let held = Dictionary(
+                try await inventory.assignments(of: pulled.valid.keys.sorted()).map { ($0.address, $0) }
+            ) { first, _ in first }
+            let wanted = pulled.valid.values.map(\.0).filter { there in
+                held[there.address].map { !same($0, there) } ?? true
+            }
+            .sorted { $0.address < $1.address }
+            try await inventory.takeAssignments(wanted)
+            return wanted.count
+        } catch {
+            throw SyncError("the local inventory: \(error)")
         }
-        return found
     }
 
     /// Pushes `chunk` (this bench's own assignments, in address order) in
@@ -306,5 +308,54 @@ extension ServerAssignments {
                 PostgresArray.literal(sorted.map { $0.convergedRun.map { String($0) } }),
             ]
         ).count
+    }
+}
+
+/// The pull read a page at a time: `size` rows from the cursor (ordered by
+/// `ServerAssignments.pullOrder`), and then the rest of the last device's
+/// rows, so that a device's rows in other letter cases never straddle two
+/// pages. Memory is a page, whatever the fleet (a judged bench's first
+/// pull is up to 500,000 rows; held whole, 630 MB).
+struct PulledPages {
+    private let cursor: PostgresCursor
+    private let size: Int
+    /// The first row of the next page, read to find where this one ends.
+    private var pending: [String?]?
+    private var ended = false
+
+    init(_ cursor: PostgresCursor, size: Int) {
+        self.cursor = cursor
+        self.size = max(1, size)
+    }
+
+    /// The device a row names (its address in capitals); nil when its
+    /// address is not one (such a row is refused alone).
+    static func device(_ row: [String?]) -> String? {
+        row.first.flatMap { $0 }.flatMap { MACEnding.address($0) }
+    }
+
+    /// The next page's rows (ServerAssignments.selectColumns), nil after the last.
+    mutating func next() throws(SyncError) -> [[String?]]? {
+        var rows: [[String?]] = []
+        if let first = pending {
+            rows.append(first)
+            pending = nil
+        }
+        while !ended {
+            guard let row = try cursor.next() else {
+                ended = true
+                break
+            }
+            let cells = row.map(\.textForm)
+            if rows.count >= size {
+                let device = Self.device(cells)
+                if device == nil || device != rows.last.flatMap(Self.device) {
+                    pending = cells
+                    break
+                }
+            }
+            rows.append(cells)
+        }
+        return rows.isEmpty ? nil : rows
     }
 }

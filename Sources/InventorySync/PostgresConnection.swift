@@ -398,6 +398,24 @@ extension PostgresConnection {
     }
 }
 
+extension PostgresConnection {
+    /// `snapshot` for a reader that awaits between batches (a bench's pull
+    /// writes each page into its own inventory before it fetches the
+    /// next).
+    func streamingRead<T>(_ body: (PostgresSnapshot) async throws(SyncError) -> T) async throws(SyncError) -> T {
+        try exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        do {
+            try exec("SET LOCAL cursor_tuple_fraction = 1")
+            let value = try await body(PostgresSnapshot(self))
+            try exec("COMMIT")
+            return value
+        } catch {
+            if PQstatus(handle) == CONNECTION_OK { _ = try? exec("ROLLBACK") }
+            throw error
+        }
+    }
+}
+
 /// Passwords written into connection strings, found so that they are never
 /// shown or kept: the `PASSWORD` of `scheme://USER:PASSWORD@host…`, and the
 /// value of `password=VALUE` (a `key=value` connection string, or a URL's
