@@ -388,6 +388,12 @@ extension Inventory {
         return try assignmentRows(address.uppercased()).first
     }
 
+    /// The columns `Assignment.stored` reads, for a `FROM assignments …` to follow.
+    private static let assignmentColumns = """
+        SELECT address, profile, major, minor_policy, minor, overrides, assigned_at, assigned_by, source,
+               converged_at, converged_run
+        """
+
     /// The assignments this bench's ledger covers, by address order: those
     /// made here and those converged here (docs/ledger.md, "What is
     /// covered"), without the pulled rows it holds for the rest of the
@@ -395,11 +401,8 @@ extension Inventory {
     public func coveredAssignments() throws -> [Assignment] {
         guard try hasAssignments() else { return [] }
         let rows = try database.rows(
-            """
-            SELECT address, profile, major, minor_policy, minor, overrides, assigned_at, assigned_by, source,
-                   converged_at, converged_run
-            FROM assignments WHERE source = 'local' OR converged_at IS NOT NULL ORDER BY address
-            """)
+            Self.assignmentColumns
+                + " FROM assignments WHERE source = 'local' OR converged_at IS NOT NULL ORDER BY address")
         return checked(rows, Assignment.stored)
     }
 
@@ -409,21 +412,16 @@ extension Inventory {
         guard try hasAssignments(), !addresses.isEmpty else { return [] }
         let list = (try? JSONEncoder().encode(addresses)).map { String(decoding: $0, as: UTF8.self) } ?? "[]"
         let rows = try database.rows(
-            """
-            SELECT address, profile, major, minor_policy, minor, overrides, assigned_at, assigned_by, source,
-                   converged_at, converged_run
-            FROM assignments WHERE address IN (SELECT value FROM json_each(?)) ORDER BY address
-            """, [.text(list)])
+            Self.assignmentColumns
+                + " FROM assignments WHERE address IN (SELECT value FROM json_each(?)) ORDER BY address",
+            [.text(list)])
         return checked(rows, Assignment.stored)
     }
 
     private func assignmentRows(_ address: String?) throws -> [Assignment] {
         let rows = try database.rows(
-            """
-            SELECT address, profile, major, minor_policy, minor, overrides, assigned_at, assigned_by, source,
-                   converged_at, converged_run
-            FROM assignments WHERE ? IS NULL OR address = ? ORDER BY address
-            """, [SQLiteValue(address), SQLiteValue(address)])
+            Self.assignmentColumns + " FROM assignments WHERE ? IS NULL OR address = ? ORDER BY address",
+            [SQLiteValue(address), SQLiteValue(address)])
         return checked(rows, Assignment.stored)
     }
 

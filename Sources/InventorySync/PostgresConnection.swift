@@ -383,36 +383,49 @@ extension PostgresConnection {
     /// stream (`PostgresSnapshot`); rolled back when it ends (nothing was
     /// written), the error passed on when it throws.
     func snapshot<T>(_ body: (PostgresSnapshot) throws -> T) throws -> T {
+        let snapshot = try beginSnapshot()
+        do {
+            let value = try body(snapshot)
+            try exec("COMMIT")
+            return value
+        } catch {
+            endSnapshotAfterError()
+            throw error
+        }
+    }
+
+    /// `snapshot` for a reader that awaits between batches (a bench's pull
+    /// writes each page into its own inventory before it fetches the
+    /// next).
+    func streamingRead<T>(_ body: (PostgresSnapshot) async throws(SyncError) -> T) async throws(SyncError) -> T {
+        let snapshot = try beginSnapshot()
+        do {
+            let value = try await body(snapshot)
+            try exec("COMMIT")
+            return value
+        } catch {
+            endSnapshotAfterError()
+            throw error
+        }
+    }
+
+    /// Opens the read-only, repeatable-read transaction of a snapshot.
+    private func beginSnapshot() throws(SyncError) -> PostgresSnapshot {
         try exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         do {
             // Every cursor is read to its end: plan for the whole result
             // (the default, 0.1, favours a fast first row).
             try exec("SET LOCAL cursor_tuple_fraction = 1")
-            let value = try body(PostgresSnapshot(self))
-            try exec("COMMIT")
-            return value
         } catch {
-            if PQstatus(handle) == CONNECTION_OK { _ = try? exec("ROLLBACK") }
+            endSnapshotAfterError()
             throw error
         }
+        return PostgresSnapshot(self)
     }
-}
 
-extension PostgresConnection {
-    /// `snapshot` for a reader that awaits between batches (a bench's pull
-    /// writes each page into its own inventory before it fetches the
-    /// next).
-    func streamingRead<T>(_ body: (PostgresSnapshot) async throws(SyncError) -> T) async throws(SyncError) -> T {
-        try exec("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        do {
-            try exec("SET LOCAL cursor_tuple_fraction = 1")
-            let value = try await body(PostgresSnapshot(self))
-            try exec("COMMIT")
-            return value
-        } catch {
-            if PQstatus(handle) == CONNECTION_OK { _ = try? exec("ROLLBACK") }
-            throw error
-        }
+    /// Rolls a snapshot back after an error, when the connection is still there.
+    private func endSnapshotAfterError() {
+        if PQstatus(handle) == CONNECTION_OK { _ = try? exec("ROLLBACK") }
     }
 }
 
