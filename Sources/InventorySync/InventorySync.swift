@@ -439,7 +439,10 @@ public enum InventorySync {
                 }
                 return
             }
-            if version > ServerSchema.version { throw newerSchema(version) }
+            if version > ServerSchema.version {
+                // A newer beaconbench migrated it. Its afterwork is its own.
+                return try checkNewerSchema(server, version, known: ServerSchema.version)
+            }
         } else if !creating {
             throw SyncError("\(server.location) holds no beaconbench inventory: sync a bench to it first")
         }
@@ -461,9 +464,41 @@ public enum InventorySync {
         }
     }
 
-    static func newerSchema(_ version: Int) -> SyncError {
-        SyncError(
-            "the server's schema is version \(version), newer than this beaconbench knows (\(ServerSchema.version))")
+    /// A server at a newer version than this program's (`known`) is used
+    /// as it is when that version records that benches of `known` may
+    /// still sync (`compatible_from`, ServerSchema.compatibleFrom);
+    /// otherwise refused, nothing changed. What the server says is
+    /// checked: a version's `compatible_from` is a whole number from 11 up
+    /// to the version; NULL, or no such column (a version before the rule),
+    /// means none older.
+    static func checkNewerSchema(_ server: PostgresConnection, _ version: Int, known: Int) throws(SyncError) {
+        let oldest: Int
+        do throws(SyncError) {
+            let cell =
+                try server.exec(
+                    "SELECT compatible_from::text FROM beaconbench_schema WHERE version = $1 LIMIT 1", [String(version)]
+                ).first?.first ?? nil
+            do throws(PulledRows.Problem) {
+                let range = Int64(ServerSchema.compatibleFromSince)...Int64(version)
+                oldest = try PulledRows.integer(cell, "compatible_from", in: range).map { Int($0) } ?? version
+            } catch {
+                throw SyncError(
+                    "the server's schema version \(version) says benches from version"
+                        + " \(PulledRows.shown(error.value ?? "NULL")) may sync (beaconbench_schema.compatible_from):"
+                        + " not a version from \(ServerSchema.compatibleFromSince) to \(version); nothing was changed")
+            }
+        } catch  where error.sqlState == "42703" {  // undefined_column
+            // The column is not there: a server made before version 11 by hand, or not by beaconbench.
+            oldest = version
+        }
+        if oldest > known { throw newerSchema(version, oldest: oldest, known: known) }
+    }
+
+    static func newerSchema(_ version: Int, oldest: Int? = nil, known: Int = ServerSchema.version) -> SyncError {
+        let needed = oldest.map { "; it takes benches of version \($0) or later" } ?? ""
+        return SyncError(
+            "the server's schema is version \(version), newer than this beaconbench knows (\(known))\(needed):"
+                + " upgrade beaconbench; nothing was changed, the rows here are sent once it is")
     }
 }
 

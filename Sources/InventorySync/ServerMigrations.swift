@@ -53,7 +53,7 @@ enum ServerMigrations {
     /// every pending migration, then their afterwork.
     @discardableResult
     static func migrate(
-        _ server: PostgresConnection, migrations: [(name: String, sql: String)] = ServerSchema.migrations,
+        _ server: PostgresConnection, migrations: [ServerMigration] = ServerSchema.migrations,
         afterwork: [ServerAfterwork] = ServerSchema.afterwork, budget: Duration = budget,
         onLockTimeout: () -> Void = {}
     ) throws(SyncError) -> Report {
@@ -89,7 +89,7 @@ enum ServerMigrations {
 
     /// The pending migrations' transactions, one transaction for all (as a
     /// version is either wholly there or not), under the migration lock.
-    static func migrateOnce(_ server: PostgresConnection, migrations: [(name: String, sql: String)]) throws(SyncError) {
+    static func migrateOnce(_ server: PostgresConnection, migrations: [ServerMigration]) throws(SyncError) {
         try server.transaction { () throws(SyncError) in
             // One bench at a time creates or migrates the schema; the wait
             // for another migrator is not a lock timeout (set after).
@@ -99,10 +99,20 @@ enum ServerMigrations {
             try server.exec(afterworkTable)
             // Read again under the lock: another bench may have migrated meanwhile.
             let current = try InventorySync.schemaVersion(server)
-            if current > migrations.count { throw InventorySync.newerSchema(current) }
+            if current > migrations.count {
+                // Newer than this program: synced to unchanged if it still takes benches of this version.
+                return try InventorySync.checkNewerSchema(server, current, known: migrations.count)
+            }
             for (index, migration) in migrations.enumerated().dropFirst(current) {
+                let version = index + 1
                 try server.exec(migration.sql)
-                try server.exec("INSERT INTO beaconbench_schema (version) VALUES ($1)", [String(index + 1)])
+                if version >= ServerSchema.compatibleFromSince {
+                    try server.exec(
+                        "INSERT INTO beaconbench_schema (version, compatible_from) VALUES ($1, $2)",
+                        [String(version), String(ServerSchema.compatibleFrom(version, in: migrations))])
+                } else {
+                    try server.exec("INSERT INTO beaconbench_schema (version) VALUES ($1)", [String(version)])
+                }
             }
         }
     }

@@ -12,19 +12,54 @@ import Inventory
 /// transaction that records its number in `beaconbench_schema`
 /// (docs/inventory.md). The SQL is written out in full; values are
 /// parameters, a batch of rows travelling as one array per column.
+/// One server schema migration: its name, its transaction's SQL, and
+/// whether benches of the version before it may keep syncing to a server
+/// that has it (`ServerSchema.migrations`).
+typealias ServerMigration = (name: String, sql: String, keepsOlderBenches: Bool)
+
 enum ServerSchema {
-    static let migrations: [(name: String, sql: String)] = [
-        ("initial schema", initial),
-        ("observation times, the merged fleet view, read indexes", mergedFleet),
-        ("identities: claimed fleet-wide, meant per bench; step retries", identityClaims),
-        ("forgotten devices, simulated runs", forgottenAndSimulated),
-        ("desired state: assignments fleet-wide, their conflicts", ServerAssignments.schema),
-        ("every bench's ledger, append-only; its checkpoints; rewrites refused", ServerLedger.schema),
-        ("sync at scale: running rows indexed, each bench's sync cursors, assignments' change marks", syncAtScale),
-        ("office reads at fleet scale: record sort keys, read indexes, fleet pages", OfficeReads.migration),
-        ("identity claims from blocks of minors leased per bench", ServerIdentities.blocksSchema),
-        ("every bench's ledger stored in compressed blocks", ServerLedger.blocksSchema),
+    ///
+    /// `keepsOlderBenches`: whether benches of the version before may keep
+    /// syncing to (and the office reading from) a server that has this
+    /// migration — true only of a migration that adds what an older bench
+    /// neither writes nor needs (a nullable column, a table, an index, a
+    /// function) and changes nothing it reads or writes. Each version
+    /// records from it the oldest version that may still sync
+    /// (`beaconbench_schema.compatible_from`, from version 11 on); a bench
+    /// at least that new syncs to a newer server unchanged, an older one is
+    /// refused (docs/office.md, "Older benches against a newer server").
+    static let migrations: [ServerMigration] = [
+        ("initial schema", initial, false),
+        ("observation times, the merged fleet view, read indexes", mergedFleet, false),
+        ("identities: claimed fleet-wide, meant per bench; step retries", identityClaims, false),
+        ("forgotten devices, simulated runs", forgottenAndSimulated, false),
+        ("desired state: assignments fleet-wide, their conflicts", ServerAssignments.schema, false),
+        ("every bench's ledger, append-only; its checkpoints; rewrites refused", ServerLedger.schema, false),
+        (
+            "sync at scale: running rows indexed, each bench's sync cursors, assignments' change marks", syncAtScale,
+            false
+        ),
+        ("office reads at fleet scale: record sort keys, read indexes, fleet pages", OfficeReads.migration, false),
+        ("identity claims from blocks of minors leased per bench", ServerIdentities.blocksSchema, false),
+        ("every bench's ledger stored in compressed blocks", ServerLedger.blocksSchema, false),
+        // Benches of version 10 do not read compatible_from: they refuse any newer server.
+        ("each version names the oldest beaconbench that may still sync", compatibleFromColumn, false),
     ]
+
+    /// Version 11: from here on, each version records the oldest version
+    /// whose benches may still sync to it (`compatibleFrom`).
+    static let compatibleFromColumn = "ALTER TABLE beaconbench_schema ADD COLUMN IF NOT EXISTS compatible_from INTEGER"
+    static let compatibleFromSince = 11
+
+    /// The oldest version whose benches may sync to a server at `version`
+    /// (one of this program's): back through every migration that keeps
+    /// the benches before it, never below version 11 (older benches do not
+    /// read the rule, and refuse a newer server whatever it says).
+    static func compatibleFrom(_ version: Int, in migrations: [ServerMigration] = migrations) -> Int {
+        var oldest = version
+        while oldest > compatibleFromSince, migrations[oldest - 1].keepsOlderBenches { oldest -= 1 }
+        return oldest
+    }
 
     /// The slow parts of the migrations above, done after their
     /// transaction without blocking writes (`ServerMigrations`): index builds

@@ -617,6 +617,64 @@ struct SyncTests {
         }
     }
 
+    /// Older benches against a newer server (docs/office.md): a version
+    /// that records it still takes benches of this version
+    /// (`compatible_from`) is synced to and read from unchanged — not
+    /// migrated, its afterwork left alone; one that does not is refused,
+    /// nothing changed on either side; a `compatible_from` out of its range
+    /// is reported, not believed.
+    @Test func aNewerServerThatTakesThisVersionIsSyncedToUnchanged() async throws {
+        try await withSyncScene("sync-compatible") { scene in
+            let server = scene.server
+            var bench = try await LargeInventory(
+                path: scene.directory + "/inventory.sqlite", devices: 20, outcomes: 100)
+            await #expect(try scene.sync(bench).waitForExit().status == 0, "\(scene.stderr)")
+            let ours = ServerSchema.version
+            await #expect(
+                try server.count("SELECT compatible_from FROM beaconbench_schema WHERE version = \(ours)")
+                    == ServerSchema.compatibleFrom(ours))
+
+            // A later beaconbench's additive version: a column this one does not know, an afterwork piece it never did.
+            let next = ours + 1
+            _ = try await server.psql(
+                """
+                ALTER TABLE devices ADD COLUMN later_column TEXT;
+                INSERT INTO beaconbench_schema (version, compatible_from) VALUES (\(next), \(ours));
+                """)
+            try await bench.moreWork(1)
+            await #expect(try scene.sync(bench).waitForExit().status == 0, "\(scene.stderr)")
+            let differences = try await scene.differences(bench)
+            #expect(differences.isEmpty, "\(differences.prefix(5))")
+            await #expect(try server.count("SELECT max(version) FROM beaconbench_schema") == next)
+            await #expect(
+                try scene.beaconbench(["--inventory", server.url, "inventory", "list"]).waitForExit().status == 0,
+                "\(scene.stderr)")
+
+            // The version after takes only its own benches: refused, nothing sent.
+            _ = try await server.psql(
+                "INSERT INTO beaconbench_schema (version, compatible_from) VALUES (\(next + 1), \(next + 1))")
+            let before = try await server.count("SELECT count(*) FROM outcomes")
+            try await bench.moreWork(2)
+            await #expect(try scene.sync(bench).waitForExit().status >> 8 == 3)
+            #expect(
+                scene.stderr.contains(
+                    "newer than this beaconbench knows (\(ours)); it takes benches of version \(next + 1) or later"),
+                "\(scene.stderr)")
+            await #expect(try server.count("SELECT count(*) FROM outcomes") == before)
+
+            // What the server says is checked: a version from before the rule, or after itself.
+            for hostile in ["3", String(next + 5)] {
+                _ = try await server.psql(
+                    "UPDATE beaconbench_schema SET compatible_from = \(hostile) WHERE version = \(next + 1)")
+                await #expect(try scene.sync(bench).waitForExit().status >> 8 == 3)
+                #expect(
+                    scene.stderr.contains("says benches from version \(hostile) may sync")
+                        && scene.stderr.contains("nothing was changed"), "\(scene.stderr)")
+            }
+            await #expect(try server.count("SELECT count(*) FROM outcomes") == before)
+        }
+    }
+
     /// The server down before a sync starts: exit 3, nothing changed here,
     /// and a password in the URL never repeated, not even in errors.
     @Test func serverDownIsExit3() async throws {
