@@ -500,7 +500,12 @@ struct FaultPlanBinaryTests {
             {
                 try await SimulatorProcess.start(
                     executable: builtProduct("beaconbench-sim"),
-                    arguments: ["--count", "3", "--seed", "7", "--slots", "2", "--fault-plan", good])
+                    // BlueZ's temporary timer at an hour: the device heard 20 s before start stays
+                    // however slowly a loaded machine gets to look (at 30 s it went after 10 s).
+                    arguments: [
+                        "--count", "3", "--seed", "7", "--slots", "2", "--temporary-timeout", "3600", "--fault-plan",
+                        good,
+                    ])
             }, stop: { await $0.stop() }
         ) { simulator in
             let connection = try await BusConnection.connect(.address(simulator.bus.address))
