@@ -230,7 +230,9 @@ public enum ServerAssignments {
     /// that fails the checks (`PulledRows`) is one finding, its field
     /// named, desired "unusable server row: …". `stored`: the observed
     /// values that failed their checks (read as unknown; docs/inventory.md,
-    /// "Values read back").
+    /// "Values read back"). Held in memory: the office's commands stream
+    /// it instead (`OfficeStreams.drift`); this is what the tests hold the
+    /// stream to (OfficeReadsTests).
     public static func drift(
         url: String, profiles: [String: Profile]
     ) throws(SyncError) -> (

@@ -252,6 +252,22 @@ struct StoredValueHostilityTests {
         #expect(audit.stdout.contains("calibration_x") || audit.stderr.contains("calibration_x"), "\(audit.stdout)")
     }
 
+    /// A drift that cannot be read fails the audit, naming it (exit 3):
+    /// the audit never reads it as "no drift" and reports the devices
+    /// clean (it did: the error was dropped).
+    @Test func anAuditWhoseDriftCannotBeReadFails() async throws {
+        let fixture = try await ConsoleFixture.start(nil)
+        defer { fixture.stop() }
+        try await Self.makeInventory(at: fixture.inventoryPath)
+        do {
+            let database = try Database(path: fixture.inventoryPath)
+            _ = try database.run("ALTER TABLE assignments RENAME TO assignments_elsewhere", [])
+        }
+        let audit = try await fixture.beaconbench(["audit"])
+        #expect(audit.status == 3, "\(audit.stdout)\(audit.stderr)")
+        #expect(audit.stderr.contains("audit: the desired state's drift:"), "\(audit.stderr)")
+    }
+
     /// A hostile local inventory pushed to a real PostgreSQL, then hostile
     /// values in the server's own tables read by the office.
     @Test func syncAndTheServerSide() async throws {

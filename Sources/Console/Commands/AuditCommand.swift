@@ -132,7 +132,7 @@ extension Session {
         from subjects: [AuditSubject], _ profile: String?, _ source: AuditCommand.Source
     ) async throws(ConsoleFailure) {
         var reports = Auditor.auditFleet(subjects, profiles: profiles, profile: profile)
-        if source == .inventory { reports = await withDrift(reports) }
+        if source == .inventory { reports = try await withDrift(reports) }
         // The office's audit: every bench ledger rewrite the server refused.
         var rewrites: [LedgerRewrite] = []
         if source == .inventory, invocation.inventoryIsServer, let url = invocation.inventoryPath {
@@ -149,14 +149,18 @@ extension Session {
 
 extension Session {
     /// The audit's reports with each assigned device's drift (`drift`)
-    /// as findings: on a bench, of the devices it saw; on the server, of
-    /// every assignment against the merged fleet.
-    func withDrift(_ reports: [AuditReport]) async -> [AuditReport] {
-        var findings: [DriftFinding] = []
-        if invocation.inventoryIsServer, let url = invocation.inventoryPath {
-            findings = (try? ServerAssignments.drift(url: url, profiles: profiles).findings) ?? []
-        } else if let inventory = try? inventory() {
-            findings = (try? await inventory.drift(profiles: profiles).findings) ?? []
+    /// as findings, of the devices this bench saw. (The office's audit on
+    /// a server streams its drift: OfficeStreamCommands.swift.) A drift
+    /// that cannot be read fails the audit: a device is never reported
+    /// clean for want of its drift.
+    func withDrift(_ reports: [AuditReport]) async throws(ConsoleFailure) -> [AuditReport] {
+        let findings: [DriftFinding]
+        do {
+            findings = try await inventory().drift(profiles: profiles).findings
+        } catch let error as ConsoleFailure {
+            throw error
+        } catch {
+            throw ConsoleFailure(.infrastructure, "audit: the desired state's drift: \(error)")
         }
         guard !findings.isEmpty else { return reports }
         return Self.merging(findings, into: reports, chosen: selection.map(Set.init))

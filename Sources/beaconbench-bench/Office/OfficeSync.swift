@@ -460,6 +460,8 @@ func officeSyncRun(_ arguments: [String]) async throws -> Never {
             if options.json { printJSON(UnionCheck.json(report)) }
             ok = ok && report.ok
         }
+        // Each round's lines as it ends, also when stdout is a file (block-buffered).
+        fflush(nil)
     }
     await server?.remove()
     server = nil
