@@ -494,11 +494,11 @@ public enum InventorySync {
         if oldest > known { throw newerSchema(version, oldest: oldest, known: known) }
     }
 
-    static func newerSchema(_ version: Int, oldest: Int? = nil, known: Int = ServerSchema.version) -> SyncError {
-        let needed = oldest.map { "; it takes benches of version \($0) or later" } ?? ""
-        return SyncError(
-            "the server's schema is version \(version), newer than this beaconbench knows (\(known))\(needed):"
-                + " upgrade beaconbench; nothing was changed, the rows here are sent once it is")
+    static func newerSchema(_ version: Int, oldest: Int, known: Int) -> SyncError {
+        SyncError(
+            "the server's schema is version \(version), newer than this beaconbench knows (\(known)); it takes"
+                + " benches of version \(oldest) or later: upgrade beaconbench; nothing was changed, the rows here"
+                + " are sent once it is")
     }
 }
 

@@ -5,6 +5,11 @@ import Inventory
     import Glibc
 #endif
 
+/// One server schema migration: its name, its transaction's SQL, and
+/// whether benches of the version before it may keep syncing to a server
+/// that has it (`ServerSchema.migrations`).
+typealias ServerMigration = (name: String, sql: String, keepsOlderBenches: Bool)
+
 /// The server's schema and the statements that fill it: every local table
 /// with the bench's id in front of its key, so that rows from many benches
 /// never collide and a row sent twice is the same row. Versioned like the
@@ -12,14 +17,8 @@ import Inventory
 /// transaction that records its number in `beaconbench_schema`
 /// (docs/inventory.md). The SQL is written out in full; values are
 /// parameters, a batch of rows travelling as one array per column.
-/// One server schema migration: its name, its transaction's SQL, and
-/// whether benches of the version before it may keep syncing to a server
-/// that has it (`ServerSchema.migrations`).
-typealias ServerMigration = (name: String, sql: String, keepsOlderBenches: Bool)
-
 enum ServerSchema {
-    ///
-    /// `keepsOlderBenches`: whether benches of the version before may keep
+    /// The migrations, in order. `keepsOlderBenches`: whether benches of the version before may keep
     /// syncing to (and the office reading from) a server that has this
     /// migration — true only of a migration that adds what an older bench
     /// neither writes nor needs (a nullable column, a table, an index, a
