@@ -51,6 +51,32 @@ struct OfficeHarnessTests {
             #expect(clean.status == 0, "\(clean.stdout)\n\(clean.stderr)")
 
             let ids = try await files.asyncMap { try await Inventory(path: $0, readOnly: true).benchID() }
+
+            // Two benches that reserved one identity offline (bench 2's
+            // device given bench 3's (1003, 5) on both sides): the duplicate
+            // is the benches' own, listed and not failed.
+            let taken = try await server.rows(
+                "SELECT device, major, minor FROM identities WHERE bench_id = '\(ids[2])' ORDER BY device LIMIT 1")
+            let device = taken.first?[0] ?? ""
+            #expect(device.count == 17, "\(taken)")
+            func reserve(_ major: String, _ minor: String) async throws {
+                let database = try Database(path: files[2])
+                _ = try database.run(
+                    "UPDATE identities SET major = ?1, minor = ?2 WHERE device = ?3",
+                    [.integer(Int64(major) ?? -1), .integer(Int64(minor) ?? -1), .text(device)])
+                _ = try await server.psql(
+                    "UPDATE identities SET major = \(Int(major) ?? -1), minor = \(Int(minor) ?? -1)"
+                        + " WHERE bench_id = '\(ids[2])' AND device = '\(device)'")
+            }
+            try await reserve("1003", "5")
+            let inherited = try await Self.office(["check", "--to", server.url] + files)
+            #expect(inherited.status == 0, "\(inherited.stdout)\n\(inherited.stderr)")
+            #expect(
+                inherited.stdout.contains(
+                    "duplicate identity already in the benches' own rows: identities: (1003, 5) reserved for"),
+                "\(inherited.stdout)")
+            #expect(!inherited.stdout.contains("duplicate identity: identities:"), "\(inherited.stdout)")
+            try await reserve(taken.first?[1] ?? "", taken.first?[2] ?? "")
             _ = try await server.psql(
                 "UPDATE outcomes SET status = 'failed' WHERE bench_id = '\(ids[1])' AND local_id = 7")
             _ = try await server.psql("DELETE FROM readings WHERE bench_id = '\(ids[2])' AND local_id = 3")
