@@ -245,10 +245,10 @@ enum UnionCheck {
         // inventory's actor, the server's FETCH on a thread of its own), so
         // the server, the file and the comparison overlap: serially they
         // took about 26 s a judged bench.
-        let page = 10_000
+        let pageSize = 10_000
         let localSelect =
             table.integerKey
-            ? "SELECT \(localList) FROM \(table.name) WHERE id > ?1 AND \(filter) ORDER BY id LIMIT \(page)"
+            ? "SELECT \(localList) FROM \(table.name) WHERE id > ?1 AND \(filter) ORDER BY id LIMIT \(pageSize)"
             : "SELECT \(localList) FROM \(table.name) WHERE \(filter) ORDER BY \(localOrder)"
         let paged = table.integerKey
         let firstKey = keyIndex[0]
@@ -258,48 +258,23 @@ enum UnionCheck {
                 return raw.map { row in row.enumerated().map { canonical($1, integer: integer[$0]) } }
             }
         }
-        var localPage: [Row] = []
-        var localAt = 0
-        var localNext: Task<[Row], Error>? = readLocal(after: 0)
-        func nextLocal() async throws -> Row? {
-            if localAt == localPage.count {
-                guard let pending = localNext else { return nil }
-                localPage = try await pending.value
-                localAt = 0
-                localNext =
-                    paged && localPage.count == page
-                    ? readLocal(after: localPage.last.flatMap { $0[firstKey] }.flatMap { Int64($0) } ?? .max) : nil
-                if localPage.isEmpty { return nil }
-            }
-            localAt += 1
-            return localPage[localAt - 1]
+        var localRows = PagesAhead(first: readLocal(after: 0)) { page in
+            paged && page.count == pageSize
+                ? readLocal(after: page.last.flatMap { $0[firstKey] }.flatMap { Int64($0) } ?? .max) : nil
         }
         try server.exec(
             "DECLARE office_rows NO SCROLL CURSOR FOR SELECT \(serverList) FROM \(table.name) WHERE bench_id = $1"
                 + " ORDER BY \(serverOrder)", [bench])
         let connection = Connection(server)
         func fetch() -> Task<[Row], Error> {
-            Task { try await onThreadOfItsOwn { try connection.server.exec("FETCH \(page) FROM office_rows") } }
+            Task { try await onThreadOfItsOwn { try connection.server.exec("FETCH \(pageSize) FROM office_rows") } }
         }
-        var serverPage: [Row] = []
-        var serverAt = 0
-        var serverNext: Task<[Row], Error>? = fetch()
-        func nextServer() async throws -> Row? {
-            if serverAt == serverPage.count {
-                guard let pending = serverNext else { return nil }
-                serverPage = try await pending.value
-                serverAt = 0
-                serverNext = serverPage.count == page ? fetch() : nil
-                if serverPage.isEmpty { return nil }
-            }
-            serverAt += 1
-            return serverPage[serverAt - 1]
-        }
+        var serverRows = PagesAhead(first: fetch()) { page in page.count == pageSize ? fetch() : nil }
         // Whatever ends the merge, the pages in flight are waited for before
         // the cursor is closed (the connection is one at a time).
         func finish() async {
-            _ = try? await localNext?.value
-            _ = try? await serverNext?.value
+            await localRows.drain()
+            await serverRows.drain()
             _ = try? server.exec("CLOSE office_rows")
         }
         func note(_ key: Row, _ what: String) {
@@ -313,8 +288,8 @@ enum UnionCheck {
             }
         }
         func merge() async throws {
-            var local = try await nextLocal()
-            var remote = try await nextServer()
+            var local = try await localRows.next()
+            var remote = try await serverRows.next()
             while local != nil || remote != nil {
                 let order: Int
                 if let local, let remote {
@@ -344,8 +319,8 @@ enum UnionCheck {
                     }
                     note(local, "differs: " + differing.joined(separator: "; "))
                 }
-                if order <= 0 { local = try await nextLocal() }
-                if order >= 0 { remote = try await nextServer() }
+                if order <= 0 { local = try await localRows.next() }
+                if order >= 0 { remote = try await serverRows.next() }
             }
         }
         do {
@@ -506,10 +481,40 @@ enum UnionCheck {
     }
 }
 
+/// Rows a page at a time, the next page already being read while this one
+/// is used; `following` starts the read after a page (nil: that was the last).
+private struct PagesAhead {
+    typealias Row = UnionCheck.Row
+    var page: [Row] = []
+    var at = 0
+    var pending: Task<[Row], Error>?
+    let following: ([Row]) -> Task<[Row], Error>?
+
+    init(first: Task<[Row], Error>, following: @escaping ([Row]) -> Task<[Row], Error>?) {
+        pending = first
+        self.following = following
+    }
+
+    mutating func next() async throws -> Row? {
+        if at == page.count {
+            guard let task = pending else { return nil }
+            page = try await task.value
+            at = 0
+            pending = following(page)
+            if page.isEmpty { return nil }
+        }
+        at += 1
+        return page[at - 1]
+    }
+
+    /// Waits for the page in flight (before the connection is used again).
+    func drain() async { _ = try? await pending?.value }
+}
+
 /// The office connection handed to the thread that fetches the next page:
 /// used by one thread at a time (the merge waits for the fetch before its
 /// next statement).
-struct Connection: @unchecked Sendable {
+private struct Connection: @unchecked Sendable {
     let server: OfficePostgres
     init(_ server: OfficePostgres) { self.server = server }
 }
