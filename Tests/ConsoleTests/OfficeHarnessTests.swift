@@ -111,12 +111,26 @@ struct OfficeHarnessTests {
 
     /// One of four benches `kill -9`ed once the server holds its first
     /// committed chunk: the next run completes it, nothing lost or doubled.
+    /// The server's directory, named, is kept (and said to be); the case's
+    /// database is dropped once checked.
     @Test func killedMidSync() async throws {
         let (directory, _) = try await Self.benches()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let faults = try await Self.office(
-            ["faults", "kill", "--local-server", "--dir", directory, "--json", "--logs", directory + "/logs"]
-                + Self.make)
+            [
+                "faults", "kill", "--local-server", directory + "/pg", "--dir", directory, "--json", "--logs",
+                directory + "/logs",
+            ] + Self.make)
+        #expect(
+            faults.stderr.contains("the server's data directory \(directory)/pg is kept after the run"),
+            "\(faults.stderr)")
+        let kept = try await LocalPostgres.create(port: 54_441, directory: directory + "/pg")
+        try await onThreadOfItsOwn { try kept.start() }
+        let databases = try await onThreadOfItsOwn {
+            try kept.rows("SELECT datname FROM pg_database WHERE datname LIKE 'fault%'")
+        }
+        await kept.remove()
+        #expect(databases.isEmpty, "the checked case's database was kept: \(databases)")
         #expect(faults.status == 0, "\(faults.stdout)\n\(faults.stderr)")
         let result = ConsoleFixture.jsonLines(faults.stdout, kind: "fault_case").first
         #expect(result?["case"] as? String == "kill")

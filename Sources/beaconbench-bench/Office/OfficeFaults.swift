@@ -130,6 +130,7 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
     var trigger: Int?
     var proxyScript = findCutProxy()
     var proxyPort = 54_499
+    var keepDatabases = false
     var queue = options.rest[...]
     while let argument = queue.popFirst() {
         switch argument {
@@ -137,6 +138,7 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
         case "all": cases += ["restart", "kill", "reset", "blackhole"]
         case "--cut-seconds": cutSeconds = queue.popFirst().flatMap { Double($0) } ?? cutSeconds
         case "--trigger": trigger = queue.popFirst().flatMap { Int($0) }
+        case "--keep-databases": keepDatabases = true
         case "--proxy": proxyScript = queue.popFirst()
         case "--proxy-port": proxyPort = queue.popFirst().flatMap { Int($0) } ?? proxyPort
         default: officeUsage("office faults: unknown option \(argument)")
@@ -149,6 +151,9 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
     try await options.resolveBenches()
     let server = try await officeServer(directory: options.localServer ?? nil, benches: options.benches.count)
     defer { server.remove() }
+    if !server.temporary {
+        officeLog("the server's data directory \(server.directory) is kept after the run (named by --local-server)")
+    }
     try FileManager.default.createDirectory(atPath: options.logs, withIntermediateDirectories: true)
     let benches = options.benches
     let threshold = trigger ?? max(1, benches.count / 2)
@@ -248,6 +253,13 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
         print(result.line)
         if options.json { printJSON(result.json) }
         allOK = allOK && result.ok
+        // Checked, so nothing more is read from it; and the four cases'
+        // databases at the judged size would not fit on a disk together.
+        if keepDatabases {
+            officeLog("\(name): database fault_\(name) kept (--keep-databases)")
+        } else {
+            _ = try await server.psql("DROP DATABASE fault_\(name)")
+        }
     }
     await server.remove()
     exit(allOK ? 0 : 1)
