@@ -492,6 +492,18 @@ public final class Database {
         return rows
     }
 
+    /// Each row of a query that only reads, handed to `body` one at a time
+    /// and not kept: for a scan whose rows are mostly skipped.
+    public func forEachRow(
+        _ sql: String, _ parameters: [SQLiteValue] = [], _ body: ([SQLiteValue]) throws -> Void
+    ) throws {
+        let statement = try cached(sql)
+        guard !statement.writes else { throw error(SQLITE_MISUSE, sql) }
+        defer { sqlite3_reset(statement.handle) }
+        try statement.bind(parameters)
+        while try statement.step() { try body(statement.row()) }
+    }
+
     /// Whether `statement` writes outside a transaction while the ledger
     /// records (it is then given one, so its entries commit with it). A
     /// transaction opened by hand is left alone; its `COMMIT` appends the

@@ -35,6 +35,22 @@ struct InventoryTests {
         #expect(try await second.query("PRAGMA foreign_keys").first?.first?.integer == 1)
     }
 
+    /// `forEachRow` hands over each row of a read in order, with its
+    /// parameters bound, and refuses a statement that writes (which `rows`
+    /// would give its ledger transaction).
+    @Test func forEachRowReadsRowByRowAndRefusesWrites() throws {
+        let path = try Self.temporaryPath()
+        let database = try Database(path: path)
+        try database.execute("CREATE TABLE t (n INTEGER, s TEXT)")
+        for n in 1...5 { _ = try database.run("INSERT INTO t VALUES (?, ?)", [.integer(Int64(n)), .text("row \(n)")]) }
+        var seen: [[SQLiteValue]] = []
+        try database.forEachRow("SELECT n, s FROM t WHERE n >= ? ORDER BY n", [.integer(3)]) { seen.append($0) }
+        #expect(
+            seen == [[.integer(3), .text("row 3")], [.integer(4), .text("row 4")], [.integer(5), .text("row 5")]])
+        #expect(throws: SQLiteError.self) { try database.forEachRow("DELETE FROM t", []) { _ in } }
+        #expect(try database.rows("SELECT count(*) FROM t") == [[.integer(5)]])
+    }
+
     /// A file of schema version 1 (before observation times) opens as the
     /// current version with its rows kept and the times filled from
     /// `last_seen`; from then on each fact records when it was observed.
