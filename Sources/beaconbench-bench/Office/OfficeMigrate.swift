@@ -105,24 +105,20 @@ func officeMigrateMeasure(
     _ = try await server.psql("VACUUM ANALYZE")
     let filled = (clock.now - started).seconds
     // Counted, not computed: the parts together hold every device's rows once.
+    let expected = [
+        options.devices, options.devices * options.outcomesPerDevice, options.devices * options.readingsPerDevice,
+    ]
     let counts =
         try await server.rows(
             "SELECT (SELECT count(*) FROM devices), (SELECT count(*) FROM outcomes), (SELECT count(*) FROM readings)"
         ).first ?? []
-    guard
-        counts
-            == [
-                options.devices, options.devices * options.outcomesPerDevice,
-                options.devices * options.readingsPerDevice,
-            ].map(String.init)
-    else {
+    guard counts == expected.map(String.init) else {
         throw LocalBusError(
-            "office migrate: the fill holds \(counts) devices, outcomes, readings; expected \(options.devices), "
-                + "\(options.devices * options.outcomesPerDevice), \(options.devices * options.readingsPerDevice)")
+            "office migrate: the fill holds \(counts) devices, outcomes, readings; expected \(expected)")
     }
     say(
-        "filled a version-\(options.fromVersion) server: \(options.devices) devices of 100 benches, "
-            + "\(options.devices * options.outcomesPerDevice) outcomes, \(options.devices * options.readingsPerDevice) readings"
+        "filled a version-\(options.fromVersion) server: \(expected[0]) devices of 100 benches, "
+            + "\(expected[1]) outcomes, \(expected[2]) readings"
             + " (counted) in \(String(format: "%.1f", filled)) s; "
             + "\(try await server.psql("SELECT pg_size_pretty(pg_database_size(current_database()))").trimmingWhitespace())"
     )
