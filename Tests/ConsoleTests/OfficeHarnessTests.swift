@@ -142,6 +142,43 @@ struct OfficeHarnessTests {
         #expect(result?["doubled"] as? Int == 0)
         #expect(result?["union_exact"] as? Bool == true, "\(faults.stdout)")
     }
+
+    /// A case that fails keeps its database for inspection: one bench's
+    /// sync refused in both runs (a wrapper in place of `beaconbench` that
+    /// exits 1 for it), so its rows never reach the server; the union is
+    /// not exact, the run exits 1, and `fault_restart` is still there.
+    @Test func failedCaseKeepsItsDatabase() async throws {
+        let (directory, files) = try await Self.benches()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let real = builtProduct("beaconbench")
+        let wrapper = directory + "/beaconbench-refusing"
+        try """
+        #!/bin/sh
+        case "$*" in *\(files[3])*) echo "refused by the test" >&2; exit 1 ;; esac
+        exec \(real) "$@"
+
+        """.write(toFile: wrapper, atomically: true, encoding: .utf8)
+        try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: wrapper)
+        let faults = try await Self.office(
+            [
+                "faults", "restart", "--local-server", directory + "/pg", "--dir", directory, "--json",
+                "--beaconbench", wrapper, "--logs", directory + "/logs",
+            ] + Self.make)
+        #expect(faults.status == 1, "\(faults.stdout)\n\(faults.stderr)")
+        #expect(
+            faults.stderr.contains("restart: database fault_restart kept: the case failed"), "\(faults.stderr)")
+        let result = ConsoleFixture.jsonLines(faults.stdout, kind: "fault_case").first
+        #expect(result?["union_exact"] as? Bool == false, "\(faults.stdout)")
+        #expect((result?["lost"] as? Int ?? 0) > 0, "\(faults.stdout)")
+        let kept = try await LocalPostgres.create(port: 54_442, directory: directory + "/pg")
+        try await onThreadOfItsOwn { try kept.start() }
+        let databases = try await onThreadOfItsOwn {
+            try kept.rows("SELECT datname FROM pg_database WHERE datname LIKE 'fault%'")
+        }
+        await kept.remove()
+        #expect(databases == [["fault_restart"]], "\(databases)")
+    }
 }
 
 extension Array {

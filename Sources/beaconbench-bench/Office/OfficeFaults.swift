@@ -255,8 +255,13 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
         allOK = allOK && result.ok
         // Checked, so nothing more is read from it; and the four cases'
         // databases at the judged size would not fit on a disk together.
+        // A case that failed keeps its database: it is the evidence.
         if keepDatabases {
             officeLog("\(name): database fault_\(name) kept (--keep-databases)")
+        } else if !result.ok {
+            officeLog(
+                "\(name): database fault_\(name) kept: the case failed, its data is the evidence"
+                    + (server.temporary ? " (the server is temporary: --local-server DIR keeps it after the run)" : ""))
         } else {
             _ = try await server.psql("DROP DATABASE fault_\(name)")
         }
