@@ -143,6 +143,24 @@ struct OfficeHarnessTests {
         #expect(result?["union_exact"] as? Bool == true, "\(faults.stdout)")
     }
 
+    /// A proxy that is not there is named before anything starts: no
+    /// bench made, no server started, no case run (found at the third
+    /// case, an hour of syncs at the judged size was lost once).
+    @Test func missingProxyRefusedBeforeAnyCase() async throws {
+        let (directory, _) = try await Self.benches()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let faults = try await Self.office(
+            [
+                "faults", "restart", "reset", "--proxy", directory + "/no-proxy.py", "--local-server",
+                directory + "/pg", "--dir", directory,
+            ] + Self.make)
+        #expect(faults.status == 2, "\(faults.stdout)\n\(faults.stderr)")
+        #expect(faults.stderr.contains("--proxy \(directory)/no-proxy.py: no such file"), "\(faults.stderr)")
+        #expect(!faults.stderr.contains("syncing at once"), "\(faults.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: directory + "/pg"))
+        #expect(!FileManager.default.fileExists(atPath: directory + "/bench-000.sqlite"))
+    }
+
     /// A case that fails keeps its database for inspection: one bench's
     /// sync refused in both runs (a wrapper in place of `beaconbench` that
     /// exits 1 for it), so its rows never reach the server; the union is

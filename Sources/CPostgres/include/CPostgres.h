@@ -10,4 +10,9 @@ int beaconbench_libpq_load(void);
 
 /// dlerror()'s text of the failed load, or NULL.
 const char *beaconbench_libpq_error(void);
+
+/// Gives the heap's free pages back to the system (glibc's malloc_trim):
+/// for a sync about to try again after its connection broke, so that the
+/// failed attempt's freed memory does not stay resident (trim.c).
+void beaconbench_release_free_memory(void);
 #endif

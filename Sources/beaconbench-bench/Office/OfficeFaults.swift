@@ -145,6 +145,18 @@ func officeFaultsRun(_ arguments: [String]) async throws -> Never {
         }
     }
     if cases.isEmpty { cases = ["restart", "kill", "reset", "blackhole"] }
+    // Checked before any case runs: found missing at the third case, an
+    // hour of syncs at the judged size would be spent for nothing.
+    if cases.contains("reset") || cases.contains("blackhole") {
+        guard let proxyScript else {
+            officeUsage(
+                "office faults reset|blackhole: bench/office/cutproxy.py is neither here nor above the executable: give --proxy PATH"
+            )
+        }
+        guard FileManager.default.isReadableFile(atPath: proxyScript) else {
+            officeUsage("office faults: --proxy \(proxyScript): no such file (bench/office/cutproxy.py)")
+        }
+    }
     guard options.url == nil else {
         officeUsage("office faults restarts and cuts its own server: --local-server [DIR], not --to")
     }
