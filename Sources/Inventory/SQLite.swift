@@ -485,10 +485,8 @@ public final class Database {
         if try ledgerNeedsATransaction(statement) {
             return try inTransaction { try self.rows(sql, parameters) }
         }
-        defer { sqlite3_reset(statement.handle) }
-        try statement.bind(parameters)
         var rows: [[SQLiteValue]] = []
-        while try statement.step() { rows.append(statement.row()) }
+        try each(statement, parameters) { rows.append($0) }
         return rows
     }
 
@@ -499,6 +497,13 @@ public final class Database {
     ) throws {
         let statement = try cached(sql)
         guard !statement.writes else { throw error(SQLITE_MISUSE, sql) }
+        try each(statement, parameters, body)
+    }
+
+    /// `statement` run with `parameters` bound, each row to `body`; reset after.
+    private func each(
+        _ statement: Statement, _ parameters: [SQLiteValue], _ body: ([SQLiteValue]) throws -> Void
+    ) throws {
         defer { sqlite3_reset(statement.handle) }
         try statement.bind(parameters)
         while try statement.step() { try body(statement.row()) }
