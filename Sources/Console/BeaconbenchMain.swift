@@ -171,9 +171,21 @@ public enum BeaconbenchMain {
             task.cancel()
             interrupts.onInterrupt(nil)
         }
+        // SIGTERM (systemd, `timeout`, `kill`) stops the run as Ctrl-C does:
+        // the steps under way end `interrupted`, the recap is printed, and
+        // the exit status is 143, as shells report SIGTERM. A second SIGTERM
+        // ends the process at once (`Signals`).
+        let terminated = Signals.Received()
+        Signals.onTerminate {
+            terminated.note()
+            terminal.message("SIGTERM: stopping (a second SIGTERM quits at once)")
+            task.cancel()
+        }
         await task.value
+        Signals.onTerminate(nil)
         if task.isCancelled { await session.markInterrupted() }
         await session.finish()
+        if terminated.happened { return ExitStatus.terminated.rawValue }
         // Interrupted by the user: 130, as shells report SIGINT.
         if await session.interrupted { return ExitStatus.interrupted.rawValue }
         return await session.status.rawValue

@@ -16,8 +16,10 @@ import Synchronization
 /// by the next beaconbench to open the inventory, as after a crash.
 /// (SIGINT is `Interrupts`', which ends here too when there is nothing left
 /// to stop.) A command that can stop cleanly takes SIGTERM for itself while
-/// it runs (`onTerminate`: `sync` stops, says what it sent and exits 143); a
-/// second SIGTERM ends the process here at once.
+/// it runs (`onTerminate`: `sync` stops, says what it sent and exits 143; a
+/// batch, `run` or one command such as `station`, stops as on Ctrl-C — its
+/// steps under way recorded `interrupted`, the recap printed — and exits
+/// 143); a second SIGTERM ends the process here at once.
 ///
 /// Should beaconbench follow its own parent (PR_SET_PDEATHSIG)? No: a
 /// closed terminal sends SIGHUP, a parent gone closes the pipes it gave
@@ -92,6 +94,13 @@ enum Signals {
     private static let leaving = Mutex(false)
 
     private static let terminateHandler = Mutex<(@Sendable () -> Void)?>(nil)
+
+    /// Whether a signal taken by a handler (`onTerminate`) has come.
+    final class Received: Sendable {
+        private let flag = Mutex(false)
+        func note() { flag.withLock { $0 = true } }
+        var happened: Bool { flag.withLock { $0 } }
+    }
 
     /// What the next SIGTERM does instead of ending the process (nil: it
     /// ends it). Used once: a second SIGTERM ends the process.

@@ -283,4 +283,39 @@ struct EndToEndTests {
             #expect(events.first?["device"] as? String == "C0:FE:00:00:00:01")
         }
     }
+
+    /// SIGTERM (systemd, `timeout`) during a batch stops it as Ctrl-C does:
+    /// the step under way ends `interrupted`, the run too, the recap is
+    /// printed, and the status is 143.
+    @Test func sigtermStopsABatchAsCtrlCDoesWithItsRecap() async throws {
+        try await withNewFleet(count: 2) { bench in
+            // The first threshold write is held at the simulator: the run is
+            // mid-step when the signal comes.
+            try await bench.withControl {
+                try await $0.setFaultPlan(
+                    #"{"rules":[{"id":"mid-step","hook":"att.write","target":{"beacon":0},"trigger":{"nth":1},"#
+                        + #""action":{"kind":"stall","until":"released","hold":"mid-step"}}]}"#)
+            }
+            let batch = bench.directory + "/provision.batch"
+            try "\(bench.scanAll)\nselect all\nsync-time\napply car\n".write(
+                toFile: batch, atomically: true, encoding: .utf8)
+            let running = try bench.startBeaconbench(["run", batch])
+            try await bench.waitFor(#"{"held": "mid-step"}"#)
+            running.child.send(SIGTERM)
+            let finished = await running.finish()
+            let status = finished.waitStatus
+            #expect(status & 0x7f == 0 && status >> 8 & 0xff == 143, "wait status \(status): \(finished.stderr)")
+            #expect(finished.stderr.contains("SIGTERM: stopping"), "\(finished.stderr)")
+            #expect(
+                finished.stdout.contains("RECAP") || finished.stderr.contains("RECAP"),
+                "\(finished.stdout)\n\(finished.stderr)")
+            let inventory = try Inventory(path: bench.inventoryPath, readOnly: true)
+            let runs = try await inventory.query("SELECT status FROM runs").compactMap { $0.first?.text }
+            #expect(runs == ["interrupted"], "\(runs)")
+            let unfinished = try await inventory.query("SELECT count(*) FROM outcomes WHERE status = 'running'")
+            #expect(unfinished.first?.first?.integer == 0, "a step left running")
+            let interrupted = try await inventory.query("SELECT count(*) FROM outcomes WHERE status = 'interrupted'")
+            #expect((interrupted.first?.first?.integer ?? 0) >= 1, "no step recorded interrupted")
+        }
+    }
 }

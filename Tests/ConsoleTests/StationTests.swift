@@ -112,7 +112,10 @@ struct StationTests {
         }
     }
 
-    @Test func ctrlCEndsTheStationWithARecap() async throws {
+    /// Ctrl-C, and SIGTERM as systemd stops a service: the same clean stop,
+    /// the status as shells report each signal.
+    @Test(arguments: [(SIGINT, Int32(130)), (SIGTERM, Int32(143))])
+    func aSignalEndsTheStationWithARecap(signal: Int32, expected: Int32) async throws {
         try await withNewFleet(count: 4, simulatorOptions: CrashTests.brisk) { bench in
             try await Self.clearTheBench(bench)
             let station = try bench.startBeaconbench(["station", "--profile", "car"])
@@ -122,10 +125,10 @@ struct StationTests {
             try await station.waitForText("the station's line for beacon 1") {
                 $0.contains(Self.address(1)) && $0.contains("converged")
             }
-            station.child.send(SIGINT)
+            station.child.send(signal)
             let finished = await station.finish()
             let status = finished.waitStatus
-            #expect(status >> 8 & 0xff == 130, "wait status \(status)")
+            #expect(status >> 8 & 0xff == expected, "wait status \(status)")
             let lines = finished.stdout
             let messages = finished.stderr
             #expect(lines.contains(Self.address(1)) && lines.contains("converged"), "\(lines)")
