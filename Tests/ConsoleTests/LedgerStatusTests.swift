@@ -21,9 +21,11 @@ struct LedgerStatusTests {
         _ bench: Bench, size: Int, root: Digest? = nil, origin: String? = nil, key: String? = nil, name: String
     ) async throws -> String {
         let inventory = try Inventory(path: bench.inventory, readOnly: true)
+        let bench0 = try await inventory.benchID()
+        var treeRoot = root
+        if treeRoot == nil { treeRoot = try await inventory.ledgerRoot(size: size) }
         let checkpoint = try Checkpoint(
-            origin: origin ?? Checkpoint.origin(bench: try await inventory.benchID()), size: size,
-            root: try root ?? (await inventory.ledgerRoot(size: size)))
+            origin: origin ?? Checkpoint.origin(bench: bench0), size: size, root: try #require(treeRoot))
         let note = try SignedCheckpoint.sign(checkpoint, keyPath: key ?? bench.key, signer: "ana@depot")
         let file = bench.directory + "/" + name
         try note.write(toFile: file, atomically: true, encoding: .utf8)
