@@ -90,6 +90,9 @@ struct LedgerStatusTests {
             #expect(result.status == 1, "\(arguments): \(result.stdout) \(result.stderr)")
             #expect(result.stderr.contains("cannot be read"), "\(arguments): \(result.stderr)")
         }
+        // Bad usage → 1, as ever: no --signers for check.
+        let usage = try await bench.tool(["ledger", "check", good])
+        #expect(usage.status == 1 && usage.stderr.contains("needs --signers"), "\(usage.stderr)")
         // Does not hold → 2: another key's signature, another bench's, not a checkpoint at all.
         let strangerKey = try await Self.stranger(bench)
         let forged = try await Self.checkpointFile(bench, size: size, key: strangerKey, name: "forged.txt")
