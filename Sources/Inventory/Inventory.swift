@@ -114,6 +114,7 @@ public actor Inventory {
         let bench = try database.rows("SELECT value FROM meta WHERE key = 'bench_id'").first?.first?.text ?? ""
         if recordsLedger {
             try LedgerRecorder.begin(database, bench: bench, at: Self.timestamp(clock()))
+            try LedgerRecorder.recordKeptCheckpoints(database, bench: bench, at: Self.timestamp(clock()))
             database.ledger = LedgerRecorder { Self.timestamp(clock()) }
         }
         try Self.markInterrupted(database, now: clock())

@@ -34,9 +34,13 @@ public enum MerkleTree {
 
     /// MTH of leaves `range` (a range the RFC's recursion visits: its start
     /// is a multiple of the largest power of two not above its length).
+    /// - Throws: `LedgerError` for an empty or negative range (MTH of no
+    ///   leaves is `emptyRoot`), never a trap.
     public static func hash(_ range: Range<Int>, in tree: some PerfectSubtrees) throws -> Digest {
         let n = range.count
-        precondition(n >= 1)
+        guard n >= 1, range.lowerBound >= 0 else {
+            throw LedgerError("no subtree hash for leaves \(range.lowerBound) to \(range.upperBound - 1)")
+        }
         if n & (n - 1) == 0 {
             let level = n.trailingZeroBitCount
             return try tree.hash(level: level, index: range.lowerBound >> level)
@@ -49,8 +53,12 @@ public enum MerkleTree {
 
     /// PATH(m, D[n]): the inclusion proof of leaf `index` in the tree of the
     /// first `size` leaves (RFC 9162 §2.1.3.1), leaf side first.
+    /// - Throws: `LedgerError` when `index` is not below `size` (or is
+    ///   negative): there is no such leaf. Never a trap, whatever the sizes.
     public static func inclusionProof(index: Int, size: Int, in tree: some PerfectSubtrees) throws -> [Digest] {
-        precondition(0 <= index && index < size)
+        guard 0 <= index && index < size else {
+            throw LedgerError("no inclusion proof of entry \(index) in a tree of \(size) entries: it has no such entry")
+        }
         var proof: [Digest] = []
         func path(_ m: Int, _ range: Range<Int>) throws {
             let n = range.count
@@ -69,9 +77,18 @@ public enum MerkleTree {
     }
 
     /// PROOF(m, D[n]): that the tree of the first `oldSize` leaves is a
-    /// prefix of the tree of the first `newSize` (RFC 9162 §2.1.4.1).
+    /// prefix of the tree of the first `newSize` (RFC 9162 §2.1.4.1). The
+    /// empty tree is a prefix of every tree and a tree of itself: both
+    /// proofs are empty (`oldSize` 0, or equal to `newSize`).
+    /// - Throws: `LedgerError` when `oldSize` is negative or beyond
+    ///   `newSize` (the newer tree is shorter: no proof can exist). Never a
+    ///   trap, whatever the sizes.
     public static func consistencyProof(oldSize: Int, newSize: Int, in tree: some PerfectSubtrees) throws -> [Digest] {
-        precondition(0 < oldSize && oldSize <= newSize)
+        guard 0 <= oldSize && oldSize <= newSize else {
+            throw LedgerError(
+                "no consistency proof from a tree of \(oldSize) entries to one of \(newSize): the second is shorter")
+        }
+        if oldSize == 0 || oldSize == newSize { return [] }
         var proof: [Digest] = []
         func subproof(_ m: Int, _ range: Range<Int>, _ complete: Bool) throws {
             let n = range.count
@@ -129,8 +146,12 @@ public enum MerkleTree {
     ) throws(CryptoUnavailable) -> Bool {
         guard oldSize >= 0, oldSize <= newSize else { return false }
         if oldSize == newSize { return proof.isEmpty && oldRoot == newRoot }
-        // The empty tree is a prefix of every tree: nothing to prove.
-        if oldSize == 0 { return proof.isEmpty }
+        // The empty tree is a prefix of every tree: nothing to prove, but
+        // its root must be the empty tree's.
+        if oldSize == 0 {
+            let empty = try emptyRoot()
+            return proof.isEmpty && oldRoot == empty
+        }
         guard !proof.isEmpty else { return false }
         var path = proof
         if oldSize & (oldSize - 1) == 0 { path.insert(oldRoot, at: 0) }

@@ -57,6 +57,35 @@ public enum SignedCheckpoint {
         path.hasPrefix("/") ? path : FileManager.default.currentDirectoryPath + "/" + path
     }
 
+    /// Whether `note` verifies as signed by `signer` with the public key
+    /// `publicKey` (an OpenSSH public key line, `ssh-ed25519 AAAA…`, its
+    /// comment ignored): `verify` against an allowed_signers file of that
+    /// one line, written in a private temporary directory. How `ledger
+    /// checkpoint` decides whether a kept checkpoint is the operator's own
+    /// before giving it again.
+    public static func verify(
+        note: String, signer: String, publicKey: String, sshKeygen: String = defaultSSHKeygen,
+        timeout: Duration = .seconds(30)
+    ) throws -> (checkpoint: Checkpoint, signer: String) {
+        let fields = publicKey.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).prefix(2)
+        guard SignedNote.isKeyName(signer), fields.count == 2,
+            fields.allSatisfy({ $0.unicodeScalars.allSatisfy { $0.isASCII && $0.value > 0x20 && $0 != "\"" } })
+        else {
+            throw LedgerError(
+                "\(LedgerError.quoted(publicKey)) is not an SSH public key of \(LedgerError.quoted(signer))")
+        }
+        let directory = try TemporaryDirectory()
+        let allowed = try directory.write(
+            "allowed_signers",
+            Array("\(signer) namespaces=\"\(SSHSignature.namespace)\" \(fields.joined(separator: " "))\n".utf8))
+        let verified = try verify(note: note, allowedSigners: allowed, sshKeygen: sshKeygen, timeout: timeout)
+        guard verified.signer == signer else {
+            throw LedgerError(
+                "the checkpoint is signed by \(LedgerError.quoted(verified.signer)), not \(LedgerError.quoted(signer))")
+        }
+        return verified
+    }
+
     /// The checkpoint of a signed note and the signer whose signature
     /// verified, when at least one signature line is by a principal of
     /// `allowedSigners` (a path) and verifies with

@@ -230,6 +230,9 @@ struct SyncLedgerTests {
             let checkpoint = try Checkpoint(origin: Checkpoint.origin(bench: id), size: head.size, root: head.root)
             let note = try SignedCheckpoint.sign(checkpoint, keyPath: key, signer: "tester@bench")
             try await bench.inventory.recordCheckpoint(size: head.size, root: head.root, note: note)
+            // Keeping it is itself an entry, after the entries it signs (docs/ledger.md).
+            let whole = try await bench.inventory.ledgerTreeHead()
+            try #require(whole.size == head.size + 1, "\(whole.size) entries after the checkpoint")
 
             try await scene.makeSchema()
             let lock = try await onThreadOfItsOwn { try TableLock(url: server.url, "bench_checkpoints", mode: "SHARE") }
@@ -265,8 +268,8 @@ struct SyncLedgerTests {
             await onThreadOfItsOwn { lock.release() }
             await #expect(try scene.sync(bench).waitForExit().status >> 8 == 0, "\(scene.stderr)")
             #expect(try await Self.ledgerDifferences(bench.inventory, server).isEmpty)
-            await #expect(try server.count("SELECT count(*) \(there)") == head.size)
-            await #expect(try server.count("SELECT count(DISTINCT seq) \(there)") == head.size)
+            await #expect(try server.count("SELECT count(*) \(there)") == whole.size)
+            await #expect(try server.count("SELECT count(DISTINCT seq) \(there)") == whole.size)
             await #expect(try server.count("SELECT count(*) FROM bench_checkpoints WHERE bench_id = '\(id)'") == 1)
             let rows = try await scene.differences(bench)
             #expect(rows.isEmpty, "\(rows.prefix(5))")
@@ -275,30 +278,30 @@ struct SyncLedgerTests {
             let mine = ConsoleFixture.jsonLines(scene.stdout, kind: "ledger_bench").first {
                 $0["bench"] as? String == id
             }
-            #expect(mine?["size"] as? Int == head.size && mine?["checkpoints"] as? Int == 1, "\(scene.stdout)")
-            #expect(mine?["root"] as? String == head.root.hex)
+            #expect(mine?["size"] as? Int == whole.size && mine?["checkpoints"] as? Int == 1, "\(scene.stdout)")
+            #expect(mine?["root"] as? String == whole.root.hex)
 
             // The server keeps it append-only itself, whatever a client sends.
             let before = try await Self.snapshot(server)
             let refusedChanges = [
                 "UPDATE bench_ledgers SET entry = 'x'::bytea WHERE bench_id = '\(id)' AND seq = 5",
-                "DELETE FROM bench_ledgers WHERE bench_id = '\(id)' AND seq = \(head.size - 1)",
+                "DELETE FROM bench_ledgers WHERE bench_id = '\(id)' AND seq = \(whole.size - 1)",
                 "TRUNCATE bench_ledgers",
-                "INSERT INTO bench_ledgers (bench_id, seq, entry) VALUES ('\(id)', \(head.size + 1), 'x'::bytea)",
+                "INSERT INTO bench_ledgers (bench_id, seq, entry) VALUES ('\(id)', \(whole.size + 1), 'x'::bytea)",
                 "INSERT INTO bench_ledgers (bench_id, seq, entry) VALUES ('\(id)', 3, 'x'::bytea)",
                 "UPDATE bench_ledger_blocks SET entries[1] = 'x'::bytea WHERE bench_id = '\(id)' AND first = 0",
                 "DELETE FROM bench_ledger_blocks WHERE bench_id = '\(id)' AND first = 0",
                 "TRUNCATE bench_ledger_blocks",
-                "INSERT INTO bench_ledger_blocks VALUES ('\(id)', \(head.size + 1), 1, ARRAY['x'::bytea])",
+                "INSERT INTO bench_ledger_blocks VALUES ('\(id)', \(whole.size + 1), 1, ARRAY['x'::bytea])",
                 "INSERT INTO bench_ledger_blocks VALUES ('\(id)', 3, 1, ARRAY['x'::bytea])",
-                "INSERT INTO bench_ledger_blocks VALUES ('\(id)', \(head.size), 2, ARRAY['x'::bytea])",
-                "INSERT INTO bench_ledger_blocks VALUES ('\(id)', \(head.size), 2, ARRAY['x'::bytea, NULL])",
-                "INSERT INTO bench_ledger_blocks VALUES ('\(id)', \(head.size), 0, ARRAY[]::bytea[])",
+                "INSERT INTO bench_ledger_blocks VALUES ('\(id)', \(whole.size), 2, ARRAY['x'::bytea])",
+                "INSERT INTO bench_ledger_blocks VALUES ('\(id)', \(whole.size), 2, ARRAY['x'::bytea, NULL])",
+                "INSERT INTO bench_ledger_blocks VALUES ('\(id)', \(whole.size), 0, ARRAY[]::bytea[])",
                 "UPDATE bench_ledger_heads SET size = 3 WHERE bench_id = '\(id)'",
                 "DELETE FROM bench_ledger_heads",
                 "INSERT INTO bench_ledger_heads VALUES ('someone', 0, ''::bytea, sha256(''::bytea))",
                 "DELETE FROM bench_checkpoints",
-                "INSERT INTO bench_checkpoints (bench_id, size, root, note) VALUES ('\(id)', \(head.size), sha256('x'::bytea), 'n')",
+                "INSERT INTO bench_checkpoints (bench_id, size, root, note) VALUES ('\(id)', \(whole.size), sha256('x'::bytea), 'n')",
                 "DELETE FROM ledger_rewrites",
             ]
             for change in refusedChanges {

@@ -134,6 +134,50 @@ struct MerkleTreeTests {
         }
     }
 
+    /// Every pair of sizes m ≤ n for n up to 130 (0 and n included), and
+    /// sizes out of range: nothing traps (a trap would end the test run),
+    /// every proof made verifies, and a size beyond the tree, a negative
+    /// one or an index past the end is an error, never a proof.
+    @Test func anySizeGivesAProofOrAnErrorNeverATrap() throws {
+        let leaves = (0..<130).map { [UInt8(truncatingIfNeeded: $0), UInt8(truncatingIfNeeded: $0 >> 8), 0x5a] }
+        let tree = try MemoryTree(leaves)
+        let empty = try MerkleTree.emptyRoot()
+        let roots = try [empty] + (1...leaves.count).map { try MerkleTree.hash(0..<$0, in: tree) }
+        for newSize in 0...leaves.count {
+            for oldSize in 0...newSize {
+                let proof = try MerkleTree.consistencyProof(oldSize: oldSize, newSize: newSize, in: tree)
+                #expect(
+                    try MerkleTree.verifyConsistency(
+                        oldSize: oldSize, newSize: newSize, oldRoot: roots[oldSize], newRoot: roots[newSize],
+                        proof: proof),
+                    "\(oldSize) → \(newSize)")
+                if oldSize == 0 || oldSize == newSize { #expect(proof.isEmpty, "\(oldSize) → \(newSize)") }
+            }
+            // Beyond the tree, or negative: an error, and nothing verifies.
+            for oldSize in [newSize + 1, newSize + 64, Int.max, -1, Int.min] {
+                #expect(throws: LedgerError.self, "\(oldSize) → \(newSize)") {
+                    try MerkleTree.consistencyProof(oldSize: oldSize, newSize: newSize, in: tree)
+                }
+                #expect(
+                    !(try MerkleTree.verifyConsistency(
+                        oldSize: oldSize, newSize: newSize, oldRoot: empty, newRoot: roots[newSize], proof: [])))
+            }
+            for index in [newSize, newSize + 1, Int.max, -1] {
+                #expect(throws: LedgerError.self, "entry \(index) of \(newSize)") {
+                    try MerkleTree.inclusionProof(index: index, size: newSize, in: tree)
+                }
+            }
+            // The empty tree's proof holds only for the empty tree's root.
+            if newSize > 0 {
+                #expect(
+                    !(try MerkleTree.verifyConsistency(
+                        oldSize: 0, newSize: newSize, oldRoot: roots[1], newRoot: roots[newSize], proof: [])))
+            }
+        }
+        #expect(throws: LedgerError.self) { try MerkleTree.hash(5..<5, in: tree) }
+        #expect(throws: LedgerError.self) { try MerkleTree.hash(-2..<2, in: tree) }
+    }
+
     @Test func aFrontierRestoredFromItsEdgeGoesOnAlike() throws {
         var grown = Frontier()
         for byte in 0..<37 { try grown.append(MerkleTree.leafHash([UInt8(byte)])) }

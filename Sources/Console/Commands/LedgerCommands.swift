@@ -27,18 +27,18 @@ public struct LedgerVerifyCommand: ConsoleCommand {
             .value(
                 "--since", "CHECKPOINT", .text,
                 "also prove the ledger only grew since this checkpoint file (a consistency proof)"),
-            .value("--signers", "FILE", .text, "an allowed_signers file: the checkpoint's signature must verify"),
+            .value(
+                "--signers", "FILE",
+                .text,
+                "an allowed_signers file: every kept checkpoint, and the --since one, must be signed by a key in it"),
         ], onlyReadsTheInventory: true, isFamilyDefault: true,
         detail:
-            "Exit 0 when all holds; 2 naming the first entry or row that disagrees (an edit, deletion, reordering or insertion made outside beaconbench).",
+            "Exit 0 when all holds; 2 naming the first entry, row or checkpoint that disagrees (an edit, deletion, reordering or insertion made outside beaconbench); 1 when the --since or --signers file cannot be read (docs/ledger.md, \"Exit statuses\").",
         emits: [.ledger, .ledgerBench]
     ).shapeChecked(by: "ledger verify").documented(in: "ledger.md")
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         since = arguments.text("--since")
         signers = arguments.text("--signers")
-        if signers != nil, since == nil {
-            throw arguments.fail(at: 0, "ledger verify: --signers checks the --since checkpoint: give both")
-        }
     }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
         try await session.verifyLedger(since: since, signers: signers)
@@ -89,6 +89,7 @@ public struct LedgerProveCommand: ConsoleCommand {
     public var out: String
     public var key: String?
     public var signer: String?
+    public var signers: String?
     public static let spec = CommandSpec(
         name: "ledger prove",
         summary: "write a self-contained proof of a device's ledger entries, checkable without the inventory",
@@ -98,9 +99,13 @@ public struct LedgerProveCommand: ConsoleCommand {
             .value("--at", "TIME", .time, "only the entries made at or before TIME"),
             .value("--key", "PATH", .text, "the SSH key to sign a new checkpoint with (as ledger checkpoint)"),
             .value("--signer", "NAME", .text, "your name in allowed_signers files (as ledger checkpoint)"),
+            .value(
+                "--signers", "FILE", .text,
+                "with no key at hand: an allowed_signers file; the newest kept checkpoint one of its keys signed is used"
+            ),
         ],
         detail:
-            "The file holds the device's entries, each with its inclusion proof, and a signed checkpoint: a new one when a key is at hand, else the newest kept. `ledger check FILE --signers allowed_signers` checks it anywhere.",
+            "The file holds the device's entries, each with its inclusion proof, and a signed checkpoint: a new one when a key is at hand (or the kept one of this size your key signed), else the newest kept one that a key in --signers signed. `ledger check FILE --signers allowed_signers` checks it anywhere.",
         emits: [.proof]
     ).shapeNotChecked(because: "needs an SSH key: LedgerCommandTests checks its `proof` line").documented(
         in: "ledger.md")
@@ -109,6 +114,7 @@ public struct LedgerProveCommand: ConsoleCommand {
         at = arguments.time("--at")
         key = arguments.text("--key")
         signer = arguments.text("--signer")
+        signers = arguments.text("--signers")
         guard let out = arguments.text("--out"), !out.isEmpty else {
             throw arguments.fail(at: 0, "ledger prove needs --out FILE (usage: \(Self.spec.synopsis))")
         }
@@ -129,7 +135,7 @@ public struct LedgerCheckCommand: ConsoleCommand {
         example: "ledger check a3b5c7d9.proof --signers allowed_signers", operands: [.required("FILE", .text)],
         options: [.value("--signers", "FILE", .text, "the allowed_signers file (ssh-keygen's format)", required: true)],
         detail:
-            "Exit 0 when the file holds; 2 naming the first thing that fails (docs/ledger.md, \"Checking a proof file\").",
+            "Exit 0 when the file holds; 2 naming the first thing that fails (docs/ledger.md, \"Checking a proof file\"); 1 when the proof file or the allowed_signers file cannot be read.",
         emits: [.proofCheck]
     ).shapeNotChecked(because: "needs a proof file: LedgerCommandTests checks its `proof_check` line").documented(
         in: "ledger.md")
@@ -141,7 +147,7 @@ public struct LedgerCheckCommand: ConsoleCommand {
         self.signers = signers
     }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
-        await session.checkProof(file: file, signers: signers)
+        try await session.checkProof(file: file, signers: signers)
     }
 }
 
@@ -167,15 +173,47 @@ extension Session {
         return inventory
     }
 
+    /// Why the checker's own file at `path` (a checkpoint, an
+    /// allowed_signers file, a proof file) cannot be read, or nil when it
+    /// is a regular file this process may read. Looked at with `stat`, so
+    /// a FIFO or a device is never opened. Such a file is the checker's,
+    /// not what is checked: exit 1, not a finding (docs/ledger.md, "Exit
+    /// statuses").
+    static func unreadable(_ path: String, _ what: String) -> String? {
+        var status = stat()
+        guard stat(path, &status) == 0 else {
+            let reason = errno == ENOENT ? "does not exist" : String(cString: strerror(errno))
+            return "\(what) \(Visible.text(path, limit: 200)) cannot be read: \(reason)"
+        }
+        guard status.st_mode & S_IFMT == S_IFREG else {
+            return "\(what) \(Visible.text(path, limit: 200)) cannot be read: it is not a regular file"
+        }
+        guard access(path, R_OK) == 0 else {
+            return "\(what) \(Visible.text(path, limit: 200)) cannot be read: \(String(cString: strerror(errno)))"
+        }
+        return nil
+    }
+
+    /// `unreadable`, as the failure it is (exit 1).
+    static func checkReadable(_ path: String, _ what: String, _ command: String) throws(ConsoleFailure) {
+        if let reason = unreadable(path, what) { throw ConsoleFailure(.badInput, "\(command): \(reason)") }
+    }
+
     func verifyLedger(since: String?, signers: String?) async throws(ConsoleFailure) {
-        if invocation.inventoryIsServer, let url = invocation.inventoryPath, since == nil {
+        if invocation.inventoryIsServer, let url = invocation.inventoryPath, since == nil, signers == nil {
             return try await verifyServerLedgers(url: url)
         }
+        // The checker's own files first: one that cannot be read is exit 1.
+        if let since { try Self.checkReadable(since, "the checkpoint file", "ledger verify --since") }
+        if let signers { try Self.checkReadable(signers, "the allowed_signers file", "ledger verify --signers") }
         let inventory = try await ledgerInventory("ledger verify")
         var verification: LedgerVerification
         var grown: (size: Int, signer: String?)?
         do {
             verification = try await inventory.verifyLedger()
+            if let signers {
+                try await Self.checkSigners(inventory, verification: &verification, signers: signers)
+            }
             if let since {
                 grown = try await Self.extends(
                     inventory, verification: &verification, checkpointFile: since, signers: signers)
@@ -189,11 +227,47 @@ extension Session {
         if !verification.ok { note(.devicesFailed) }
     }
 
+    /// `--signers`: every kept checkpoint is signed by a key of `signers`
+    /// (one that is not is a finding: a checkpoint slipped in under
+    /// someone's name, or kept by an operator the checker does not trust).
+    private static func checkSigners(
+        _ inventory: Inventory, verification: inout LedgerVerification, signers: String
+    ) async throws {
+        let origin = Checkpoint.origin(bench: try await inventory.benchID())
+        for kept in try await inventory.checkpoints() {
+            let note = kept.note
+            do {
+                let verified = try await onThreadOfItsOwn {
+                    try SignedCheckpoint.verify(note: note, allowedSigners: signers)
+                }
+                guard verified.checkpoint.origin == origin else {
+                    throw LedgerError(
+                        "it is of \(LedgerError.quoted(verified.checkpoint.origin, limit: 120)), not of this inventory (\(origin))"
+                    )
+                }
+            } catch let error as LedgerError {
+                verification.findings.insert(
+                    LedgerFinding(
+                        seq: kept.size,
+                        message:
+                            "the checkpoint kept at size \(kept.size) is not signed by a key of the allowed signers: \(error.message)"
+                    ), at: 0)
+            }
+        }
+    }
+
     /// `--since`: the checkpoint read (its signature checked when `signers`
-    /// is given) and the ledger proved to extend it; a failure is a finding.
+    /// is given) and the ledger proved to extend it. Whatever does not
+    /// hold — the file is no checkpoint, its signature does not verify, it
+    /// is another bench's, the ledger is shorter or does not extend it —
+    /// is a finding (exit 2); only a file that cannot be read is exit 1.
     private static func extends(
         _ inventory: Inventory, verification: inout LedgerVerification, checkpointFile: String, signers: String?
     ) async throws -> (size: Int, signer: String?)? {
+        func finding(_ message: String) -> (size: Int, signer: String?)? {
+            verification.findings.insert(LedgerFinding(seq: nil, message: message), at: 0)
+            return nil
+        }
         let note: String
         do {
             note = String(decoding: try ProofFile.read(path: checkpointFile), as: UTF8.self)
@@ -211,14 +285,13 @@ extension Session {
             } else {
                 checkpoint = try Checkpoint.parse(try SignedNote.parse(note).text)
             }
-        } catch {
-            throw ConsoleFailure(.badInput, "ledger verify --since \(checkpointFile): \(error)")
+        } catch let error as LedgerError {
+            return finding("the checkpoint \(Visible.text(checkpointFile, limit: 200)) does not hold: \(error.message)")
         }
         let origin = Checkpoint.origin(bench: try await inventory.benchID())
         guard checkpoint.origin == origin else {
-            throw ConsoleFailure(
-                .badInput,
-                "ledger verify --since \(checkpointFile): the checkpoint is of \(Visible.text(checkpoint.origin, limit: 120)), not of this inventory (\(origin))"
+            return finding(
+                "the checkpoint \(Visible.text(checkpointFile, limit: 200)) is of \(Visible.text(checkpoint.origin, limit: 120)), not of this inventory (\(origin))"
             )
         }
         guard let root = Digest(hex: verification.root) else { return nil }
@@ -227,23 +300,31 @@ extension Session {
                 LedgerFinding(
                     seq: verification.size,
                     message:
-                        "the checkpoint holds \(checkpoint.size) entries, the ledger \(verification.size): entries were removed since it was signed"
+                        "the ledger is shorter than the checkpoint: the checkpoint holds \(checkpoint.size) entries, the ledger \(verification.size): entries were removed since it was signed"
                 ), at: 0)
             return nil
         }
-        let proof = try await inventory.ledgerConsistencyProof(from: checkpoint.size, to: verification.size)
+        // The proof from the stored tree: a tree too damaged to give one
+        // is a finding (verify has said where), not a failure of the tool.
+        let proof: [Digest]
+        do {
+            proof = try await inventory.ledgerConsistencyProof(from: checkpoint.size, to: verification.size)
+        } catch let damage as LedgerDamage {
+            return finding(
+                "no consistency proof from the checkpoint of \(checkpoint.size) entries can be made: \(damage.description)"
+            )
+        } catch let error as LedgerError {
+            return finding(
+                "no consistency proof from the checkpoint of \(checkpoint.size) entries can be made: \(error.message)")
+        }
         guard
             try MerkleTree.verifyConsistency(
                 oldSize: checkpoint.size, newSize: verification.size, oldRoot: checkpoint.root, newRoot: root,
                 proof: proof)
         else {
-            verification.findings.insert(
-                LedgerFinding(
-                    seq: nil,
-                    message:
-                        "the ledger does not extend the checkpoint of \(checkpoint.size) entries: its first \(checkpoint.size) entries were rewritten since it was signed"
-                ), at: 0)
-            return nil
+            return finding(
+                "the ledger does not extend the checkpoint of \(checkpoint.size) entries: its first \(checkpoint.size) entries were rewritten since it was signed"
+            )
         }
         return (checkpoint.size, signer)
     }
@@ -288,8 +369,18 @@ extension Session {
             }
             let head = try await inventory.ledgerTreeHead()
             let origin = Checkpoint.origin(bench: try await inventory.benchID())
-            if let kept = try await inventory.checkpoints().last(where: { $0.size == head.size }) {
-                made = (kept.note, kept.size, kept.root, origin, false)
+            let kept = try await inventory.checkpoints()
+            if let reused = try await Self.ownCheckpoint(
+                kept.last, of: inventory, origin: origin, keyPath: keyPath, signer: signerName)
+            {
+                made = (reused.note, reused.size, reused.root, origin, false)
+            } else if kept.contains(where: { $0.size == head.size }) {
+                // Kept, of this very size, but not signed by this key: not
+                // given again, and a second one of a size cannot be kept.
+                throw ConsoleFailure(
+                    .devicesFailed,
+                    "ledger checkpoint: the checkpoint kept at size \(head.size) is not signed by \(signerName)'s key (\(keyPath).pub): it is not given again, and no other can be kept at that size until the ledger grows"
+                )
             } else {
                 let checkpoint = try Checkpoint(origin: origin, size: head.size, root: head.root)
                 let note = try await onThreadOfItsOwn {
@@ -320,6 +411,60 @@ extension Session {
         return made.note
     }
 
+    /// `kept` (the newest kept checkpoint) when it may be given again for
+    /// `signer`: nothing but checkpoints entered the ledger since it was
+    /// made, it is this bench's, its root is the tree's at its size, and it
+    /// verifies against the signer's own public key (`keyPath`.pub).
+    /// Otherwise nil: a new one is signed. A checkpoint slipped into the
+    /// file under the operator's name is never handed back as theirs.
+    static func ownCheckpoint(
+        _ kept: StoredCheckpoint?, of inventory: Inventory, origin: String, keyPath: String, signer: String
+    ) async throws -> StoredCheckpoint? {
+        guard let kept, try await inventory.ledgerHoldsOnlyCheckpoints(after: kept.size),
+            try await inventory.ledgerRoot(size: kept.size) == kept.root
+        else { return nil }
+        let publicPath = keyPath.hasSuffix(".pub") ? keyPath : keyPath + ".pub"
+        guard unreadable(publicPath, "the public key") == nil,
+            let publicKey = try? String(decoding: ProofFile.read(path: publicPath).prefix(16 * 1024), as: UTF8.self)
+        else { return nil }
+        let note = kept.note
+        guard
+            let verified = try? await onThreadOfItsOwn({
+                try SignedCheckpoint.verify(note: note, signer: signer, publicKey: publicKey)
+            }), verified.checkpoint.origin == origin, verified.checkpoint.size == kept.size,
+            verified.checkpoint.root == kept.root
+        else { return nil }
+        return kept
+    }
+
+    /// The newest kept checkpoint that a key of `signers` signed, that is
+    /// this bench's and whose root is the tree's at its size; nil when
+    /// none is.
+    static func allowedCheckpoint(
+        of inventory: Inventory, signers: String
+    ) async throws -> (note: String, reasons: [String])? {
+        let origin = Checkpoint.origin(bench: try await inventory.benchID())
+        var reasons: [String] = []
+        for kept in try await inventory.checkpoints().reversed() {
+            let note = kept.note
+            do {
+                let verified = try await onThreadOfItsOwn {
+                    try SignedCheckpoint.verify(note: note, allowedSigners: signers)
+                }
+                guard verified.checkpoint.origin == origin,
+                    try await inventory.ledgerRoot(size: kept.size) == kept.root
+                else {
+                    reasons.append("the one at size \(kept.size) is not this ledger's")
+                    continue
+                }
+                return (note, reasons)
+            } catch let error as LedgerError {
+                reasons.append("the one at size \(kept.size): \(error.message)")
+            }
+        }
+        return (note: "", reasons: reasons.isEmpty ? ["none is kept"] : reasons)
+    }
+
     /// The key names on a note's signature lines.
     static func signers(of note: String) -> [String] {
         ((try? SignedNote.parse(note))?.signatures ?? []).map(\.name)
@@ -343,22 +488,34 @@ extension Session {
         } catch {
             throw ConsoleFailure(.infrastructure, "ledger prove: \(error)")
         }
-        // A new checkpoint when a key is at hand; else the newest kept.
+        // A new checkpoint when a key is at hand (or the kept one this key
+        // signed); else the newest kept one a key of --signers signed.
         let (keyPath, _) = Self.signingKey(command.key, command.signer)
         var note: String?
         if command.key != nil || FileManager.default.isReadableFile(atPath: keyPath) {
             note = try await checkpointLedger(key: command.key, signer: command.signer, out: nil, quietly: true)
             if note == nil { return }
+        } else if let signers = command.signers {
+            try Self.checkReadable(signers, "the allowed_signers file", "ledger prove --signers")
         }
         let bytes: [UInt8]
         let count: Int
         let size: Int
         do {
-            if note == nil { note = try await inventory.checkpoints().last?.note }
+            if note == nil, let signers = command.signers {
+                let found = try await Self.allowedCheckpoint(of: inventory, signers: signers)
+                guard let found, !found.note.isEmpty else {
+                    throw ConsoleFailure(
+                        .devicesFailed,
+                        "ledger prove: no kept checkpoint is signed by a key of \(Visible.text(signers, limit: 200)) (\((found?.reasons ?? []).prefix(3).joined(separator: "; "))), and no SSH key at \(keyPath) to sign a new one: give --key"
+                    )
+                }
+                note = found.note
+            }
             guard let note else {
                 throw ConsoleFailure(
                     .badInput,
-                    "ledger prove: no checkpoint to prove against and no SSH key at \(keyPath): give --key (docs/ledger.md)"
+                    "ledger prove: no SSH key at \(keyPath) to sign a new checkpoint, and no --signers to check a kept one against (a kept checkpoint is not used unchecked): give --key or --signers (docs/ledger.md)"
                 )
             }
             let checkpoint = try Checkpoint.parse(try SignedNote.parse(note).text)
@@ -390,10 +547,26 @@ extension Session {
                 bytes: bytes.count))
     }
 
-    func checkProof(file: String, signers: String) async {
+    func checkProof(file: String, signers: String) async throws(ConsoleFailure) {
+        // The checker's own files: one that cannot be read is exit 1, not "does not hold".
+        try Self.checkReadable(file, "the proof file", "ledger check")
+        try Self.checkReadable(signers, "the allowed_signers file", "ledger check")
+        let bytes: [UInt8]
+        do {
+            bytes = try ProofFile.read(path: file)
+        } catch {
+            // A file over the limit is read (that far) and is no proof file:
+            // a finding, as "Checking a proof file" step 1 says.
+            var status = stat()
+            guard stat(file, &status) == 0, Int(status.st_size) > ProofFile.maxFile else {
+                throw ConsoleFailure(.badInput, "ledger check: \(error.message)")
+            }
+            output.render(ProofCheckResult(file: file, report: nil, failure: error.message))
+            note(.devicesFailed)
+            return
+        }
         let result: ProofCheckResult
         do {
-            let bytes = try ProofFile.read(path: file)
             let report = try await onThreadOfItsOwn { try ProofFile.check(bytes, allowedSigners: signers) }
             result = ProofCheckResult(file: file, report: report, failure: nil)
         } catch let error as LedgerError {

@@ -205,3 +205,23 @@ struct LedgerSubtrees: PerfectSubtrees {
         return try MerkleTree.root(Array(leaves[offset..<offset + (1 << level)]))
     }
 }
+
+extension Inventory {
+    /// Whether every entry after the first `size` is a kept checkpoint's
+    /// (at most `limit` of them): a checkpoint of `size` entries is then
+    /// still the newest state of the ledger, but for the record of itself
+    /// (a checkpoint's entry comes after the entries it signs).
+    public func ledgerHoldsOnlyCheckpoints(after size: Int, limit: Int = 16) throws -> Bool {
+        let head = try ledgerTreeHead().size
+        guard size <= head, head - size <= limit else { return false }
+        if head == size { return true }
+        let rows = try database.rows(
+            "SELECT seq, entry FROM ledger WHERE seq >= ? AND seq < ? ORDER BY seq",
+            [.integer(Int64(size)), .integer(Int64(head))])
+        guard rows.count == head - size else { return false }
+        return rows.allSatisfy { row in
+            guard case .blob(let bytes) = row[1], let stored = try? LedgerStorage.decode(bytes) else { return false }
+            return stored.table?.name == LedgerTable.checkpoints.name && stored.op == .insert
+        }
+    }
+}

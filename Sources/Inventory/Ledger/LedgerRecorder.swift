@@ -79,11 +79,12 @@ final class LedgerRecorder {
         }
         func old() -> [SQLiteValue]? {
             guard !table.sealed else { return nil }
-            return (0..<Int32(table.columns.count)).map { index in
-                var value: OpaquePointer?
-                guard sqlite3_preupdate_old(db, index, &value) == SQLITE_OK, let value else { return .null }
-                return Self.value(value)
-            }
+            return table.entryValues(
+                (0..<Int32(table.columns.count)).map { index in
+                    var value: OpaquePointer?
+                    guard sqlite3_preupdate_old(db, index, &value) == SQLITE_OK, let value else { return .null }
+                    return Self.value(value)
+                })
         }
         switch op {
         case SQLITE_INSERT: note(index, table, key2, nil)
@@ -164,10 +165,13 @@ final class LedgerRecorder {
                 // A row outside the ledger's cover is as good as absent.
                 let old = change.old.flatMap { table.covers(row: $0) ? $0 : nil }
                 let new = current.flatMap { table.covers(row: $0) ? $0 : nil }
+                // A row with a time of its own (a checkpoint's `made_at`)
+                // gives its entry's `at`; others the time of the change.
+                let at = table.timeIndex.flatMap { index in new.map { $0[index] } } ?? .text(now)
                 for (op, key, row) in Self.entries(table, old: old, new: new) {
                     let event = table.event(op: op, changed: row, after: current)
                     try Self.append(
-                        LedgerStorage.Stored(table: table, op: op, event: event, at: .text(now), key: key, row: row),
+                        LedgerStorage.Stored(table: table, op: op, event: event, at: at, key: key, row: row),
                         to: &head, database)
                 }
             }
@@ -260,13 +264,73 @@ extension LedgerRecorder {
                             [.integer(Int64(seq)), .integer(leaf), .integer(rowid)])
                     } else {
                         let entry = LedgerStorage.Stored(
-                            table: table, op: .insert, event: "genesis", at: .text(at),
+                            table: table, op: .insert, event: table.timeIndex == nil ? "genesis" : "checkpoint",
+                            at: table.timeIndex.map { values[$0] } ?? .text(at),
                             key: table.keyIndices.map { values[$0] }, row: Array(zip(table.columns, values)))
                         try append(entry, to: &head, database)
                     }
                 }
             }
             try head.write(database)
+        }
+    }
+}
+
+extension LedgerRecorder {
+    /// The meta key saying kept checkpoints are ledger entries in this
+    /// inventory: set when its ledger begins, or when the checkpoints an
+    /// older beaconbench kept without entries have been recorded.
+    static let checkpointEntriesKey = "checkpoint_entries"
+
+    /// Records as entries the checkpoints an older beaconbench kept
+    /// without one (docs/ledger.md, "Checkpoints kept before they were
+    /// entries"): once per inventory, on its first open for writing by a
+    /// beaconbench that keeps them as entries. A note (event `checkpoint`)
+    /// says which, then one entry per checkpoint, in the fixed checkpoint
+    /// entry format, in one transaction with the meta key that says it was
+    /// done. Nothing is recorded when the ledger already holds a
+    /// checkpoint entry or that note (the key was deleted outside
+    /// beaconbench: the rows without an entry stay findings of `ledger
+    /// verify`).
+    static func recordKeptCheckpoints(_ database: Database, bench: String, at: String) throws {
+        let done = "SELECT 1 FROM meta WHERE key = ?"
+        let key: [SQLiteValue] = [.text(checkpointEntriesKey)]
+        guard try database.rows(done, key).isEmpty else { return }
+        try database.inTransaction {
+            guard try database.rows(done, key).isEmpty else { return }
+            var head = try LedgerHead.read(database)
+            let table = LedgerTable.checkpoints
+            let rows = try database.rows(table.selectAllByRowid).map { Array($0.dropFirst()) }
+            // Table byte 10 (a checkpoint), or a note (0) of event 11: LedgerStorage.swift.
+            let recorded = try !database.rows(
+                "SELECT 1 FROM ledger WHERE substr(entry, 2, 1) = x'0A' OR substr(entry, 2, 3) = x'00030B' LIMIT 1"
+            ).isEmpty
+            if !rows.isEmpty, !recorded {
+                let first = head.size + 1
+                let sizes = rows.map { LedgerVerifier.text($0[0]) }.joined(separator: ", ")
+                try append(
+                    LedgerStorage.Stored(
+                        table: nil, op: .note, event: "checkpoint", at: .text(at), key: [],
+                        row: [
+                            ("bench", .text(bench)),
+                            (
+                                "text",
+                                .text(
+                                    "checkpoints are ledger entries from here on: entries \(first) to \(first + rows.count - 1) record the \(rows.count) kept before (sizes \(sizes)), as they were"
+                                )
+                            ),
+                        ]), to: &head, database)
+                for values in rows {
+                    try append(
+                        LedgerStorage.Stored(
+                            table: table, op: .insert, event: "checkpoint", at: values[3],
+                            key: table.keyIndices.map { values[$0] }, row: Array(zip(table.columns, values))),
+                        to: &head, database)
+                }
+                try head.write(database)
+            }
+            try database.run(
+                "INSERT INTO meta(key, value) VALUES (?, ?)", [.text(checkpointEntriesKey), .text(String(head.size))])
         }
     }
 }

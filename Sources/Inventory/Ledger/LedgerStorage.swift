@@ -23,9 +23,26 @@ import FoundationEssentials
 /// entry's `at` (a row's times mostly are), 7 a Bluetooth address written
 /// as the inventory writes them (`C0:1E:6D:EA:89:86`: its 6 bytes). A
 /// note's row is its bench and text, as texts.
+///
+/// The bytes, as numbers: the table byte is 0 for a note, 1 `runs`,
+/// 2 `devices`, 3 `identities`, 4 `assignments`, 5 `outcomes`,
+/// 6 `readings`, 7 `trips`, 8 `events`, 9 `incidents`,
+/// 10 `ledger_checkpoints`; the event byte 0 `genesis`, 1 `run`, 2 `step`,
+/// 3 `device`, 4 `identity`, 5 `assignment`, 6 `forget`, 7 `reading`,
+/// 8 `pull`, 9 `sync`, 10 `converged`, 11 `checkpoint`. A kept checkpoint
+/// (table 10, event 11) is a whole row inserted (op 4): `at` its
+/// `made_at` (tag 3, or 2 when the text is not the inventory's own time
+/// format), then 4 columns: 0 `size` (tag 1), 1 `root` as 64 lower-case
+/// hex digits (tag 2, length 64: the entry writes the root so, not as the
+/// 32 bytes `ledger_checkpoints.root` keeps), 2 `note` (tag 2, the signed
+/// note as kept), 3 `made_at` (tag 6: the same text as `at`). The note
+/// entry before the checkpoints recorded when an older inventory is first
+/// opened (`LedgerRecorder.recordKeptCheckpoints`) is table 0, op 3,
+/// event 11.
 enum LedgerStorage {
     static let events = [
         "genesis", "run", "step", "device", "identity", "assignment", "forget", "reading", "pull", "sync", "converged",
+        "checkpoint",
     ]
 
     struct Stored {

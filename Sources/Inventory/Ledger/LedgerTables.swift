@@ -48,8 +48,11 @@ struct LedgerTable: Sendable {
         }
     }
 
-    /// The columns, as a select list.
-    var selectList: String { columns.joined(separator: ", ") }
+    /// The columns, as a select list: each as its entry writes it (a
+    /// checkpoint's `root` as lower-case hex, `entryValues`).
+    var selectList: String {
+        columns.map { name == "ledger_checkpoints" && $0 == "root" ? "lower(hex(root))" : $0 }.joined(separator: ", ")
+    }
 
     /// Whether the ledger covers a row of this table, its values given by
     /// column name. Every row but an assignment pulled from the server and
@@ -129,10 +132,32 @@ struct LedgerTable: Sendable {
             "source", "converged_at", "converged_run",
         ], sealed: false, timeColumn: nil)
 
-    /// In the order `ledger verify` and the genesis go through them.
+    /// The checkpoints kept (docs/ledger.md, "Checkpoints"): each one is
+    /// an entry, made in the transaction that keeps it, so one slipped in,
+    /// taken out or back-dated outside beaconbench is found. Its entry's
+    /// `at` is its `made_at`; its `root` is written in the entry as 64
+    /// lower-case hex digits (`entryValues`), not as the stored 32 bytes.
+    static let checkpoints = LedgerTable(
+        name: "ledger_checkpoints", key: ["size"], columns: ["size", "root", "note", "made_at"], sealed: false,
+        timeColumn: "made_at")
+
+    /// In the order `ledger verify` and the genesis go through them. (A new
+    /// table goes at the end: a stored entry names its table by its place
+    /// here, LedgerStorage.swift.)
     static let all: [LedgerTable] = [
-        runs, devices, identities, assignments, outcomes, readings, trips, events, incidents,
+        runs, devices, identities, assignments, outcomes, readings, trips, events, incidents, checkpoints,
     ]
+
+    /// A row's values as its entry writes them: a checkpoint's `root`, kept
+    /// as 32 bytes, is 64 lower-case hex digits in its entry. (The select
+    /// lists do this in SQL, `selectList`; this is for values the
+    /// preupdate hook reads.)
+    func entryValues(_ values: [SQLiteValue]) -> [SQLiteValue] {
+        guard name == "ledger_checkpoints", values.count > 1, case .blob(let bytes) = values[1] else { return values }
+        var converted = values
+        converted[1] = .text(bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined())
+        return converted
+    }
     /// The names as C strings, in `all`'s order, for the preupdate hook
     /// (made once, never freed).
     nonisolated(unsafe) static let cNames: [UnsafeMutablePointer<CChar>] = all.map { strdup($0.name)! }
@@ -159,6 +184,7 @@ struct LedgerTable: Sendable {
         case "readings": return "reading"
         case "trips", "events", "incidents": return "pull"
         case "identities": return "identity"
+        case "ledger_checkpoints": return "checkpoint"
         case "devices":
             if let forgotten = value("forgotten_at"), forgotten != .null { return "forget" }
             return "device"

@@ -103,7 +103,9 @@ struct LedgerVerifier {
                 find(nil, "trigger \(trigger) is not the one beaconbench made: it was replaced outside beaconbench")
             }
         }
-        try checkColumns()
+        // A table without the columns the ledger reads cannot be read:
+        // said (naming the column), and the rest not tried.
+        guard try checkColumns() else { return finish() }
         try checkBench()
         let head = try? LedgerHead.read(database)
         if head == nil { find(nil, "ledger_head holds no valid tree edge: the ledger's head was edited") }
@@ -214,6 +216,11 @@ struct LedgerVerifier {
         }
         comparingTables = true
         try compareTables()
+        return finish()
+    }
+
+    /// The findings in order (about the ledger first, by place), bounded.
+    private mutating func finish() -> LedgerVerification {
         all.sort { ($0.aboutTables ? 1 : 0, $0.seq ?? Int.max) < ($1.aboutTables ? 1 : 0, $1.seq ?? Int.max) }
         result.findings = Array(all.prefix(limit))
         result.truncated = max(0, all.count - limit)
@@ -301,6 +308,19 @@ struct LedgerVerifier {
 
     private mutating func replay(_ seq: Int, _ table: LedgerTable, _ entry: LedgerStorage.Stored) {
         let key = Self.keyString(entry.key)
+        // A checkpoint is kept once and never changed; its entry comes
+        // after the entries it signs (docs/ledger.md, "Checkpoints are
+        // entries").
+        if table.name == LedgerTable.checkpoints.name {
+            if entry.op != .insert {
+                find(seq, "entry \(seq) \(entry.op.rawValue)s a kept checkpoint: a checkpoint is only ever added")
+            } else if let size = entry.key.first?.integer, size > Int64(seq) {
+                find(
+                    seq,
+                    "entry \(seq) records a checkpoint of \(size) entries before the entries it signs: a checkpoint's entry comes after them"
+                )
+            }
+        }
         switch entry.op {
         case .insert:
             // A row the ledger holds but no longer covers (an assignment
@@ -360,6 +380,13 @@ struct LedgerVerifier {
                     continue
                 }
                 guard let implied = expected.removeValue(forKey: key), table.covers({ implied.row[$0] }) else {
+                    if table.name == LedgerTable.checkpoints.name {
+                        find(
+                            nil,
+                            "the checkpoint kept at size \(Self.text(keyValues[0])) has no ledger entry: it was added outside beaconbench (one an older beaconbench kept is recorded when the inventory is next opened for writing: docs/ledger.md)"
+                        )
+                        continue
+                    }
                     find(nil, "\(name) is in the table but not in the ledger: it was added outside beaconbench")
                     continue
                 }
@@ -428,20 +455,53 @@ struct LedgerVerifier {
         }
     }
 
-    /// The covered tables still have the columns the entries are made of.
-    private mutating func checkColumns() throws {
-        for table in LedgerTable.all {
-            let columns = try database.rows("SELECT name FROM pragma_table_info(?)", [.text(table.name)]).compactMap {
+    /// The ledger's own tables, with the columns verify reads.
+    static let ledgerTables: [(String, [String])] = [
+        ("ledger", ["seq", "leaf", "entry"]), ("ledger_head", ["one", "size", "frontier", "root"]),
+        ("ledger_nodes", ["node", "hash"]),
+    ]
+
+    /// The covered tables still have the columns the entries are made of,
+    /// and the ledger's own tables theirs; each one gone is named.
+    /// - Returns: whether all are there (else the tables cannot be read).
+    private mutating func checkColumns() throws -> Bool {
+        var readable = true
+        let tables =
+            LedgerTable.all.map { ($0.name, $0.columns + ($0.sealed ? ["ledger_seq", "ledger_leaf"] : [])) }
+            + Self.ledgerTables
+        for (name, expected) in tables {
+            let columns = try database.rows("SELECT name FROM pragma_table_info(?)", [.text(name)]).compactMap {
                 $0.first?.text
             }
-            let expected = table.columns + (table.sealed ? ["ledger_seq", "ledger_leaf"] : [])
-            if columns != expected {
+            guard columns != expected else { continue }
+            if columns.isEmpty {
+                find(nil, "table \(name) is gone: it was dropped outside beaconbench")
+                readable = false
+                continue
+            }
+            let missing = expected.filter { !columns.contains($0) }
+            let extra = columns.filter { !expected.contains($0) }
+            if !missing.isEmpty {
+                readable = false
                 find(
                     nil,
-                    "table \(table.name) has columns \(columns.joined(separator: ", ")), not the ones its entries are made of"
+                    "table \(name) has lost column\(missing.count == 1 ? "" : "s") \(missing.joined(separator: ", ")), which its entries are made of: it was changed outside beaconbench"
+                )
+            }
+            if !extra.isEmpty {
+                find(
+                    nil,
+                    "table \(name) has column\(extra.count == 1 ? "" : "s") \(extra.joined(separator: ", ")) that its entries are not made of: it was changed outside beaconbench"
+                )
+            }
+            if missing.isEmpty, extra.isEmpty {
+                find(
+                    nil,
+                    "table \(name) has its columns in another order (\(columns.joined(separator: ", "))) than its entries: it was changed outside beaconbench"
                 )
             }
         }
+        return readable
     }
 }
 
