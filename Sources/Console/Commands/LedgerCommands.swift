@@ -129,7 +129,7 @@ public struct LedgerCheckCommand: ConsoleCommand {
         example: "ledger check a3b5c7d9.proof --signers allowed_signers", operands: [.required("FILE", .text)],
         options: [.value("--signers", "FILE", .text, "the allowed_signers file (ssh-keygen's format)", required: true)],
         detail:
-            "Exit 0 when the file holds; 2 naming the first thing that fails (docs/ledger.md, \"Checking a proof file\").",
+            "Exit 0 when the file holds; 2 naming the first thing that fails (docs/ledger.md, \"Checking a proof file\"); 1 when the proof file or the allowed_signers file cannot be read.",
         emits: [.proofCheck]
     ).shapeNotChecked(because: "needs a proof file: LedgerCommandTests checks its `proof_check` line").documented(
         in: "ledger.md")
@@ -141,7 +141,7 @@ public struct LedgerCheckCommand: ConsoleCommand {
         self.signers = signers
     }
     public func run(in session: Session, _ located: LocatedCommand) async throws(ConsoleFailure) {
-        await session.checkProof(file: file, signers: signers)
+        try await session.checkProof(file: file, signers: signers)
     }
 }
 
@@ -195,17 +195,23 @@ extension Session {
         _ inventory: Inventory, verification: inout LedgerVerification, checkpointFile: String, signers: String?
     ) async throws -> (size: Int, signer: String?)? {
         let note: String
+        let allowed: AllowedSigners?
         do {
-            note = String(decoding: try ProofFile.read(path: checkpointFile), as: UTF8.self)
+            note = String(decoding: try BoundedFile.read(checkpointFile, limit: SignedNote.maxNote), as: UTF8.self)
         } catch {
-            throw ConsoleFailure(.badInput, "ledger verify --since: \(error)")
+            throw ConsoleFailure(.badInput, "ledger verify --since: could not read \(checkpointFile): \(error)")
+        }
+        do {
+            allowed = try signers.map { path throws(BoundedFile.Failure) in try AllowedSigners.read(path) }
+        } catch {
+            throw ConsoleFailure(.badInput, "ledger verify --signers: could not read \(signers ?? ""): \(error)")
         }
         let checkpoint: Checkpoint
         var signer: String?
         do {
-            if let signers {
+            if let allowed {
                 let verified = try await onThreadOfItsOwn {
-                    try SignedCheckpoint.verify(note: note, allowedSigners: signers)
+                    try SignedCheckpoint.verify(note: note, allowedSigners: allowed)
                 }
                 (checkpoint, signer) = (verified.checkpoint, verified.signer)
             } else {
@@ -390,11 +396,24 @@ extension Session {
                 bytes: bytes.count))
     }
 
-    func checkProof(file: String, signers: String) async {
+    func checkProof(file: String, signers: String) async throws(ConsoleFailure) {
+        // The checker's own files: one that cannot be read is "could not
+        // check" (exit 1), never a proof that does not hold.
+        let bytes: [UInt8]
+        let allowed: AllowedSigners
+        do {
+            bytes = try BoundedFile.read(file, limit: ProofFile.maxFile)
+        } catch {
+            throw ConsoleFailure(.badInput, "ledger check: could not read \(file): \(error)")
+        }
+        do {
+            allowed = try AllowedSigners.read(signers)
+        } catch {
+            throw ConsoleFailure(.badInput, "ledger check: could not read \(signers): \(error)")
+        }
         let result: ProofCheckResult
         do {
-            let bytes = try ProofFile.read(path: file)
-            let report = try await onThreadOfItsOwn { try ProofFile.check(bytes, allowedSigners: signers) }
+            let report = try await onThreadOfItsOwn { try ProofFile.check(bytes, allowedSigners: allowed) }
             result = ProofCheckResult(file: file, report: report, failure: nil)
         } catch let error as LedgerError {
             result = ProofCheckResult(file: file, report: nil, failure: error.message)
