@@ -65,9 +65,17 @@ public enum FleetFile {
     /// The longest attribute value ATT carries (Core spec, Vol 3, Part F, 3.2.9).
     public static let maximumValueLength = 512
 
+    /// The largest fleet file read (docs/simulator.md, "Fleet files and
+    /// state"): 100,000 beacons of 2.5 KiB each.
+    public static let maxFile = 256 << 20
+
     public static func load(_ path: String, now: Int64) throws -> [BeaconState] {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw FleetFileError(path, "cannot be read")
+        // A regular file, opened without blocking, at most maxFile read.
+        let data: Data
+        do {
+            data = Data(try BoundedFile.read(path, limit: maxFile))
+        } catch {
+            throw FleetFileError(path, "\(error)")
         }
         let entries: [Entry]
         do {
@@ -176,8 +184,11 @@ public enum StateFile {
             throw FleetFileError(path, error.reason)
         }
         guard target.exists else { return nil }
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw FleetFileError(path, "cannot be read")
+        let data: Data
+        do {
+            data = Data(try BoundedFile.read(path, limit: FleetFile.maxFile))
+        } catch {
+            throw FleetFileError(path, "\(error)")
         }
         do {
             let contents = try JSONDecoder().decode(Contents.self, from: data)

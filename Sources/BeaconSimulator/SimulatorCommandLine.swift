@@ -1,5 +1,6 @@
 import DBusBinding
 import Foundation
+import SafeText
 import Synchronization
 
 /// `beaconbench-sim`'s command line: parsed here so the executable stays
@@ -91,19 +92,21 @@ public struct SimulatorCommandLine: Sendable {
         public let description: String
     }
 
+    /// The largest fault plan file read (docs/simulator.md, "Fault plans").
+    public static let maxPlanFile = 1 << 20
+
     /// Reads and checks a fault plan file.
     /// - Throws: `UsageError` naming the file, and the rule and field.
     static func loadPlan(_ path: String) throws -> FaultPlan {
-        let data: Data
+        // Checked before it is read (a regular file, opened without
+        // blocking), and never more than the limit read (`BoundedFile`).
+        let data: [UInt8]
         do {
-            data = try Data(contentsOf: URL(fileURLWithPath: path))
+            data = try BoundedFile.read(path, limit: maxPlanFile)
         } catch {
-            throw UsageError(description: "--fault-plan \(path): cannot read it (\(error.localizedDescription))")
+            throw UsageError(description: "--fault-plan \(path): \(error)")
         }
-        guard data.count <= 1 << 20 else {
-            throw UsageError(description: "--fault-plan \(path): larger than 1 MiB")
-        }
-        guard let text = String(data: data, encoding: .utf8) else {
+        guard let text = String(validating: data, as: UTF8.self) else {
             throw UsageError(description: "--fault-plan \(path): not UTF-8")
         }
         do {

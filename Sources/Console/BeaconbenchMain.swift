@@ -72,8 +72,13 @@ public enum BeaconbenchMain {
             let data: [UInt8]
             do {
                 data = try BoundedFile.read(file, limit: BatchParser.Limits.fileBytes)
+            } catch .notARegularFile(let kind) {
+                terminal.error(
+                    "\(file): is \(kind), not a regular file: `run` reads a batch file (a batch from a pipe goes on standard input: beaconbench < FILE)"
+                )
+                return ExitStatus.badInput.rawValue
             } catch {
-                terminal.error("\(file): \(error) (a batch is at most 1 MiB)")
+                terminal.error("\(file): \(error) (a batch is a regular file of at most 1 MiB)")
                 return ExitStatus.badInput.rawValue
             }
             if Paths.isWorldWritable(file) {
@@ -104,7 +109,7 @@ public enum BeaconbenchMain {
             do {
                 data = try BoundedFile.read(descriptor: 0, limit: BatchParser.Limits.fileBytes)
             } catch {
-                terminal.error("<stdin>: \(error) (a batch is at most 1 MiB)")
+                terminal.error("<stdin>: \(error) (a batch is a file of at most 1 MiB)")
                 return ExitStatus.badInput.rawValue
             }
             guard let text = utf8Text(data, file: "<stdin>", terminal: terminal) else {

@@ -351,6 +351,8 @@ final class LineEditor: Sendable {
 /// (readline's own `read_history` and `append_history` follow links.)
 struct HistoryFile: Sendable {
     static let limit = 1000
+    /// The most of the file read: its last 4 MiB.
+    static let maxBytes = 4 << 20
     let path: String
     let descriptor: Int32
 
@@ -407,16 +409,23 @@ struct HistoryFile: Sendable {
 
     /// The lines kept, oldest first: the last `limit`.
     func lines() -> [String] {
+        // At most the last `maxBytes` (the last 1000 lines of any REPL
+        // use fit in far less): a file grown, or made sparse, to gigabytes
+        // is not read whole. A line cut at the start is dropped.
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return [] }
+        let start = max(0, info.st_size - off_t(Self.maxBytes))
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
-        var offset: off_t = 0
-        while true {
-            let count = pread(descriptor, &chunk, chunk.count, offset)
+        var offset = start
+        while bytes.count < Self.maxBytes {
+            let count = pread(descriptor, &chunk, min(chunk.count, Self.maxBytes - bytes.count), offset)
             if count < 0, errno == EINTR { continue }
             guard count > 0 else { break }
             bytes += chunk[..<count]
             offset += off_t(count)
         }
+        if start > 0 { bytes = Array(bytes.drop { $0 != UInt8(ascii: "\n") }) }
         let lines = bytes.split(separator: UInt8(ascii: "\n")).map { String(decoding: $0, as: UTF8.self) }
             .filter { !$0.isEmpty && !Self.isTimestamp($0) }
         return Array(lines.suffix(Self.limit))

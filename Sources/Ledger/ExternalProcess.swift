@@ -1,6 +1,7 @@
 import CCrypto
 import Dispatch
 import FoundationEssentials
+import SafeText
 
 #if canImport(Glibc)
     import Glibc
@@ -110,26 +111,6 @@ final class TemporaryDirectory {
 
     /// At most `limit` bytes of `name`.
     func read(_ name: String, limit: Int) -> [UInt8] {
-        (try? readFile(path + "/" + name, limit: limit)) ?? []
+        BoundedFile.prefix(path + "/" + name, limit: limit)
     }
-}
-
-/// At most `limit` bytes from the start of the file at `path`; nil when it
-/// cannot be opened, an error naming the cause when it cannot be read.
-func readFile(_ path: String, limit: Int) throws(LedgerError) -> [UInt8]? {
-    let descriptor = open(path, O_RDONLY | O_CLOEXEC)
-    guard descriptor >= 0 else { return nil }
-    defer { close(descriptor) }
-    var bytes = [UInt8](repeating: 0, count: limit)
-    var count = 0
-    while count < limit {
-        let got = bytes.withUnsafeMutableBytes { read(descriptor, $0.baseAddress! + count, limit - count) }
-        if got == 0 { break }
-        if got < 0 {
-            if errno == EINTR { continue }
-            throw LedgerError(String(cString: strerror(errno)))
-        }
-        count += got
-    }
-    return Array(bytes[..<count])
 }

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import SafeText
 
 #if canImport(Glibc)
     import Glibc
@@ -74,23 +75,27 @@ public enum ProofFile {
     }
 
     /// The bytes of the file at `path`, at most `maxFile` of them: a larger
-    /// file is refused without reading it whole.
+    /// file, or one that is not a regular file (a FIFO, a device, a
+    /// directory), is refused without reading it (`BoundedFile`).
     public static func read(path: String) throws(LedgerError) -> [UInt8] {
-        let read: [UInt8]?
-        do { read = try readFile(path, limit: maxFile + 1) } catch {
-            throw LedgerError("cannot read \(LedgerError.quoted(path)): \(LedgerError.quoted(error.message))")
+        do { return try BoundedFile.read(path, limit: maxFile) } catch {
+            throw LedgerError("could not read \(LedgerError.quoted(path)): \(error)")
         }
-        guard let data = read else { throw LedgerError("cannot open \(LedgerError.quoted(path)) for reading") }
-        guard data.count <= maxFile else {
-            throw LedgerError("\(LedgerError.quoted(path)) is larger than \(maxFile) bytes")
-        }
-        return data
     }
 
     /// Checks a proof file as docs/ledger.md's "Checking a proof file"
     /// says, in that order; the first thing that fails is thrown.
     public static func check(
         _ fileBytes: [UInt8], allowedSigners: String, sshKeygen: String = SignedCheckpoint.defaultSSHKeygen,
+        timeout: Duration = .seconds(30)
+    ) throws -> ProofReport {
+        try check(
+            fileBytes, allowedSigners: try AllowedSigners.load(allowedSigners), sshKeygen: sshKeygen, timeout: timeout)
+    }
+
+    /// `check` with the allowed_signers file already read.
+    public static func check(
+        _ fileBytes: [UInt8], allowedSigners: AllowedSigners, sshKeygen: String = SignedCheckpoint.defaultSSHKeygen,
         timeout: Duration = .seconds(30)
     ) throws -> ProofReport {
         // 1. Size, UTF-8, JSON.

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import SafeText
 
 #if canImport(Glibc)
     import Glibc
@@ -29,6 +30,7 @@ public enum SignedCheckpoint {
                 "the signer \(LedgerError.quoted(signer)) is not a key name: it must be non-empty, at most \(SignedNote.maxKeyName) bytes, without spaces, control characters, \"+\", \",\" or quotes"
             )
         }
+        try checkKey(keyPath)
         let body = checkpoint.body
         let directory = try TemporaryDirectory()
         let result = try ExternalProcess.run(
@@ -49,6 +51,28 @@ public enum SignedCheckpoint {
         }
         let keyID = try SSHSignature.keyID(name: signer, publicKey: parsed.publicKey)
         return SignedNote(text: body, signatures: [.init(name: signer, keyID: keyID, signature: blob)]).serialized
+    }
+
+    /// The largest key file handed to ssh-keygen (OpenSSH's own bound on a
+    /// key file).
+    public static let maxKeyFile = 1024 * 1024
+
+    /// Checks the key file at `path`, and its `.pub` beside it when there
+    /// is one (ssh-keygen reads it for a key whose public half the private
+    /// file does not hold), as every file the tool reads is
+    /// (`BoundedFile`: a regular file of at most `maxKeyFile` bytes, opened
+    /// without blocking), before ssh-keygen is given its name. The key
+    /// itself is not copied: a secret key is not written anywhere else.
+    static func checkKey(_ path: String) throws(LedgerError) {
+        for file in [path, path + ".pub"] {
+            do {
+                try BoundedFile.check(file, limit: maxKeyFile)
+            } catch .missing where file != path {
+                continue
+            } catch {
+                throw LedgerError("could not read the key \(LedgerError.quoted(file)): \(error)")
+            }
+        }
     }
 
     /// `path` from this process's current directory: ssh-keygen runs in a
@@ -97,6 +121,17 @@ public enum SignedCheckpoint {
         note: String, allowedSigners: String, sshKeygen: String = defaultSSHKeygen,
         timeout: Duration = .seconds(30)
     ) throws -> (checkpoint: Checkpoint, signer: String) {
+        try verify(
+            note: note, allowedSigners: try AllowedSigners.load(allowedSigners), sshKeygen: sshKeygen,
+            timeout: timeout)
+    }
+
+    /// `verify` with the allowed_signers file already read: ssh-keygen
+    /// reads a private copy of its bytes (`AllowedSigners`).
+    public static func verify(
+        note: String, allowedSigners: AllowedSigners, sshKeygen: String = defaultSSHKeygen,
+        timeout: Duration = .seconds(30)
+    ) throws -> (checkpoint: Checkpoint, signer: String) {
         let parsed = try SignedNote.parse(note)
         let checkpoint = try Checkpoint.parse(parsed.text)
         var reasons: [String] = []
@@ -118,10 +153,11 @@ public enum SignedCheckpoint {
             let directory = try TemporaryDirectory()
             let signatureFile = try directory.write(
                 "checkpoint.sig", Array(SSHSignature.armor(signature.signature).utf8))
+            let signersFile = try directory.write("allowed_signers", allowedSigners.bytes)
             let result = try ExternalProcess.run(
                 sshKeygen,
                 [
-                    "-Y", "verify", "-f", absolute(allowedSigners), "-I", signature.name, "-n", SSHSignature.namespace,
+                    "-Y", "verify", "-f", signersFile, "-I", signature.name, "-n", SSHSignature.namespace,
                     "-s",
                     signatureFile,
                 ], input: Array(parsed.text.utf8), in: directory, timeout: timeout)
@@ -137,7 +173,7 @@ public enum SignedCheckpoint {
                 "\(who) does not verify with ssh-keygen -Y verify (exit \(result.status)): \(LedgerError.quoted(said))")
         }
         throw LedgerError(
-            "no signature of the checkpoint verifies with \(LedgerError.quoted(allowedSigners)): "
+            "no signature of the checkpoint verifies with \(LedgerError.quoted(allowedSigners.path)): "
                 + reasons.joined(separator: "; "))
     }
 }

@@ -83,7 +83,8 @@ public final class SimulatorProcess: Sendable {
         }
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
-            if let text = try? String(contentsOfFile: output, encoding: .utf8), text.hasSuffix("\n"),
+            if let text = String(validating: BoundedFile.prefix(output, limit: 64 * 1024), as: UTF8.self),
+                text.hasSuffix("\n"),
                 let line = text.split(separator: "\n").first
             {
                 return SimulatorProcess(bus: bus, process: process, readyLine: String(line), lifeline: lifeline)
@@ -91,13 +92,13 @@ public final class SimulatorProcess: Sendable {
             guard process.isRunning else { break }
             usleep(5_000)
         }
-        let message = (try? String(contentsOfFile: errors, encoding: .utf8))?
+        let message = String(decoding: BoundedFile.prefix(errors, limit: 64 * 1024), as: UTF8.self)
             .trimmingWhitespace()
         process.terminate()
         bus.stop()
         close(lifeline)
         throw LocalBusError(
-            "the simulator did not start" + (message.map { $0.isEmpty ? "" : ": \($0)" } ?? ""))
+            "the simulator did not start" + (message.isEmpty ? "" : ": \(message)"))
     }
 
     /// Stops the simulator (it saves its state file on SIGTERM), then the

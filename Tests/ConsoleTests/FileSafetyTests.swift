@@ -223,6 +223,32 @@ struct FileSafetyTests {
         }
     }
 
+    /// A history of 1 GiB (sparse: its last lines real): only its last
+    /// 4 MiB is read, the session works, and what is kept is those last
+    /// lines and the new one; the gigabyte is not read whole (it would be
+    /// seconds and a gigabyte of memory).
+    @Test func aHugeHistoryIsReadOnlyAtItsEnd() async throws {
+        try await withResource({ try await ConsoleFixture.start(nil) }, stop: { await $0.stop() }) { bench in
+            let directory = bench.directory + "/state/beaconbench"
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            chmod(bench.directory + "/state", 0o700)
+            chmod(directory, 0o700)
+            let history = directory + "/history"
+            let descriptor = open(history, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+            try #require(descriptor >= 0)
+            let tail = Array("\nprofiles list\n".utf8)
+            try #require(ftruncate(descriptor, off_t(1 << 30) - off_t(tail.count)) == 0)
+            try #require(pwrite(descriptor, tail, tail.count, off_t(1 << 30) - off_t(tail.count)) == tail.count)
+            close(descriptor)
+            let steps: [[String: Any]] = [["expect": "]> "], ["send": "help\n"], ["expect": "]> "], ["eof": true]]
+            let command = [builtProduct("beaconbench"), "--bus", bench.busAddress, "--inventory", bench.inventoryPath]
+            let session = try await Self.drive(bench, steps, command: command)
+            #expect(session.ok && session.status == 0, "\(session.transcript)")
+            #expect(!session.transcript.contains("history is not kept"), "\(session.transcript)")
+            #expect(try String(contentsOfFile: history, encoding: .utf8) == "profiles list\nhelp\n")
+        }
+    }
+
     /// A history that is a file of another user: a warning, no history
     /// kept, the file untouched (content and mode). Root-only, so reported
     /// as skipped when not root (never passed without running), and a

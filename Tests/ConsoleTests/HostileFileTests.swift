@@ -57,7 +57,7 @@ struct HostileFileTests {
             toFile: batch, atomically: true, encoding: .utf8)
         let run = try await limited(bench, ["run", batch])
         #expect(run.status == 1)
-        #expect(run.stderr.contains("huge.batch: larger than 1 MiB"), "\(run.stderr.prefix(300))")
+        #expect(run.stderr.contains("huge.batch: is larger than 1 MiB"), "\(run.stderr.prefix(300))")
         #expect(run.stderr.utf8.count < 300)
 
         // Under the file bound but over the line bound: the line is named

@@ -174,29 +174,23 @@ extension Session {
     }
 
     /// Why the checker's own file at `path` (a checkpoint, an
-    /// allowed_signers file, a proof file) cannot be read, or nil when it
-    /// is a regular file this process may read. Looked at with `stat`, so
-    /// a FIFO or a device is never opened. Such a file is the checker's,
-    /// not what is checked: exit 1, not a finding (docs/ledger.md, "Exit
-    /// statuses").
-    static func unreadable(_ path: String, _ what: String) -> String? {
-        var status = stat()
-        guard stat(path, &status) == 0 else {
-            let reason = errno == ENOENT ? "does not exist" : String(cString: strerror(errno))
-            return "\(what) \(Visible.text(path, limit: 200)) cannot be read: \(reason)"
+    /// allowed_signers file, a public key) cannot be read, or nil when it
+    /// is a regular file of at most `limit` bytes this process may read.
+    /// Through `BoundedFile`, as every reader: never blocking on a FIFO,
+    /// never reading a device. Such a file is the checker's, not what is
+    /// checked: exit 1, not a finding (docs/ledger.md, "Exit statuses").
+    static func unreadable(_ path: String, limit: Int) -> String? {
+        do {
+            _ = try BoundedFile.read(path, limit: limit)
+            return nil
+        } catch {
+            return "could not read \(Visible.text(path, limit: 200)): \(error)"
         }
-        guard status.st_mode & S_IFMT == S_IFREG else {
-            return "\(what) \(Visible.text(path, limit: 200)) cannot be read: it is not a regular file"
-        }
-        guard access(path, R_OK) == 0 else {
-            return "\(what) \(Visible.text(path, limit: 200)) cannot be read: \(String(cString: strerror(errno)))"
-        }
-        return nil
     }
 
     /// `unreadable`, as the failure it is (exit 1).
-    static func checkReadable(_ path: String, _ what: String, _ command: String) throws(ConsoleFailure) {
-        if let reason = unreadable(path, what) { throw ConsoleFailure(.badInput, "\(command): \(reason)") }
+    static func checkReadable(_ path: String, limit: Int, _ command: String) throws(ConsoleFailure) {
+        if let reason = unreadable(path, limit: limit) { throw ConsoleFailure(.badInput, "\(command): \(reason)") }
     }
 
     func verifyLedger(since: String?, signers: String?) async throws(ConsoleFailure) {
@@ -204,8 +198,8 @@ extension Session {
             return try await verifyServerLedgers(url: url)
         }
         // The checker's own files first: one that cannot be read is exit 1.
-        if let since { try Self.checkReadable(since, "the checkpoint file", "ledger verify --since") }
-        if let signers { try Self.checkReadable(signers, "the allowed_signers file", "ledger verify --signers") }
+        if let since { try Self.checkReadable(since, limit: SignedNote.maxNote, "ledger verify --since") }
+        if let signers { try Self.checkReadable(signers, limit: AllowedSigners.maxFile, "ledger verify --signers") }
         let inventory = try await ledgerInventory("ledger verify")
         var verification: LedgerVerification
         var grown: (size: Int, signer: String?)?
@@ -269,17 +263,23 @@ extension Session {
             return nil
         }
         let note: String
+        let allowed: AllowedSigners?
         do {
-            note = String(decoding: try ProofFile.read(path: checkpointFile), as: UTF8.self)
+            note = String(decoding: try BoundedFile.read(checkpointFile, limit: SignedNote.maxNote), as: UTF8.self)
         } catch {
-            throw ConsoleFailure(.badInput, "ledger verify --since: \(error)")
+            throw ConsoleFailure(.badInput, "ledger verify --since: could not read \(checkpointFile): \(error)")
+        }
+        do {
+            allowed = try signers.map { path throws(BoundedFile.Failure) in try AllowedSigners.read(path) }
+        } catch {
+            throw ConsoleFailure(.badInput, "ledger verify --signers: could not read \(signers ?? ""): \(error)")
         }
         let checkpoint: Checkpoint
         var signer: String?
         do {
-            if let signers {
+            if let allowed {
                 let verified = try await onThreadOfItsOwn {
-                    try SignedCheckpoint.verify(note: note, allowedSigners: signers)
+                    try SignedCheckpoint.verify(note: note, allowedSigners: allowed)
                 }
                 (checkpoint, signer) = (verified.checkpoint, verified.signer)
             } else {
@@ -424,8 +424,7 @@ extension Session {
             try await inventory.ledgerRoot(size: kept.size) == kept.root
         else { return nil }
         let publicPath = keyPath.hasSuffix(".pub") ? keyPath : keyPath + ".pub"
-        guard unreadable(publicPath, "the public key") == nil,
-            let publicKey = try? String(decoding: ProofFile.read(path: publicPath).prefix(16 * 1024), as: UTF8.self)
+        guard let publicKey = try? String(decoding: BoundedFile.read(publicPath, limit: 16 * 1024), as: UTF8.self)
         else { return nil }
         let note = kept.note
         guard
@@ -496,7 +495,7 @@ extension Session {
             note = try await checkpointLedger(key: command.key, signer: command.signer, out: nil, quietly: true)
             if note == nil { return }
         } else if let signers = command.signers {
-            try Self.checkReadable(signers, "the allowed_signers file", "ledger prove --signers")
+            try Self.checkReadable(signers, limit: AllowedSigners.maxFile, "ledger prove --signers")
         }
         let bytes: [UInt8]
         let count: Int
@@ -548,26 +547,23 @@ extension Session {
     }
 
     func checkProof(file: String, signers: String) async throws(ConsoleFailure) {
-        // The checker's own files: one that cannot be read is exit 1, not "does not hold".
-        try Self.checkReadable(file, "the proof file", "ledger check")
-        try Self.checkReadable(signers, "the allowed_signers file", "ledger check")
+        // The checker's own files: one that cannot be read is "could not
+        // check" (exit 1), never a proof that does not hold.
         let bytes: [UInt8]
+        let allowed: AllowedSigners
         do {
-            bytes = try ProofFile.read(path: file)
+            bytes = try BoundedFile.read(file, limit: ProofFile.maxFile)
         } catch {
-            // A file over the limit is read (that far) and is no proof file:
-            // a finding, as "Checking a proof file" step 1 says.
-            var status = stat()
-            guard stat(file, &status) == 0, Int(status.st_size) > ProofFile.maxFile else {
-                throw ConsoleFailure(.badInput, "ledger check: \(error.message)")
-            }
-            output.render(ProofCheckResult(file: file, report: nil, failure: error.message))
-            note(.devicesFailed)
-            return
+            throw ConsoleFailure(.badInput, "ledger check: could not read \(file): \(error)")
+        }
+        do {
+            allowed = try AllowedSigners.read(signers)
+        } catch {
+            throw ConsoleFailure(.badInput, "ledger check: could not read \(signers): \(error)")
         }
         let result: ProofCheckResult
         do {
-            let report = try await onThreadOfItsOwn { try ProofFile.check(bytes, allowedSigners: signers) }
+            let report = try await onThreadOfItsOwn { try ProofFile.check(bytes, allowedSigners: allowed) }
             result = ProofCheckResult(file: file, report: report, failure: nil)
         } catch let error as LedgerError {
             result = ProofCheckResult(file: file, report: nil, failure: error.message)
