@@ -215,7 +215,7 @@ extension Session {
             throw ConsoleFailure(.badInput, "ledger verify --since \(checkpointFile): \(error)")
         }
         let origin = Checkpoint.origin(bench: try await inventory.benchID())
-        guard checkpoint.origin == origin else {
+        guard checkpoint.origin.sameBytes(origin) else {
             throw ConsoleFailure(
                 .badInput,
                 "ledger verify --since \(checkpointFile): the checkpoint is of \(Visible.text(checkpoint.origin, limit: 120)), not of this inventory (\(origin))"
