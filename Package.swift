@@ -133,7 +133,7 @@ let package = Package(
             name: "beaconbench-bench",
             dependencies: [
                 "DBusBinding", "TestSupport", "LocalBus", "BeaconSimulator", "Inventory", "InventorySync", "Profiles",
-                "SBeaconProtocol", "Ledger", "CPostgres",
+                "SBeaconProtocol", "Ledger", "CPostgres", "SafeText",
             ],
             // libpq's headers, for the office's union check (Office/OfficePostgres.swift).
             swiftSettings: [.unsafeFlags(["-Xcc", "-I/usr/include/postgresql"])]),

@@ -51,7 +51,7 @@ extension Inventory {
             var previous: ClaimHolder?
             if let row, let holderRun = row[0].integer, let holderPID = row[2].integer {
                 let holder = ClaimHolder(run: holderRun, host: row[1].text ?? "", pid: holderPID)
-                if holderRun != run, Self.isAlive(holder), row[3].text == "running" { return (.heldBy(holder), nil) }
+                if holderRun != run, Self.isAlive(holder), row[3] == .text("running") { return (.heldBy(holder), nil) }
                 if holderRun != run { previous = holder }
             }
             try ensureDeviceRow(address)
@@ -97,7 +97,7 @@ extension Inventory {
         {
             guard let device = row[0].text, let run = row[1].integer, let pid = row[3].integer else { continue }
             let holder = ClaimHolder(run: run, host: row[2].text ?? "", pid: pid)
-            if row[4].text != "running" || !Self.isAlive(holder) { result[device] = holder }
+            if row[4] != .text("running") || !Self.isAlive(holder) { result[device] = holder }
         }
         return result
     }

@@ -28,6 +28,15 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
 }
 
 /// A value SQLite stores: bound as a parameter, read from a column.
+///
+/// Equal and hashed by its bytes (docs/development.md, "Stored values are
+/// compared as bytes"): text by its UTF-8 bytes, never by canonical
+/// equivalence (`.text("é")` is not `.text("e\u{301}")`), a real by its bit
+/// pattern (`0.0` is not `-0.0`), and values of different storage classes
+/// are never equal (`.integer(1)` is not `.real(1)` nor `.text("1")`).
+/// Text SQLite holds that is not UTF-8 is read as the blob of its bytes
+/// (`Statement.column`): no `String` can hold it, and one repaired with
+/// U+FFFD would equal text it is not.
 public enum SQLiteValue: Sendable, Hashable, ExpressibleByStringLiteral, ExpressibleByIntegerLiteral,
     ExpressibleByNilLiteral
 {
@@ -56,6 +65,38 @@ public enum SQLiteValue: Sendable, Hashable, ExpressibleByStringLiteral, Express
         }
     }
     public var isNull: Bool { self == .null }
+
+    /// Bytewise (see the type's comment).
+    public static func == (a: SQLiteValue, b: SQLiteValue) -> Bool {
+        switch (a, b) {
+        case (.null, .null): true
+        case (.integer(let x), .integer(let y)): x == y
+        case (.real(let x), .real(let y)): x.bitPattern == y.bitPattern
+        case (.text(let x), .text(let y)): x.sameBytes(y)
+        case (.blob(let x), .blob(let y)): x == y
+        default: false
+        }
+    }
+
+    /// Consistent with `==`: the storage class and the bytes.
+    public func hash(into hasher: inout Hasher) {
+        switch self {
+        case .null: hasher.combine(0 as UInt8)
+        case .integer(let v):
+            hasher.combine(1 as UInt8)
+            hasher.combine(v)
+        case .real(let v):
+            hasher.combine(2 as UInt8)
+            hasher.combine(v.bitPattern)
+        case .text(let v):
+            hasher.combine(3 as UInt8)
+            hasher.combine(v.utf8.count)
+            for byte in v.utf8 { hasher.combine(byte) }
+        case .blob(let v):
+            hasher.combine(4 as UInt8)
+            hasher.combine(v)
+        }
+    }
 
     /// The value written out as text: numbers in decimal, a blob in hex;
     /// nil for NULL. (Exports, and values sent to another database.)
@@ -643,7 +684,11 @@ public final class Statement {
         case SQLITE_TEXT:
             let count = Int(sqlite3_column_bytes(handle, index))
             guard let text = sqlite3_column_text(handle, index) else { return .text("") }
-            return .text(String(decoding: UnsafeRawBufferPointer(start: text, count: count), as: UTF8.self))
+            let bytes = UnsafeRawBufferPointer(start: text, count: count)
+            // Not UTF-8 (written by another program): its bytes, as a blob,
+            // rather than a repaired String that would equal other text.
+            guard let valid = String(validating: bytes, as: UTF8.self) else { return .blob(Array(bytes)) }
+            return .text(valid)
         case SQLITE_BLOB:
             let count = Int(sqlite3_column_bytes(handle, index))
             guard let bytes = sqlite3_column_blob(handle, index) else { return .blob([]) }

@@ -177,7 +177,7 @@ public enum StoredRule: Sendable {
             return ProfileLoader.isValidName(text) ? nil : "is not a profile name (letters, digits, - and _)"
         case .oneOf(let words):
             guard case .text(let text) = value else { return "is \(Self.kind(value)), not text" }
-            return words.contains(text) ? nil : "is not one of \(words.joined(separator: ", "))"
+            return words.containsSameBytes(text) ? nil : "is not one of \(words.joined(separator: ", "))"
         }
     }
 

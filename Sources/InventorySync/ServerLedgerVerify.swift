@@ -1,6 +1,7 @@
 import FoundationEssentials
 import Inventory
 import Ledger
+import SafeText
 
 #if canImport(Glibc)
     import Glibc
@@ -138,7 +139,7 @@ extension ServerLedger {
                 do {
                     let note = try SignedNote.parse(first.note)
                     let checkpoint = try Checkpoint.parse(note.text)
-                    if checkpoint.origin != Checkpoint.origin(bench: bench) || checkpoint.size != first.size
+                    if !checkpoint.origin.sameBytes(Checkpoint.origin(bench: bench)) || checkpoint.size != first.size
                         || checkpoint.root != root
                     {
                         found("its checkpoint of \(first.size) entries has a note for another tree")

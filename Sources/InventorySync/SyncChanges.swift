@@ -16,7 +16,9 @@ struct SyncChanges {
     /// Each table's keys, as the entries write them (JSON arrays), in the
     /// order first met.
     private(set) var keys: [String: [String]] = [:]
-    private var seen: [String: Set<String>] = [:]
+    /// The keys met, by their bytes (two keys only canonically equivalent
+    /// are two rows: docs/development.md, "Stored values are compared as bytes").
+    private var seen: [String: Set<[UInt8]>] = [:]
     /// How many entries were read.
     private(set) var entries = 0
 
@@ -24,7 +26,7 @@ struct SyncChanges {
     mutating func add(_ entry: [UInt8], tables: Set<String>) {
         entries += 1
         guard let (table, key) = Self.tableAndKey(entry), tables.contains(table) else { return }
-        if seen[table, default: []].insert(key).inserted { keys[table, default: []].append(key) }
+        if seen[table, default: []].insert(Array(key.utf8)).inserted { keys[table, default: []].append(key) }
     }
 
     /// The changes among entries `range` of the inventory's ledger, read

@@ -1,10 +1,15 @@
+import SafeText
+
 /// The ledger's one JSON writer (docs/ledger.md, "Entries"): no white
 /// space, members in the order given, strings escaped exactly as Python's
 /// `json.dumps(value, ensure_ascii=False, separators=(",", ":"))` escapes
 /// them, so that any entry parsed and written again by that call gives the
 /// same bytes.
 public enum CanonicalJSON {
-    /// A value an entry may hold.
+    /// A value an entry may hold. Equal by its bytes (docs/development.md,
+    /// "Stored values are compared as bytes"): text and member names by
+    /// their UTF-8 bytes, never by canonical equivalence; a real by its bit
+    /// pattern.
     public enum Value: Sendable, Equatable {
         case null
         case integer(Int64)
@@ -22,11 +27,11 @@ public enum CanonicalJSON {
             switch (a, b) {
             case (.null, .null): true
             case (.integer(let x), .integer(let y)): x == y
-            case (.real(let x), .real(let y)): x == y
-            case (.text(let x), .text(let y)): x == y
+            case (.real(let x), .real(let y)): x.bitPattern == y.bitPattern
+            case (.text(let x), .text(let y)): x.sameBytes(y)
             case (.array(let x), .array(let y)): x == y
             case (.object(let x), .object(let y)):
-                x.count == y.count && zip(x, y).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
+                x.count == y.count && zip(x, y).allSatisfy { $0.0.sameBytes($1.0) && $0.1 == $1.1 }
             default: false
             }
         }

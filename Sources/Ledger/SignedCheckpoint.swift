@@ -43,7 +43,7 @@ public enum SignedCheckpoint {
         }
         guard let armor = String(validating: result.output, as: UTF8.self),
             let blob = SSHSignature.unarmor(armor), let parsed = SSHSignature.parse(blob: blob),
-            parsed.namespace == SSHSignature.namespace
+            parsed.namespace.sameBytes(SSHSignature.namespace)
         else {
             throw LedgerError(
                 "ssh-keygen -Y sign wrote no SSH signature in namespace \(SSHSignature.namespace): \(LedgerError.quoted(bytes: result.output))"
@@ -141,7 +141,7 @@ public enum SignedCheckpoint {
                 reasons.append("\(who) is not an SSH signature")
                 continue
             }
-            guard blob.namespace == SSHSignature.namespace else {
+            guard blob.namespace.sameBytes(SSHSignature.namespace) else {
                 reasons.append(
                     "\(who) is in namespace \(LedgerError.quoted(blob.namespace)), not \(SSHSignature.namespace)")
                 continue

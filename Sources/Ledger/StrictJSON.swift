@@ -48,7 +48,10 @@ public enum StrictJSON {
             case UInt8(ascii: "{"):
                 offset += 1
                 var members: [(String, CanonicalJSON.Value)] = []
-                var names = Set<String>()
+                // By their bytes: two names that are only canonically equivalent
+                // are two members (docs/development.md, "Stored values are
+                // compared as bytes"), as Python's json reads them.
+                var names = Set<[UInt8]>()
                 skipSpace()
                 if offset < bytes.count, bytes[offset] == UInt8(ascii: "}") {
                     offset += 1
@@ -61,7 +64,7 @@ public enum StrictJSON {
                         throw failure("expected a member name")
                     }
                     let name = try string()
-                    guard names.insert(name).inserted else {
+                    guard names.insert(Array(name.utf8)).inserted else {
                         throw LedgerError("the member \(LedgerError.quoted(name)) occurs twice at byte \(at)")
                     }
                     skipSpace()

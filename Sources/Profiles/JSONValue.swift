@@ -1,8 +1,13 @@
+import SafeText
+
 /// A JSON value as a profile or a set of overrides holds it: the tree the
 /// `ProfileLoader.Reader` walks. Built by `JSONValue.parse` from a text
 /// `JSONSyntax` has already accepted, with no Foundation (its
 /// `JSONSerialization` and the `NSNumber` it answers with cost the start
-/// of every run; docs/benchmarks.md, "Start-up").
+/// of every run; docs/benchmarks.md, "Start-up"). Equal by its bytes
+/// (`sameBytes`; docs/development.md, "Stored values are compared as
+/// bytes"): strings and keys by their UTF-8 bytes, never by canonical
+/// equivalence; a number by its literal's bytes.
 enum JSONValue: Equatable {
     case object([String: JSONValue])
     case array([JSONValue])
@@ -12,6 +17,22 @@ enum JSONValue: Equatable {
     case number(String)
     case bool(Bool)
     case null
+
+    static func == (a: JSONValue, b: JSONValue) -> Bool {
+        switch (a, b) {
+        case (.object(let x), .object(let y)):
+            func byBytes(_ members: [String: JSONValue]) -> [(key: [UInt8], value: JSONValue)] {
+                members.map { (Array($0.key.utf8), $0.value) }.sorted { $0.key.lexicographicallyPrecedes($1.key) }
+            }
+            return x.count == y.count
+                && zip(byBytes(x), byBytes(y)).allSatisfy { $0.key == $1.key && $0.value == $1.value }
+        case (.array(let x), .array(let y)): return x == y
+        case (.string(let x), .string(let y)), (.number(let x), .number(let y)): return x.sameBytes(y)
+        case (.bool(let x), .bool(let y)): return x == y
+        case (.null, .null): return true
+        default: return false
+        }
+    }
 
     /// A failure of the text that JSONSyntax lets pass (its scanner skips
     /// over escapes and bytes): worded as Foundation's parser words it,

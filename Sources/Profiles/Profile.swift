@@ -223,7 +223,7 @@ public enum ProfileLoader {
 
         func object(_ value: JSONValue, _ path: String, allowed: [String]) throws -> [String: JSONValue] {
             guard case .object(let object) = value else { throw fail(path, "must be an object") }
-            for key in object.keys.sorted() where !allowed.contains(key) {
+            for key in object.keys.sorted() where !allowed.containsSameBytes(key) {
                 // The key is from the file: `ProfileError` shows it bounded.
                 throw fail(
                     path.isEmpty ? key : "\(path).\(key)",

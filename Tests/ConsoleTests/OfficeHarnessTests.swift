@@ -86,6 +86,24 @@ struct OfficeHarnessTests {
                 SELECT bench_id, 'C2:FF:FF:FF:00:00', major, minor, source, profile, run_id, reserved_at
                 FROM identities WHERE bench_id = '\(ids[3])' AND device = 'C2:03:00:05:00:00'
                 """)
+            // Text the same to Swift's `==`, other bytes (docs/development.md,
+            // "Stored values are compared as bytes"): a serial `Café` on the
+            // bench is `Cafe` + U+0301 on the server, a model `Å` the
+            // Ångström sign U+212B.
+            let pair = try await server.rows(
+                "SELECT address FROM devices WHERE bench_id = '\(ids[0])' ORDER BY address LIMIT 2"
+            ).compactMap(\.first)
+            try #require(pair.count == 2, "\(pair)")
+            let local = try Database(path: files[0])
+            _ = try local.run(
+                "UPDATE devices SET serial = ?1 WHERE address = ?2", [.text("Caf\u{E9}"), .text(pair[0])])
+            _ = try local.run("UPDATE devices SET model = ?1 WHERE address = ?2", [.text("\u{C5}"), .text(pair[1])])
+            _ = try await server.psql(
+                "UPDATE devices SET serial = convert_from('\\x43616665cc81'::bytea, 'UTF8') WHERE bench_id = '\(ids[0])'"
+                    + " AND address = '\(pair[0])'")
+            _ = try await server.psql(
+                "UPDATE devices SET model = convert_from('\\xe284ab'::bytea, 'UTF8') WHERE bench_id = '\(ids[0])'"
+                    + " AND address = '\(pair[1])'")
             let tampered = try await Self.office(["check", "--to", server.url, "--json"] + files)
             #expect(tampered.status == 1, "\(tampered.stdout)\n\(tampered.stderr)")
             let out = tampered.stdout
@@ -101,10 +119,20 @@ struct OfficeHarnessTests {
                 out.contains(
                     "duplicate identity: identities: (1003, 5) reserved for C2:03:00:05:00:00 C2:FF:FF:FF:00:00"),
                 "\(out)")
+            #expect(
+                out.contains(
+                    "differs: devices bench \(ids[0]) key '\(pair[0])': differs: serial bench 'Caf\u{E9}' server 'Cafe\u{301}'"
+                        + " (the same text in another Unicode form: bytes 43 61 66 c3 a9 against 43 61 66 65 cc 81)"),
+                "\(out)")
+            #expect(
+                out.contains(
+                    "differs: devices bench \(ids[0]) key '\(pair[1])': differs: model bench '\u{C5}' server '\u{212B}'"
+                        + " (the same text in another Unicode form: bytes c3 85 against e2 84 ab)"),
+                "\(out)")
             let report = ConsoleFixture.jsonLines(out, kind: "union_check").first
             #expect(report?["missing"] as? Int == 1)
             #expect(report?["server_only"] as? Int == 1)
-            #expect(report?["differing"] as? Int == 1)
+            #expect(report?["differing"] as? Int == 3)
             #expect(out.contains("union NOT exact"))
         }
     }

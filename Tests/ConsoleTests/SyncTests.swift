@@ -31,16 +31,21 @@ enum RowByRow {
             let serverColumns = columns.map { $0 == "id" ? "local_id" : $0 }
             let remote = try await server.rows(
                 "SELECT \(serverColumns.joined(separator: ", ")) FROM \(table) WHERE bench_id = '\(bench)'")
-            let localCounts = Dictionary(local.map { ($0, 1) }, uniquingKeysWith: +)
-            let remoteCounts = Dictionary(remote.map { ($0, 1) }, uniquingKeysWith: +)
+            // Rows by their bytes, never as `String`s (docs/development.md,
+            // "Stored values are compared as bytes"): text the server holds
+            // in another Unicode form is a difference.
+            func bytes(_ row: [String]) -> [[UInt8]] { row.map { Array($0.utf8) } }
+            func shown(_ row: [[UInt8]]) -> [String] { row.prefix(4).map { String(decoding: $0, as: UTF8.self) } }
+            let localCounts = Dictionary(local.map { (bytes($0), 1) }, uniquingKeysWith: +)
+            let remoteCounts = Dictionary(remote.map { (bytes($0), 1) }, uniquingKeysWith: +)
             if local.count != remote.count {
                 differences.append("\(table): \(local.count) rows here, \(remote.count) on the server")
             }
             for (row, count) in localCounts where remoteCounts[row] != count {
-                differences.append("\(table): missing or changed on the server: \(row.prefix(4))")
+                differences.append("\(table): missing or changed on the server: \(shown(row))")
             }
             for (row, count) in remoteCounts where localCounts[row] != count {
-                differences.append("\(table): on the server only (or twice): \(row.prefix(4))")
+                differences.append("\(table): on the server only (or twice): \(shown(row))")
             }
         }
         return differences

@@ -60,3 +60,30 @@ struct StrictJSONTests {
         #expect(SSHSignature.unarmor(armor.replacingOccurrences(of: "\n-----END", with: "\n\n-----END")) == nil)
     }
 }
+
+/// The ledger's JSON values compare text and member names by their bytes
+/// (docs/development.md, "Stored values are compared as bytes").
+@Suite("Ledger JSON values compared as bytes", .timeLimit(.minutes(2)))
+struct CanonicalJSONBytesTests {
+    @Test func canonicallyEquivalentTextIsADifferentValue() throws {
+        let (nfc, nfd) = ("Caf\u{E9}", "Cafe\u{301}")
+        #expect(nfc == nfd)  // the premise
+        #expect(CanonicalJSON.Value.text(nfc) != .text(nfd))
+        #expect(CanonicalJSON.Value.object([(nfc, .null)]) != .object([(nfd, .null)]))
+        #expect(CanonicalJSON.Value.array([.text("\u{C5}")]) != .array([.text("\u{212B}")]))
+        #expect(CanonicalJSON.Value.real(0.0) != .real(-0.0))
+        #expect(CanonicalJSON.Value.object([(nfc, .text(nfd))]) == .object([(nfc, .text(nfd))]))
+    }
+
+    @Test func namesOnlyCanonicallyEquivalentAreTwoMembers() throws {
+        // Two names Swift's `Set<String>` would take for one: two members,
+        // as Python's json reads them; the same bytes twice is refused.
+        let value = try StrictJSON.parse(Array("{\"Caf\u{E9}\":1,\"Cafe\u{301}\":2}".utf8))
+        guard case .object(let members) = value else {
+            Issue.record("not an object: \(value)")
+            return
+        }
+        #expect(members.map { Array($0.0.utf8) } == [Array("Caf\u{E9}".utf8), Array("Cafe\u{301}".utf8)])
+        #expect(throws: LedgerError.self) { try StrictJSON.parse(Array("{\"a\":1,\"a\":2}".utf8)) }
+    }
+}

@@ -1,6 +1,13 @@
 """Normalises what differs from run to run in scripts/golden's outputs:
 instants, durations, temporary paths, bench ids. stdin to stdout; argv[1]
-is the run's temporary directory."""
+is the run's temporary directory.
+
+Bytes in, bytes out (docs/development.md, "Stored values are compared as
+bytes"): what no rule replaces is written back byte for byte — bytes that
+are not UTF-8 kept (surrogateescape), nothing normalised into another
+Unicode form — and the rules match ASCII only (re.ASCII: `\d` is 0-9,
+never another script's digit), so `diff` of two outputs compares what the
+tool wrote."""
 import re
 import sys
 
@@ -29,14 +36,14 @@ RULES = [
 ]
 # The outcome table's ms column (a step's time) varies: the number, and with
 # it the column's width.
-STATUS_MS = re.compile(r"\b(ok|changed|unchanged|skipped|failed|interrupted|running|stopped)( +)\d+\b")
+STATUS_MS = re.compile(r"\b(ok|changed|unchanged|skipped|failed|interrupted|running|stopped)( +)\d+\b", re.ASCII)
 
 
 def lines(text):
     out = []
     for line in text.split("\n"):
         for pattern, replacement in RULES:
-            line = re.sub(pattern, replacement, line)
+            line = re.sub(pattern, replacement, line, flags=re.ASCII)
         line = STATUS_MS.sub(lambda m: m.group(1) + " <ms>", line)
         # Table columns are as wide as their widest cell, which may be a
         # normalised one: compare cells, not padding.
@@ -59,4 +66,5 @@ def sort_announcements(lines):
     return out
 
 
-sys.stdout.write("\n".join(sort_announcements(lines(sys.stdin.read()))))
+text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+sys.stdout.buffer.write("\n".join(sort_announcements(lines(text))).encode("utf-8", "surrogateescape"))

@@ -289,7 +289,7 @@ extension Session {
             return finding("the checkpoint \(Visible.text(checkpointFile, limit: 200)) does not hold: \(error.message)")
         }
         let origin = Checkpoint.origin(bench: try await inventory.benchID())
-        guard checkpoint.origin == origin else {
+        guard checkpoint.origin.sameBytes(origin) else {
             return finding(
                 "the checkpoint \(Visible.text(checkpointFile, limit: 200)) is of \(Visible.text(checkpoint.origin, limit: 120)), not of this inventory (\(origin))"
             )

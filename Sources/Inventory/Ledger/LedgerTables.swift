@@ -173,11 +173,11 @@ struct LedgerTable: Sendable {
         if name == "assignments" {
             if op == .delete, let after, !covers(row: after) { return "sync" }
             // A pulled assignment converged here enters the ledger whole.
-            if op == .insert, value("source")?.text == "server", (value("converged_at") ?? .null) != .null {
+            if op == .insert, value("source") == .text("server"), (value("converged_at") ?? .null) != .null {
                 return "converged"
             }
         }
-        if value("source")?.text == "server" { return "sync" }
+        if value("source") == .text("server") { return "sync" }
         switch name {
         case "runs": return "run"
         case "outcomes": return "step"

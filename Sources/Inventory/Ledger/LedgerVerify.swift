@@ -1,4 +1,5 @@
 import Ledger
+import SafeText
 
 /// One way the inventory disagrees with its ledger.
 public struct LedgerFinding: Sendable, Equatable {
@@ -58,8 +59,9 @@ struct LedgerVerifier {
     var result = LedgerVerification()
     var all: [LedgerFinding] = []
     /// Replayed rows of the tables whose entries are kept in `ledger`, by
-    /// table and key, with the last entry that changed each.
-    var state: [String: [String: (row: [String: SQLiteValue], seq: Int)]] = [:]
+    /// table and key (the key's entry bytes: two keys only canonically
+    /// equivalent are two rows), with the last entry that changed each.
+    var state: [String: [[UInt8]: (row: [String: SQLiteValue], seq: Int)]] = [:]
 
     init(database: Database, limit: Int) {
         self.database = database
@@ -99,7 +101,7 @@ struct LedgerVerifier {
                 find(nil, "trigger \(trigger) is gone: the ledger's tables were opened to changes outside beaconbench")
                 continue
             }
-            if text != Self.triggerText[trigger] {
+            if !Self.triggerText[trigger].sameBytes(text) {
                 find(nil, "trigger \(trigger) is not the one beaconbench made: it was replaced outside beaconbench")
             }
         }
@@ -300,8 +302,17 @@ struct LedgerVerifier {
         String(decoding: CanonicalJSON.encode(LedgerEntry.json(value)), as: UTF8.self)
     }
 
-    private static func keyString(_ key: [SQLiteValue]) -> String {
-        String(decoding: CanonicalJSON.encode(.array(key.map(LedgerEntry.json))), as: UTF8.self)
+    /// ` (the same text in another Unicode form: …)` when two text values
+    /// differ only in their bytes, not to Swift's `==`; empty otherwise.
+    static func formNote(_ a: SQLiteValue, _ b: SQLiteValue) -> String {
+        guard case .text(let x) = a, case .text(let y) = b, let note = x.otherBytesNote(y) else { return "" }
+        return " (\(note))"
+    }
+
+    /// A key as the replay holds it: its bytes, never a `String`
+    /// (docs/development.md, "Stored values are compared as bytes").
+    private static func keyString(_ key: [SQLiteValue]) -> [UInt8] {
+        CanonicalJSON.encode(.array(key.map(LedgerEntry.json)))
     }
 
     // MARK: Replaying the entries kept in `ledger`
@@ -374,7 +385,7 @@ struct LedgerVerifier {
                     where values[index] != implied.row[column] ?? .null {
                         find(
                             implied.seq,
-                            "\(name): \(column) is \(Self.text(values[index])) but the ledger says \(Self.text(implied.row[column] ?? .null)) (entry \(implied.seq)): it was changed outside beaconbench"
+                            "\(name): \(column) is \(Self.text(values[index])) but the ledger says \(Self.text(implied.row[column] ?? .null))\(Self.formNote(values[index], implied.row[column] ?? .null)) (entry \(implied.seq)): it was changed outside beaconbench"
                         )
                     }
                     continue
@@ -395,7 +406,7 @@ struct LedgerVerifier {
                     if values[index] != want {
                         find(
                             implied.seq,
-                            "\(name): \(column) is \(Self.text(values[index])) but the ledger says \(Self.text(want)) (entry \(implied.seq)): it was changed outside beaconbench"
+                            "\(name): \(column) is \(Self.text(values[index])) but the ledger says \(Self.text(want))\(Self.formNote(values[index], want)) (entry \(implied.seq)): it was changed outside beaconbench"
                         )
                     }
                 }
@@ -436,7 +447,7 @@ struct LedgerVerifier {
         let bench = try database.rows("SELECT value FROM meta WHERE key = 'bench_id'").first?.first?.text
         if let first = try database.rows("SELECT entry FROM ledger WHERE seq = 0").first?.first,
             case .blob(let bytes) = first, let note = try? LedgerStorage.decode(bytes), note.op == .note,
-            let began = note.row.first(where: { $0.0 == "bench" })?.1.text, began != bench
+            let began = note.row.first(where: { $0.0.sameBytes("bench") })?.1.text, !bench.sameBytes(began)
         {
             find(
                 0,
@@ -473,14 +484,14 @@ struct LedgerVerifier {
             let columns = try database.rows("SELECT name FROM pragma_table_info(?)", [.text(name)]).compactMap {
                 $0.first?.text
             }
-            guard columns != expected else { continue }
+            guard !columns.sameBytes(expected) else { continue }
             if columns.isEmpty {
                 find(nil, "table \(name) is gone: it was dropped outside beaconbench")
                 readable = false
                 continue
             }
-            let missing = expected.filter { !columns.contains($0) }
-            let extra = columns.filter { !expected.contains($0) }
+            let missing = expected.filter { !columns.containsSameBytes($0) }
+            let extra = columns.filter { !expected.containsSameBytes($0) }
             if !missing.isEmpty {
                 readable = false
                 find(

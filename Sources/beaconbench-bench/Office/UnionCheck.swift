@@ -11,6 +11,7 @@ import Foundation
 import Inventory
 import Ledger
 import LocalBus
+import SafeText
 
 enum UnionCheck {
     /// A synced table: its key (server names: `local_id` is the bench's
@@ -119,8 +120,10 @@ enum UnionCheck {
             let deviceKeys = Set(deviceDuplicates.map(key))
             // What the benches hold of those identities: major:minor → devices
             // (identities) and → addresses (devices).
-            var localIdentities: [String: Set<String>] = [:]
-            var localDeviceIdentities: [String: Set<String>] = [:]
+            // (By their bytes: docs/development.md, "Stored values are
+            // compared as bytes".)
+            var localIdentities: [String: Set<[UInt8]>] = [:]
+            var localDeviceIdentities: [String: Set<[UInt8]>] = [:]
             var benchIDs: [String] = []
             for path in benches {
                 let inventory = try Inventory(path: path, readOnly: true)
@@ -144,9 +147,9 @@ enum UnionCheck {
                         let identity = "\(major):\(minor)"
                         guard keys.contains(identity) else { return }
                         if table.name == "identities" {
-                            localIdentities[identity, default: []].insert(holding)
+                            localIdentities[identity, default: []].insert(Array(holding.utf8))
                         } else {
-                            localDeviceIdentities[identity, default: []].insert(holding)
+                            localDeviceIdentities[identity, default: []].insert(Array(holding.utf8))
                         }
                     }
                     report.tallies.append(tally)
@@ -154,9 +157,9 @@ enum UnionCheck {
                 try await checkLedger(inventory, bench: bench, server: server, report: &report)
             }
             // Benches the server holds that were not given.
-            let given = Set(benchIDs)
+            let given = Set(benchIDs.map { Array($0.utf8) })
             for row in try server.exec("SELECT bench_id FROM benches ORDER BY bench_id") {
-                if let id = row.first ?? nil, !given.contains(id) { report.otherBenches.append(id) }
+                if let id = row.first ?? nil, !given.contains(Array(id.utf8)) { report.otherBenches.append(id) }
             }
             // Duplicate identities, server-wide.
             for row in try server.exec(
@@ -171,7 +174,7 @@ enum UnionCheck {
                 report.duplicates.append("identity_claims: \(row[0] ?? "") holds \(row[1] ?? "") claims")
             }
             for row in identityDuplicates {
-                let devices = Set((row[2] ?? "").split(separator: " ").map(String.init))
+                let devices = Set((row[2] ?? "").split(separator: " ").map { Array($0.utf8) })
                 let line = "identities: (\(row[0] ?? ""), \(row[1] ?? "")) reserved for \(row[2] ?? "")"
                 if devices.isSubset(of: localIdentities[key(row)] ?? []) {
                     report.inheritedDuplicates.append(line)
@@ -180,7 +183,7 @@ enum UnionCheck {
                 }
             }
             for row in deviceDuplicates {
-                let addresses = Set((row[2] ?? "").split(separator: " ").map(String.init))
+                let addresses = Set((row[2] ?? "").split(separator: " ").map { Array($0.utf8) })
                 let line = "fleet_devices: (\(row[0] ?? ""), \(row[1] ?? "")) held by \(row[2] ?? "")"
                 if addresses.isSubset(of: localDeviceIdentities[key(row)] ?? []) {
                     report.inheritedDuplicates.append(line)
@@ -196,8 +199,15 @@ enum UnionCheck {
     }
 
     /// A value as both sides are compared: integers in decimal, text as
-    /// sync sends it (NUL left out), NULL as nil.
+    /// sync sends it (NUL left out), NULL as nil. Rows and values are
+    /// compared by their bytes (`sameRow`, `sameBytes`), never as `String`s:
+    /// text rewritten into a canonically equivalent form is a difference.
     typealias Row = [String?]
+
+    /// The same fields, each NULL on both sides or the same UTF-8 bytes.
+    static func sameRow(_ a: Row, _ b: Row) -> Bool {
+        a.count == b.count && zip(a, b).allSatisfy { $0.sameBytes($1) }
+    }
 
     /// Merges the bench's rows of `table` with the server's, both in key order.
     static func compare(
@@ -312,10 +322,15 @@ enum UnionCheck {
                 } else if order > 0, let row = remote {
                     tally.extra += 1
                     note(row, "on the server only (not in this bench)")
-                } else if let local, let remote, local != remote {
+                } else if let local, let remote, !sameRow(local, remote) {
                     tally.changed += 1
-                    let differing = columns.indices.filter { local[$0] != remote[$0] }.map {
-                        "\(columns[$0].0) bench \(shownValue(local[$0])) server \(shownValue(remote[$0]))"
+                    let differing = columns.indices.filter { !local[$0].sameBytes(remote[$0]) }.map { column in
+                        var said =
+                            "\(columns[column].0) bench \(shownValue(local[column])) server \(shownValue(remote[column]))"
+                        if let x = local[column], let y = remote[column], let note = x.otherBytesNote(y) {
+                            said += " (\(note))"
+                        }
+                        return said
                     }
                     note(local, "differs: " + differing.joined(separator: "; "))
                 }
@@ -348,7 +363,7 @@ enum UnionCheck {
     static func compareKeys(_ a: Row, _ b: Row, _ keys: [Int], _ integer: [Bool]) -> Int {
         for k in keys {
             let (x, y) = (a[k], b[k])
-            if x == y { continue }
+            if x.sameBytes(y) { continue }
             guard let x else { return 1 }  // NULLs last, as both ORDER BYs put them
             guard let y else { return -1 }
             if integer[k], let i = Int64(x), let j = Int64(y) { return i < j ? -1 : 1 }
