@@ -37,9 +37,11 @@ public enum LedgerTamperCases {
             "UPDATE devices SET config_braking = 999 WHERE address = (SELECT min(address) FROM devices)",
             needs: "SELECT count(*) FROM devices"),
         .init(
-            "a device's integer stored as text",
-            "UPDATE devices SET battery = CAST(battery AS TEXT) WHERE battery IS NOT NULL",
-            needs: "SELECT count(*) FROM devices WHERE battery IS NOT NULL"),
+            // (A text in an INTEGER column that reads as a number is made an
+            // integer again by the column's affinity: a blob keeps its type.)
+            "a device's text stored as a blob of the same bytes",
+            "UPDATE devices SET firmware = CAST(firmware AS BLOB) WHERE firmware IS NOT NULL",
+            needs: "SELECT count(*) FROM devices WHERE firmware IS NOT NULL"),
         .init(
             "a device deleted", "DELETE FROM devices WHERE address = (SELECT max(address) FROM devices)",
             needs: "SELECT count(*) FROM devices"),

@@ -59,7 +59,7 @@ struct LedgerVerifierAgreementTests {
     }
 
     @Test func bothVerifiersAgreeOnEveryTamperCase() async throws {
-        try await withInventory { path, bench in
+        try await Self.withInventory { path, bench in
             let untouched = try await Self.verify(path, bench.environment)
             #expect(untouched.swift.status == 0, "\(untouched.swift.stdout) \(untouched.swift.stderr)")
             #expect(untouched.python.status == 0, "\(untouched.python.stdout) \(untouched.python.stderr)")
@@ -106,7 +106,7 @@ struct LedgerVerifierAgreementTests {
     /// Hostile stored entries: each is a finding (exit 2) for both, never a
     /// crash; and the verifier's own input unreadable is exit 1.
     @Test func malformedEntriesAreFindingsAndAnUnreadableFileIsExit1() async throws {
-        try await withInventory { path, bench in
+        try await Self.withInventory { path, bench in
             let entries = [
                 "",  // nothing
                 "02",  // another version
