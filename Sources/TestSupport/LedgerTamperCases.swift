@@ -12,13 +12,11 @@ public struct LedgerTamperCase: Sendable, CustomStringConvertible {
     /// `SELECT count(*) …` that must be above 0 before the case applies.
     public let needs: String?
     /// Why `ledger verify` does not find it yet (an open defect), if it does not.
-    public let knownIssue: String?
 
-    public init(_ name: String, _ sql: String, needs: String? = nil, knownIssue: String? = nil) {
+    public init(_ name: String, _ sql: String, needs: String? = nil) {
         self.name = name
         self.sql = sql
         self.needs = needs
-        self.knownIssue = knownIssue
     }
 
     public var description: String { name }
@@ -160,17 +158,32 @@ public enum LedgerTamperCases {
             '2026-01-01T00:00:00.000Z' FROM meta WHERE key = 'bench_id'
             """),
         .init(
-            "a covered column dropped", "ALTER TABLE devices DROP COLUMN forgotten_at",
-            knownIssue: "issue 51: a dropped covered column makes ledger verify exit 3, not 2"),
+            "a covered column dropped", "ALTER TABLE devices DROP COLUMN forgotten_at"),
         .init(
             "an é in a kept row decomposed (e + U+0301)",
             "UPDATE runs SET command = replace(command, CAST(x'c3a9' AS TEXT), CAST(x'65cc81' AS TEXT))",
-            needs: "SELECT count(*) FROM runs WHERE instr(command, CAST(x'c3a9' AS TEXT)) > 0",
-            knownIssue: "issue 51: ledger verify compares text as String (canonical equivalence), not bytes"),
+            needs: "SELECT count(*) FROM runs WHERE instr(command, CAST(x'c3a9' AS TEXT)) > 0"),
         .init(
             "an Å in a kept row written as the Ångström sign (U+212B)",
             "UPDATE runs SET command = replace(command, CAST(x'c385' AS TEXT), CAST(x'e284ab' AS TEXT))",
-            needs: "SELECT count(*) FROM runs WHERE instr(command, CAST(x'c385' AS TEXT)) > 0",
-            knownIssue: "issue 51: ledger verify compares text as String (canonical equivalence), not bytes"),
+            needs: "SELECT count(*) FROM runs WHERE instr(command, CAST(x'c385' AS TEXT)) > 0"),
+        .init(
+            "a kept checkpoint deleted",
+            "DROP TRIGGER ledger_checkpoints_no_delete; DELETE FROM ledger_checkpoints",
+            needs: "SELECT count(*) FROM ledger_checkpoints"),
+        .init(
+            "a kept checkpoint back-dated",
+            """
+            DROP TRIGGER ledger_checkpoints_no_update;
+            UPDATE ledger_checkpoints SET made_at = '2020-01-01T00:00:00.000Z'
+            """,
+            needs: "SELECT count(*) FROM ledger_checkpoints"),
+        .init(
+            "a checkpoint slipped in with no entry (a copy of the kept one's note at a new size)",
+            """
+            INSERT INTO ledger_checkpoints(size, root, note, made_at)
+            SELECT size + 1, root, note, made_at FROM ledger_checkpoints ORDER BY size DESC LIMIT 1
+            """,
+            needs: "SELECT count(*) FROM ledger_checkpoints"),
     ]
 }

@@ -88,7 +88,7 @@ struct LedgerStatusTests {
         ] {
             let result = try await bench.tool(arguments)
             #expect(result.status == 1, "\(arguments): \(result.stdout) \(result.stderr)")
-            #expect(result.stderr.contains("cannot be read"), "\(arguments): \(result.stderr)")
+            #expect(result.stderr.contains(": could not read "), "\(arguments): \(result.stderr)")
         }
         // Bad usage → 1, as ever: no --signers for check.
         let usage = try await bench.tool(["ledger", "check", good])

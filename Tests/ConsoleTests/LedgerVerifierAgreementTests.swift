@@ -89,16 +89,10 @@ struct LedgerVerifierAgreementTests {
                     "\(tamper): ledger_verify.py exit \(verdicts.python.status): \(verdicts.python.stdout) \(verdicts.python.stderr)"
                 )
                 #expect(!verdicts.python.stderr.contains("Traceback"), "\(tamper): \(verdicts.python.stderr)")
-                if let issue = tamper.knownIssue {
-                    withKnownIssue(Comment(rawValue: issue), isIntermittent: true) {
-                        #expect(verdicts.swift.status == 2, "\(tamper): ledger verify exit \(verdicts.swift.status)")
-                    }
-                } else {
-                    #expect(
-                        verdicts.swift.status == 2,
-                        "\(tamper): ledger verify exit \(verdicts.swift.status): \(verdicts.swift.stdout) \(verdicts.swift.stderr)"
-                    )
-                }
+                #expect(
+                    verdicts.swift.status == 2,
+                    "\(tamper): ledger verify exit \(verdicts.swift.status): \(verdicts.swift.stdout) \(verdicts.swift.stderr)"
+                )
             }
         }
     }
