@@ -147,10 +147,16 @@ public actor RecoveryCoordinator {
         }
     }
 
-    public func stop() {
+    /// Stops watching; a power cycle under way is finished (and recorded) first.
+    public func stop() async {
         watcher?.cancel()
         watcher = nil
+        for task in cycling.values { await task.value }
     }
+
+    /// Whether a power cycle of ours is under way (its adapter reads off
+    /// for a moment: nobody is to power it on meanwhile).
+    public func isCycling() -> Bool { !cycling.isEmpty }
 
     /// The address of the adapter at `path` (nil: not one of ours).
     func address(of path: ObjectPath?) -> String? {
@@ -245,9 +251,19 @@ public actor RecoveryCoordinator {
                     + "(at most \(Int(Recovery.adapterOffTimeout.components.seconds)) s)")
             return
         }
-        guard now - since.at > Recovery.adapterOffTimeout, !offGivenUp.contains(address) else { return }
-        offGivenUp.insert(address)
+        guard now - since.at > Recovery.adapterOffTimeout else { return }
+        await offTimedOut(adapter)
+    }
+
+    /// An adapter off past `adapterOffTimeout`: given up once (a row, a
+    /// note); with every adapter of the run given up or gone, the run
+    /// stops. The reason its devices fail with.
+    @discardableResult
+    private func offTimedOut(_ adapter: Adapter) async -> String {
+        let address = adapter.address.uppercased()
         let reason = offReason(address)
+        guard !offGivenUp.contains(address) else { return reason }
+        offGivenUp.insert(address)
         note(reason)
         await record(
             RecoveryRecord(
@@ -255,6 +271,7 @@ public actor RecoveryCoordinator {
                 detail: "wait-for-power \(adapter.name) \(address)", error: reason))
         let lost = adapterPaths.keys.allSatisfy { offGivenUp.contains($0) || absentSince[$0] != nil }
         if lost, adapterFailure == nil, options.stopsOnAdapterLoss { adapterFailure = reason }
+        return reason
     }
 
     private func adapterMoved(_ adapter: Adapter, from old: ObjectPath) async {
@@ -637,7 +654,13 @@ public actor RecoveryCoordinator {
                 _ = try? await client.waitForAdapter(address: adapterAddress, powered: true, timeout: left)
             }
             if let running = cycling[adapterAddress] { await running.value }
-            if let reason = await stillDown(adapterAddress) { return .giveUp(reason) }
+            guard let current = await client.adapter(address: adapterAddress) else {
+                return .giveUp(goneReason(adapterAddress))
+            }
+            if !current.powered {
+                let reason = await offTimedOut(current)
+                return .giveUp(adapterFailure ?? reason)
+            }
             return .uncharged(.adapter)
         }
         notReadyStreak[adapterAddress, default: 0] += 1

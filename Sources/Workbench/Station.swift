@@ -213,8 +213,11 @@ public actor Station {
                 }
                 if discoveringSince == nil {
                     do {
-                        for adapter in try await bench.adapters() where !adapter.powered {
-                            try await client.setPowered(adapter, true)
+                        // Not while our power cycle holds it off.
+                        if await !recovery.isCycling() {
+                            for adapter in try await bench.adapters() where !adapter.powered {
+                                try await client.setPowered(adapter, true)
+                            }
                         }
                         try await bench.beginDiscovery(everyAdvert: true)
                         discoveringSince = ContinuousClock.now

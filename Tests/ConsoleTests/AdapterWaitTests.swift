@@ -152,7 +152,9 @@ struct AdapterWaitTests {
             #expect(run.status == 2, "\(run.stdout) \(run.stderr)")
             let recaps = Self.recaps(run.stdout)
             let failed = recaps.values.filter { $0["result"] as? String == "failed" }
-            #expect(failed.count == 3, "\(recaps)")
+            // All five: the two that cannot be provisioned are judged on a
+            // connection too (battery, firmware), which never comes.
+            #expect(failed.count == 5, "\(recaps)")
             for recap in failed {
                 let reason = recap["reason"] as? String ?? ""
                 #expect(reason.contains("wedged") && reason.contains("--no-adapter-reset"), "\(reason)")
