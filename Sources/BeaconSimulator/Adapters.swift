@@ -110,9 +110,11 @@ extension SimulatedBluetoothd {
             index, ["Powered": .boolean(powered), "PowerState": .string(powered ? "on" : "off")])
     }
 
-    /// The adapter powers off for `duration`, then on again (`power-off`).
-    func switchOffForAWhile(_ index: Int, _ duration: Duration) async {
+    /// The adapter powers off for `duration`, then on again (`power-off`;
+    /// nil: it stays off until a client powers it on).
+    func switchOffForAWhile(_ index: Int, _ duration: Duration?) async {
         try? await setPowered(index, false)
+        guard let duration else { return }
         Task { [self] in
             try? await Task.sleep(for: duration)
             try? await setPowered(index, true)

@@ -18,6 +18,7 @@ extension SimulatedBluetoothd {
                 switch wedge.discoveryError {
                 case .inProgress: throw BusError(.bluez.inProgress, "Operation already in progress")
                 case .notReady: throw BusError(.bluez.notReady, "Resource Not Ready")
+                case .none: break
                 }
             }
             guard !adapters[index].discoveryClients.contains(client) else {
@@ -110,7 +111,7 @@ extension SimulatedBluetoothd {
     func scan(_ index: Int) async {
         while !Task.isCancelled {
             for address in beaconOrder {
-                guard adapters[index].wedge == nil, let state = beacons[address]?.state, state.inRange,
+                guard adapters[index].wedge?.hearsAdverts ?? true, let state = beacons[address]?.state, state.inRange,
                     passesFilters(index, state)
                 else { continue }
                 if (try? await ask(.discoveryAdvert, adapter: index, address: address))?.withhold == true { continue }

@@ -38,15 +38,18 @@ extension SimulatedBluetoothd {
             switch action {
             case .powerOff(let ms):
                 if adapters.indices.contains(adapterIndex) {
-                    await switchOffForAWhile(adapterIndex, .milliseconds(ms))
+                    await switchOffForAWhile(adapterIndex, ms.map { .milliseconds($0) })
                     if hook == .connectRequested, failure == nil {
                         failure = (BusError(.bluez.notReady, "Resource Not Ready"), 0)
                     }
                 }
-            case .wedge(let discoveryError, let abortAfterMs, let sticky):
+            case .wedge(let discoveryError, let abortAfterMs, let sticky, let connectNotReady):
                 if adapters.indices.contains(adapterIndex) {
                     wedge(
-                        adapterIndex, Wedge(discoveryError: discoveryError, abortAfterMs: abortAfterMs, sticky: sticky))
+                        adapterIndex,
+                        Wedge(
+                            discoveryError: discoveryError, abortAfterMs: abortAfterMs, sticky: sticky,
+                            connectNotReady: connectNotReady))
                 }
             case .replug(let goneMs, let newIndex):
                 if adapters.indices.contains(adapterIndex) {

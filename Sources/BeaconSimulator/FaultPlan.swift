@@ -118,8 +118,11 @@ public struct FaultPlan: Sendable, Equatable {
         case vanish(ms: Int?, keepObject: Bool, preheard: Preheard?)
         /// Mode 1: every Connect fails until RemoveDevice.
         case stale(flap: Bool, afterMs: Int?)
-        /// Mode 3: the adapter wedges until powered off and on (unless sticky).
-        case wedge(discoveryError: DiscoveryError, abortAfterMs: Int, sticky: Bool)
+        /// Mode 3: the adapter wedges until powered off and on (unless
+        /// sticky). `connectNotReady`: every Connect answers NotReady at
+        /// once (else it aborts after `abortAfterMs`); with `discoveryError`
+        /// `.none` discovery still works and adverts are still heard.
+        case wedge(discoveryError: DiscoveryError, abortAfterMs: Int, sticky: Bool, connectNotReady: Bool = false)
         /// Mode 4: the adapter goes and comes back under a new index.
         case replug(goneMs: Int, newIndex: Int?)
         /// Mode 5: the beacon's handles move by delta at its next connection.
@@ -130,8 +133,9 @@ public struct FaultPlan: Sendable, Equatable {
         /// (services.resolved), a notification is lost (notify), an advert
         /// is not heard (discovery.advert).
         case withhold
-        /// The adapter powers off for `ms`, then on again.
-        case powerOff(ms: Int)
+        /// The adapter powers off for `ms`, then on again (nil: off until a
+        /// client powers it on).
+        case powerOff(ms: Int?)
 
         public var kind: String {
             switch self {
@@ -173,6 +177,8 @@ public struct FaultPlan: Sendable, Equatable {
     public enum DiscoveryError: String, Sendable, Equatable, CaseIterable {
         case inProgress = "in-progress"
         case notReady = "not-ready"
+        /// Discovery is not refused, and adverts are still heard.
+        case none
     }
 
     public struct Preheard: Sendable, Equatable {

@@ -361,14 +361,16 @@ extension FaultPlan {
         case "wedge":
             try a.only(["kind", "discoveryError", "connect", "sticky"])
             var abort = 20_000
+            var notReady = false
             if a.has("connect") {
                 let c = try Fields(a.object["connect"], "\(place).connect")
-                try c.only(["abortAfterMs"])
+                try c.only(["abortAfterMs", "notReady"])
                 abort = try c.int("abortAfterMs", 0...maxMs) ?? abort
+                notReady = try c.bool("notReady") ?? false
             }
             return .wedge(
                 discoveryError: try a.choice("discoveryError", DiscoveryError.self) ?? .inProgress,
-                abortAfterMs: abort, sticky: try a.bool("sticky") ?? false)
+                abortAfterMs: abort, sticky: try a.bool("sticky") ?? false, connectNotReady: notReady)
         case "replug":
             try a.only(["kind", "goneMs", "newIndex"])
             var newIndex: Int?
@@ -394,6 +396,8 @@ extension FaultPlan {
             return .withhold
         default:
             try a.only(["kind", "ms"])
+            // `"ms": null`: off until a client powers it on.
+            if case .some(.null) = a.object["ms"] { return .powerOff(ms: nil) }
             return .powerOff(ms: try a.int("ms", 0...maxMs) ?? 5000)
         }
     }
@@ -491,16 +495,18 @@ extension FaultPlan.Action {
         case .stale(let flap, let afterMs):
             object["flap"] = .bool(flap)
             if let afterMs { object["afterMs"] = .integer(afterMs) }
-        case .wedge(let discoveryError, let abortAfterMs, let sticky):
+        case .wedge(let discoveryError, let abortAfterMs, let sticky, let connectNotReady):
             object["discoveryError"] = .string(discoveryError.rawValue)
-            object["connect"] = .object(["abortAfterMs": .integer(abortAfterMs)])
+            object["connect"] = .object([
+                "abortAfterMs": .integer(abortAfterMs), "notReady": .bool(connectNotReady),
+            ])
             object["sticky"] = .bool(sticky)
         case .replug(let goneMs, let newIndex):
             object["goneMs"] = .integer(goneMs)
             object["newIndex"] = newIndex.map { .integer($0) } ?? .string("next")
         case .shiftGatt(let delta): object["delta"] = .integer(delta)
         case .busyWhileDiscovering, .withhold: break
-        case .powerOff(let ms): object["ms"] = .integer(ms)
+        case .powerOff(let ms): object["ms"] = ms.map { .integer($0) } ?? .null
         }
         return .object(object)
     }

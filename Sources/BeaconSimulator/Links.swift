@@ -67,7 +67,12 @@ extension SimulatedBluetoothd {
             endConnect(index)
             throw Self.abortByLocal
         }
-        // A wedged controller never completes the connection.
+        // A wedged controller never completes the connection (or refuses
+        // it outright: NotReady while Powered reads true).
+        if let wedge = adapters[index].wedge, wedge.connectNotReady {
+            endConnect(index)
+            throw BusError(.bluez.notReady, "Resource Not Ready")
+        }
         if let wedge = adapters[index].wedge {
             try? await Task.sleep(for: .milliseconds(wedge.abortAfterMs))
             endConnect(index)

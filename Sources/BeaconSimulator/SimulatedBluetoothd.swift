@@ -110,6 +110,10 @@ public actor SimulatedBluetoothd {
         var discoveryError: FaultPlan.DiscoveryError
         var abortAfterMs: Int
         var sticky: Bool
+        /// Connect answers NotReady at once (the controller refuses it).
+        var connectNotReady = false
+        /// Adverts are still heard (discovery unaffected).
+        var hearsAdverts: Bool { discoveryError == .none }
     }
 
     struct Adapter {

@@ -472,6 +472,14 @@ public actor FleetRunner {
                     recap.reason = "\(reason) (\(error))"
                     break
                 }
+                // An adapter gone for good, or every adapter switched off
+                // past its time: the run stops; this device with it.
+                if let failure = await recovery.adapterFailure, !(error is InventoryFailure) {
+                    await endInFlight(tally, .failed, error: "\(failure) (\(error))")
+                    recap.failed = 1
+                    recap.reason = "\(failure) (\(error))"
+                    break
+                }
                 // A connection that got steps done resets the count: only
                 // `deviceAttempts` connections in a row without progress (or
                 // three times as many in all) give up.
@@ -589,7 +597,7 @@ public actor FleetRunner {
         let known = await client.device(address: address)
         if known.map({ $0.manufacturerData.isEmpty && $0.rssi == nil && !$0.connected }) ?? true {
             await recovery.needsDiscovery()
-            _ = try await client.waitForAdvertisedDevice(address: address, timeout: findTimeout)
+            try await waitForAdvert(address)
         }
         let adapter = await claimAdapter(for: address)
         defer { if let adapter { Task { await self.releaseAdapter(adapter) } } }
@@ -633,8 +641,29 @@ public actor FleetRunner {
         }
     }
 
+    /// Waits (`findTimeout`) for the device's next advert; an adapter lost
+    /// meanwhile (the run stopping) ends the wait at once.
+    private nonisolated func waitForAdvert(_ address: String) async throws {
+        let deadline = ContinuousClock.now + findTimeout
+        while true {
+            let slice = min(.milliseconds(500), deadline - ContinuousClock.now)
+            do {
+                _ = try await client.waitForAdvertisedDevice(address: address, timeout: max(.zero, slice))
+                return
+            } catch let error as BlueZError {
+                guard case .timeout = error.reason, !Task.isCancelled else { throw error }
+                let lost = await recovery.adapterFailure != nil
+                if ContinuousClock.now >= deadline || lost {
+                    throw BlueZError(.timeout(findTimeout), device: address, step: "find")
+                }
+            }
+        }
+    }
+
     /// The connect policy for one connection: each failed Connect is
-    /// judged by the recovery policies.
+    /// judged by the recovery policies. Waits that were not the beacon's
+    /// fault are retried uncharged up to `Recovery.unchargedTimeLimit` in
+    /// the device's turn; past it, its failures are charged.
     private nonisolated func judgedPolicy(
         _ address: String, adapterPath: ObjectPath?, linksAtStart: Int, giveUp: GiveUpReason
     ) -> ConnectPolicy {
@@ -648,7 +677,7 @@ public actor FleetRunner {
             case .charged: return .ordinary
             case .uncharged:
                 giveUp.addUncharged(ContinuousClock.now - judged)
-                return .retryUncharged
+                return giveUp.unchargedTime < Recovery.unchargedTimeLimit ? .retryUncharged : .ordinary
             case .recovered: return .retryAfresh
             case .giveUp(let reason):
                 giveUp.set(reason)

@@ -39,6 +39,26 @@ public enum Recovery {
     /// How long an adapter that went away may take to come back (by its
     /// address) before the run fails with exit status 3.
     public static let adapterReturnTimeout: Duration = .seconds(30)
+    /// How long an adapter that reads unpowered (switched off: rfkill,
+    /// `bluetoothctl power off`) may take to be powered again, counted
+    /// from when it was first seen off; then its devices fail ("adapter …
+    /// switched off"), and when no adapter of the run is left the run
+    /// stops with exit status 3.
+    public static let adapterOffTimeout: Duration = .seconds(15)
+    /// Connects answered NotReady by an adapter that reads Powered, with
+    /// no connect succeeding on it in between: the controller refuses
+    /// what its adapter says it can do — wedged, whether or not adverts
+    /// are still heard.
+    public static let notReadyWedge = 3
+    /// The pause before retrying a connect that was not the beacon's
+    /// failure (busy, NotReady): the first, doubling per device up to
+    /// `unchargedBackoffCap`, back to the first after a connect succeeds.
+    public static let unchargedBackoff: Duration = .milliseconds(250)
+    public static let unchargedBackoffCap: Duration = .seconds(2)
+    /// Waits that were not the beacon's (slots, busy, an adapter off or
+    /// wedged) per device turn: past this much, its failures are charged
+    /// like any other (the 4 / 12 / 90 s rules then end it).
+    public static let unchargedTimeLimit: Duration = .seconds(60)
     /// A beacon with no advert for this long is gone.
     public static let presenceTimeout: Duration = .seconds(5)
     /// Busy while discovering: retries per device with discovery paused,

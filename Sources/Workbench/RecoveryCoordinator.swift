@@ -41,11 +41,19 @@ public struct RecoveryOptions: Sendable {
     public var presenceKnown: Bool { everyAdvert }
     /// How long the watcher waits between looks at the adapters.
     public var watchInterval: Duration = .milliseconds(500)
+    /// An adapter gone for good, or every adapter switched off for good,
+    /// stops the run (`adapterFailure`: exit status 3). A station does not
+    /// stop: it waits for the adapter as long as it runs.
+    public var stopsOnAdapterLoss = true
 
-    public init(adapterResets: Bool = true, keepDiscovery: Bool = true, everyAdvert: Bool = false) {
+    public init(
+        adapterResets: Bool = true, keepDiscovery: Bool = true, everyAdvert: Bool = false,
+        stopsOnAdapterLoss: Bool = true
+    ) {
         self.adapterResets = adapterResets
         self.keepDiscovery = keepDiscovery
         self.everyAdvert = everyAdvert
+        self.stopsOnAdapterLoss = stopsOnAdapterLoss
     }
 }
 
@@ -91,6 +99,17 @@ public actor RecoveryCoordinator {
     private var startedAt: [String: ContinuousClock.Instant] = [:]
     /// When each device's current stale streak began.
     private var streakStart: [String: ContinuousClock.Instant] = [:]
+    /// Adapters present but reading unpowered (switched off), since when.
+    private var offSince: [String: (at: ContinuousClock.Instant, wall: Date)] = [:]
+    /// Adapters given up because they stayed off past `adapterOffTimeout`
+    /// (lifted when they are powered again).
+    private var offGivenUp: Set<String> = []
+    /// Connects answered NotReady by an adapter reading Powered, in a row.
+    private var notReadyStreak: [String: Int] = [:]
+    /// The next uncharged pause per device (busy, NotReady), doubling.
+    private var pauses: [String: Duration] = [:]
+    /// Power cycles under way, by adapter address.
+    private var cycling: [String: Task<Void, Never>] = [:]
 
     public init(
         client: BluetoothClient, inventory: Inventory, run: Int64?, concurrency: Int,
@@ -128,10 +147,16 @@ public actor RecoveryCoordinator {
         }
     }
 
-    public func stop() {
+    /// Stops watching; a power cycle under way is finished (and recorded) first.
+    public func stop() async {
         watcher?.cancel()
         watcher = nil
+        for task in cycling.values { await task.value }
     }
+
+    /// Whether a power cycle of ours is under way (its adapter reads off
+    /// for a moment: nobody is to power it on meanwhile).
+    public func isCycling() -> Bool { !cycling.isEmpty }
 
     /// The address of the adapter at `path` (nil: not one of ours).
     func address(of path: ObjectPath?) -> String? {
@@ -163,17 +188,26 @@ public actor RecoveryCoordinator {
                     absentSince[address] = (now, Date())
                     note("adapter \(name(lastPath)) \(address) went away; waiting for it (at most 30 s)")
                 } else if let since = absentSince[address], now - since.at > Recovery.adapterReturnTimeout,
-                    adapterFailure == nil
+                    adapterFailure == nil, options.stopsOnAdapterLoss
                 {
-                    adapterFailure =
-                        "adapter \(address) went away at \(Self.clock(since.wall)) and did not return within "
-                        + "\(Int(Recovery.adapterReturnTimeout.components.seconds)) s"
+                    adapterFailure = goneReason(address)
                     await record(
                         RecoveryRecord(
                             action: "adapter-gone", ok: false, device: nil, adapter: address,
                             detail: "wait-for-adapter \(address)", error: adapterFailure))
                 }
                 continue
+            }
+            if !adapter.powered, cycling[address] == nil {
+                await adapterIsOff(adapter, now: now)
+                continue
+            }
+            if adapter.powered, offSince.removeValue(forKey: address) != nil {
+                offGivenUp.remove(address)
+                note("adapter \(adapter.name) \(address) is powered again")
+                if options.keepDiscovery {
+                    try? await client.startDiscovery(on: adapter, everyAdvert: options.everyAdvert)
+                }
             }
             if absentSince.removeValue(forKey: address) != nil || adapter.path != lastPath {
                 if adapter.path != lastPath { formerPaths[lastPath] = address }
@@ -188,6 +222,56 @@ public actor RecoveryCoordinator {
             }
             await watchForWedge(adapter, now: now)
         }
+    }
+
+    /// Why the run stops for an adapter gone for good.
+    private func goneReason(_ address: String) -> String {
+        let wall = absentSince[address]?.wall ?? Date()
+        return "adapter \(address) went away at \(Self.clock(wall)) and did not return within "
+            + "\(Int(Recovery.adapterReturnTimeout.components.seconds)) s"
+    }
+
+    /// Why an adapter switched off is given up.
+    private func offReason(_ address: String) -> String {
+        let wall = offSince[address]?.wall ?? Date()
+        return "adapter off: \(address) was switched off at \(Self.clock(wall)) and not powered again within "
+            + "\(Int(Recovery.adapterOffTimeout.components.seconds)) s"
+    }
+
+    /// An adapter present but reading unpowered (rfkill, `bluetoothctl
+    /// power off`; not a cycle of ours): waited for `adapterOffTimeout`
+    /// from when it was first seen off; then given up (its devices fail),
+    /// and when every adapter of the run is given up or gone the run stops.
+    private func adapterIsOff(_ adapter: Adapter, now: ContinuousClock.Instant) async {
+        let address = adapter.address.uppercased()
+        guard let since = offSince[address] else {
+            offSince[address] = (now, Date())
+            note(
+                "adapter \(adapter.name) \(address) is switched off; waiting for it to be powered again "
+                    + "(at most \(Int(Recovery.adapterOffTimeout.components.seconds)) s)")
+            return
+        }
+        guard now - since.at > Recovery.adapterOffTimeout else { return }
+        await offTimedOut(adapter)
+    }
+
+    /// An adapter off past `adapterOffTimeout`: given up once (a row, a
+    /// note); with every adapter of the run given up or gone, the run
+    /// stops. The reason its devices fail with.
+    @discardableResult
+    private func offTimedOut(_ adapter: Adapter) async -> String {
+        let address = adapter.address.uppercased()
+        let reason = offReason(address)
+        guard !offGivenUp.contains(address) else { return reason }
+        offGivenUp.insert(address)
+        note(reason)
+        await record(
+            RecoveryRecord(
+                action: "adapter-off", ok: false, device: nil, adapter: address,
+                detail: "wait-for-power \(adapter.name) \(address)", error: reason))
+        let lost = adapterPaths.keys.allSatisfy { offGivenUp.contains($0) || absentSince[$0] != nil }
+        if lost, adapterFailure == nil, options.stopsOnAdapterLoss { adapterFailure = reason }
+        return reason
     }
 
     private func adapterMoved(_ adapter: Adapter, from old: ObjectPath) async {
@@ -222,7 +306,17 @@ public actor RecoveryCoordinator {
         if let heard = await client.lastAdvert(on: adapter.path), now - heard < Recovery.wedgeWindow {
             wedge.advertHeard(address, at: heard)
         }
-        guard options.keepDiscovery, paused[address, default: []].isEmpty, adapter.powered else { return }
+        guard paused[address, default: []].isEmpty else { return }
+        if options.keepDiscovery, adapter.powered { await keepDiscovering(adapter, now: now) }
+        guard wedge.isWedged(address, powered: adapter.powered, at: now), givenUp[address] == nil else { return }
+        _ = await wedged(adapter, now: now)
+    }
+
+    /// Discovery upkeep: started again where it is off, restarted on a
+    /// quiet adapter whose connects fail; refusals are the wedge
+    /// detector's evidence.
+    private func keepDiscovering(_ adapter: Adapter, now: ContinuousClock.Instant) async {
+        let address = adapter.address.uppercased()
         // Discovering, connects failing, nothing heard: restart discovery
         // (a wedged controller then refuses it).
         if adapter.discovering, let trouble = wedge.trouble(address), now - trouble.since >= Recovery.quietRestart,
@@ -253,10 +347,34 @@ public actor RecoveryCoordinator {
         } else {
             startedAt[address] = nil
         }
-        guard wedge.isWedged(address, powered: adapter.powered, at: now), givenUp[address] == nil else { return }
+    }
+
+    /// Discovery that its user (a station) starts itself was refused, or
+    /// accepted and never shown running: evidence of a wedge on every
+    /// powered adapter, with discovery needed (nothing can be found
+    /// without it). The watcher power-cycles by the wedge rule.
+    public func discoveryRefused() async {
+        let now = ContinuousClock.now
+        for (address, _) in adapterPaths {
+            guard await client.adapter(address: address)?.powered == true else { continue }
+            wedge.discoveryRefused(address, at: now)
+            wedge.needsDiscovery(address, at: now)
+        }
+    }
+
+    /// A wedged adapter: power-cycled when the policy allows (nil), else
+    /// given up (the reason its devices fail with).
+    private func wedged(_ adapter: Adapter, now: ContinuousClock.Instant, why: String? = nil) async -> String? {
+        let address = adapter.address.uppercased()
+        if let reason = givenUp[address] { return reason }
+        if cycling[address] != nil {
+            await powerCycle(adapter)
+            return nil
+        }
         switch wedge.mayReset(address, at: now, resetsAllowed: options.adapterResets) {
         case .allowed:
-            await powerCycle(adapter)
+            await powerCycle(adapter, why: why)
+            return nil
         case .disabled:
             givenUp[address] = "adapter \(adapter.name) \(address) is wedged; --no-adapter-reset: not power-cycled"
             note(givenUp[address]!)
@@ -273,15 +391,32 @@ public actor RecoveryCoordinator {
                     action: "adapter-wedged", ok: false, device: nil, adapter: address,
                     detail: "wedged \(adapter.name) \(address)", error: givenUp[address]))
         }
+        return givenUp[address]
     }
 
     /// Power-cycles a wedged adapter (once per `resetInterval`), then sets
-    /// its filter and starts discovery again.
-    func powerCycle(_ adapter: Adapter) async {
+    /// its filter and starts discovery again. A cycle already under way is
+    /// waited for, not begun again.
+    func powerCycle(_ adapter: Adapter, why: String? = nil) async {
+        let address = adapter.address.uppercased()
+        if let running = cycling[address] {
+            await running.value
+            return
+        }
+        let task = Task { await self.cycle(adapter, why: why) }
+        cycling[address] = task
+        await task.value
+        cycling[address] = nil
+        notReadyStreak[address] = nil
+    }
+
+    private func cycle(_ adapter: Adapter, why: String?) async {
         let address = adapter.address.uppercased()
         wedge.reset(address, at: .now)
         let detail = "power-cycle \(adapter.name) \(address)"
-        note("\(detail): discovery and connects failed for \(Int(Recovery.wedgeWindow.components.seconds)) s")
+        note(
+            "\(detail): "
+                + (why ?? "discovery and connects failed for \(Int(Recovery.wedgeWindow.components.seconds)) s"))
         var error: String?
         do {
             try await client.powerCycle(
@@ -325,6 +460,7 @@ public actor RecoveryCoordinator {
         let now = ContinuousClock.now
         let adapterAddress = address(of: adapterPath)
         if let adapterAddress, let reason = givenUp[adapterAddress] { return .giveUp(reason) }
+        if let adapterAddress, offGivenUp.contains(adapterAddress) { return .giveUp(offReason(adapterAddress)) }
         if let adapterFailure { return .giveUp(adapterFailure) }
         let bluez = error as? BlueZError
         var failure = Recovery.Failure(
@@ -349,6 +485,7 @@ public actor RecoveryCoordinator {
         }
         // Under suspicion: discovery refused since the adapter's last advert,
         // or (discovering with every advert) nothing heard on it at all.
+        let absentOrMoved = failure.adapterAbsentOrWedged
         var suspect = false
         if let adapterAddress, let adapterPath, givenUp[adapterAddress] == nil {
             if let trouble = wedge.trouble(adapterAddress), trouble.refusals > 0 { suspect = true }
@@ -437,17 +574,25 @@ public actor RecoveryCoordinator {
                 }
                 try? await Task.sleep(for: Recovery.busyBackoff)
             case .waitForDevice:
-                try? await Task.sleep(for: Recovery.busyBackoff)
+                await pause(device)
             }
             return .uncharged(.busy)
+        case .adapter where failure.name == "org.bluez.Error.NotReady" && !absentOrMoved:
+            return await notReady(device, adapterAddress: adapterAddress, now: now)
         case .adapter where suspect:
             try? await Task.sleep(for: Recovery.suspectAdapterPause)
             return .uncharged(.adapter)
         case .adapter:
             if let adapterAddress {
-                _ = try? await client.waitForAdapter(
-                    address: adapterAddress, powered: true, timeout: Recovery.adapterReturnTimeout)
+                // Gone: back within `adapterReturnTimeout` of when it went
+                // (not of this failure), or the device gives up.
+                let since = absentSince[adapterAddress]?.at ?? now
+                let left = since + Recovery.adapterReturnTimeout - ContinuousClock.now
+                if left > .zero {
+                    _ = try? await client.waitForAdapter(address: adapterAddress, powered: true, timeout: left)
+                }
                 if let adapterFailure { return .giveUp(adapterFailure) }
+                if let reason = await stillDown(adapterAddress) { return .giveUp(reason) }
             }
             // Back (under a new name, maybe): bluetoothd reloads the devices
             // it stored without their adverts; nothing is judged of this one
@@ -459,6 +604,74 @@ public actor RecoveryCoordinator {
         case .gone, .other:
             return .charged(judgement.failureClass)
         }
+    }
+
+    /// The pause before an uncharged retry of `device`: doubling from
+    /// `unchargedBackoff` to `unchargedBackoffCap` (never a tight loop).
+    private func pause(_ device: String) async {
+        let key = device.uppercased()
+        let current = pauses[key] ?? Recovery.unchargedBackoff
+        pauses[key] = min(current * 2, Recovery.unchargedBackoffCap)
+        try? await Task.sleep(for: current)
+    }
+
+    /// Why an adapter that was waited for is still no use (nil: it is
+    /// there and powered).
+    private func stillDown(_ address: String) async -> String? {
+        guard let adapter = await client.adapter(address: address) else { return goneReason(address) }
+        return adapter.powered ? nil : offReason(address)
+    }
+
+    /// Connect answered NotReady. An adapter reading unpowered is switched
+    /// off: waited for until `adapterOffTimeout` after it was first seen
+    /// off (shared by all its devices), then given up. An adapter reading
+    /// Powered that answers NotReady refuses what it says it can do: after
+    /// `notReadyWedge` in a row (no connect succeeding on it) it is wedged
+    /// — power-cycled, or given up — whether adverts are heard or not;
+    /// before that, each retry waits its backoff.
+    private func notReady(_ device: String, adapterAddress: String?, now: ContinuousClock.Instant) async -> Verdict {
+        guard let adapterAddress else {
+            await pause(device)
+            return .uncharged(.adapter)
+        }
+        if let running = cycling[adapterAddress] {
+            // Our own power cycle: wait for it.
+            await running.value
+            return .uncharged(.adapter)
+        }
+        guard let adapter = await client.adapter(address: adapterAddress) else {
+            return .uncharged(.adapter)
+        }
+        if !adapter.powered {
+            if offSince[adapterAddress] == nil {
+                offSince[adapterAddress] = (now, Date())
+                note(
+                    "adapter \(adapter.name) \(adapterAddress) is switched off; waiting for it to be powered again "
+                        + "(at most \(Int(Recovery.adapterOffTimeout.components.seconds)) s)")
+            }
+            let left = offSince[adapterAddress]!.at + Recovery.adapterOffTimeout - ContinuousClock.now
+            if left > .zero {
+                _ = try? await client.waitForAdapter(address: adapterAddress, powered: true, timeout: left)
+            }
+            if let running = cycling[adapterAddress] { await running.value }
+            guard let current = await client.adapter(address: adapterAddress) else {
+                return .giveUp(goneReason(adapterAddress))
+            }
+            if !current.powered {
+                let reason = await offTimedOut(current)
+                return .giveUp(adapterFailure ?? reason)
+            }
+            return .uncharged(.adapter)
+        }
+        notReadyStreak[adapterAddress, default: 0] += 1
+        let streak = notReadyStreak[adapterAddress, default: 0]
+        guard streak >= Recovery.notReadyWedge else {
+            await pause(device)
+            return .uncharged(.adapter)
+        }
+        let why = "\(streak) connects answered NotReady while it reads powered"
+        if let reason = await wedged(adapter, now: now, why: why) { return .giveUp(reason) }
+        return .uncharged(.adapter)
     }
 
     /// RemoveDevice, then wait for the device to be heard again. A removed
@@ -497,7 +710,9 @@ public actor RecoveryCoordinator {
     public func connectSucceeded(_ device: String, adapterPath: ObjectPath?, linksAtStart: Int) async {
         stale.succeeded(device)
         busy.succeeded(device)
+        pauses[device.uppercased()] = nil
         if let address = address(of: adapterPath) {
+            notReadyStreak[address] = nil
             let links = await client.linksWhenConnectSent(device) ?? linksAtStart
             slots.succeeded(adapter: address, linksUp: links)
         }

@@ -193,7 +193,9 @@ public actor Station {
         var radioDown: String?
         let recovery = RecoveryCoordinator(
             client: client, inventory: bench.inventory, run: run, concurrency: max(1, options.concurrency),
-            options: RecoveryOptions(adapterResets: options.adapterResets, keepDiscovery: false, everyAdvert: true),
+            options: RecoveryOptions(
+                adapterResets: options.adapterResets, keepDiscovery: false, everyAdvert: true,
+                stopsOnAdapterLoss: false),
             note: { [onEvent] in onEvent(.note($0)) })
         self.recovery = recovery
         await recovery.start()
@@ -211,8 +213,11 @@ public actor Station {
                 }
                 if discoveringSince == nil {
                     do {
-                        for adapter in try await bench.adapters() where !adapter.powered {
-                            try await client.setPowered(adapter, true)
+                        // Not while our power cycle holds it off.
+                        if await !recovery.isCycling() {
+                            for adapter in try await bench.adapters() where !adapter.powered {
+                                try await client.setPowered(adapter, true)
+                            }
                         }
                         try await bench.beginDiscovery(everyAdvert: true)
                         discoveringSince = ContinuousClock.now
@@ -221,6 +226,10 @@ public actor Station {
                             radioDown = nil
                         }
                     } catch {
+                        // A wedged adapter refuses discovery: the evidence
+                        // the recovery's wedge rule needs (an idle station
+                        // makes no connects).
+                        await recovery.discoveryRefused()
                         if radioDown == nil {
                             radioDown = "\(error)"
                             onEvent(.note("cannot discover: \(error); waiting for the adapter and bluetoothd"))
@@ -229,7 +238,9 @@ public actor Station {
                 } else if let since = discoveringSince, ContinuousClock.now - since > .seconds(3),
                     let adapters = try? await bench.adapters(), adapters.allSatisfy({ !$0.discovering })
                 {
-                    // The adapter came back (or was reset) without discovery.
+                    // The adapter came back (or was reset) without discovery;
+                    // or it accepted discovery and never ran it (wedged).
+                    await recovery.discoveryRefused()
                     try? await bench.endDiscovery()
                     discoveringSince = nil
                     radioDown = radioDown ?? "the adapter stopped discovering"

@@ -264,8 +264,9 @@ struct FaultPlanTests {
         .fail(error: "org.bluez.Error.InProgress", message: "In Progress", afterMs: 5), .stall(ms: 20, hold: nil),
         .dropLink(reason: .remote, writeLands: .toss), .vanish(ms: 300, keepObject: false, preheard: nil),
         .stale(flap: false, afterMs: 40), .wedge(discoveryError: .notReady, abortAfterMs: 2000, sticky: true),
+        .wedge(discoveryError: .none, abortAfterMs: 0, sticky: false, connectNotReady: true),
         .replug(goneMs: 700, newIndex: 3), .shiftGatt(delta: 32), .busyWhileDiscovering, .withhold,
-        .powerOff(ms: 900),
+        .powerOff(ms: 900), .powerOff(ms: nil),
     ]
 
     /// An action as a plan's JSON gives it. No `default`: a new action does
@@ -279,14 +280,14 @@ struct FaultPlanTests {
             #"{"kind": "drop-link", "reason": "\#(reason.rawValue)", "writeLands": "\#(writeLands.rawValue)"}"#
         case .vanish(let ms, let keepObject, _): #"{"kind": "vanish", "ms": \#(ms ?? 0), "keepObject": \#(keepObject)}"#
         case .stale(let flap, let afterMs): #"{"kind": "stale", "flap": \#(flap), "afterMs": \#(afterMs ?? 0)}"#
-        case .wedge(let error, let abortAfterMs, let sticky):
-            #"{"kind": "wedge", "discoveryError": "\#(error.rawValue)", "connect": {"abortAfterMs": \#(abortAfterMs)}, "sticky": \#(sticky)}"#
+        case .wedge(let error, let abortAfterMs, let sticky, let notReady):
+            #"{"kind": "wedge", "discoveryError": "\#(error.rawValue)", "connect": {"abortAfterMs": \#(abortAfterMs), "notReady": \#(notReady)}, "sticky": \#(sticky)}"#
         case .replug(let goneMs, let newIndex):
             #"{"kind": "replug", "goneMs": \#(goneMs), "newIndex": \#(newIndex ?? 0)}"#
         case .shiftGatt(let delta): #"{"kind": "shift-gatt", "delta": \#(delta)}"#
         case .busyWhileDiscovering: #"{"kind": "busy-while-discovering"}"#
         case .withhold: #"{"kind": "withhold"}"#
-        case .powerOff(let ms): #"{"kind": "power-off", "ms": \#(ms)}"#
+        case .powerOff(let ms): #"{"kind": "power-off", "ms": \#(ms.map(String.init) ?? "null")}"#
         }
     }
 
@@ -305,7 +306,7 @@ struct FaultPlanTests {
     /// reads back as written; every action and every hook has its row in
     /// docs/simulator.md, and every row is one.
     @Test func everyActionParsesAndIsDocumented() throws {
-        #expect(Self.actions.map(\.kind).sorted() == FaultPlan.Action.kinds.sorted())
+        #expect(Set(Self.actions.map(\.kind)).sorted() == FaultPlan.Action.kinds.sorted())
         for action in Self.actions {
             let hooks = FaultPlan.hooks(of: action.kind)
             #expect(!hooks.isEmpty, "\(action.kind) applies nowhere")
