@@ -174,8 +174,28 @@ class Bench:
         self.beacons[state.address] = beacon
         return beacon
 
+    async def heartbeat(self) -> None:
+        """Every 10 s, one line: what the link is doing (for the record)."""
+        while True:
+            await asyncio.sleep(10)
+            central = self.central
+            pending = central.pending_le_connection
+            advertising = sum(b.device.bench_controller.le_legacy_advertiser.enabled for b in self.beacons.values())
+            connected = sum(len(b.connections) for b in self.beacons.values())
+            log.info(
+                "heartbeat: adverts heard %d, scanning %s (type %d), connecting to %s, %d advertising, %d links",
+                sum(central.adverts_heard.values()), central.le_scan_enable, central.le_scan_type,
+                pending.peer_address if pending else "-", advertising, connected,
+            )
+
     def state(self) -> list[dict]:
-        return [b.state.as_json() for b in self.beacons.values()]
+        out = []
+        for beacon in self.beacons.values():
+            entry = beacon.state.as_json()
+            entry["connected"] = len(beacon.connections)
+            entry["advertising"] = beacon.device.bench_controller.le_legacy_advertiser.enabled
+            out.append(entry)
+        return out
 
     async def command(self, request: dict) -> dict:
         match request.get("cmd"):
@@ -230,6 +250,7 @@ async def main() -> None:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, asyncio.current_task().cancel)
     await bench.start()
     log.info("bench: %d beacons on the link, %d held back", len(bench.beacons), len(bench.held_back))
+    asyncio.get_running_loop().create_task(bench.heartbeat())
     try:
         await bench.serve(args.control)
     finally:

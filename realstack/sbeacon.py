@@ -134,6 +134,8 @@ class BeaconState:
             "writes": dict(self.writes),
         }
 
+    # The harness adds "connected" and "advertising" (bench.py).
+
 
 class SBeacon:
     """The GATT server (2, 3, 4) and adverts (1) of one beacon."""
@@ -150,7 +152,13 @@ class SBeacon:
 
     def _on_connection(self, connection: Connection) -> None:
         self.connections.append(connection)
-        connection.on("disconnection", lambda *_: self.connections.remove(connection))
+        log.info("%s: connected from %s", self.state.address, connection.peer_address)
+
+        def gone(reason) -> None:
+            self.connections.remove(connection)
+            log.info("%s: disconnected (reason 0x%02x)", self.state.address, reason)
+
+        connection.on("disconnection", gone)
 
     def _count(self, name: str) -> None:
         self.state.writes[name] = self.state.writes.get(name, 0) + 1

@@ -24,8 +24,8 @@ adapter_powered() { busctl --system get-property org.bluez /org/bluez/hci0 org.b
 "$REALSTACK_PYTHON" "$REALSTACK_DIR/bench.py" --beacons "${REALSTACK_BEACONS:-10}" --control /run/realstack-bench \
   --state-out "$out/beacons.json" > "$out/bench.log" 2>&1 &
 bench_pid=$!
-if wait_for "the Bumble bench ready" 120 test -S /run/realstack-bench \
-  && wait_for "bluetoothd's adapter hci0 powered" 120 adapter_powered; then
+if wait_for "the Bumble bench ready" 600 test -S /run/realstack-bench \
+  && wait_for "bluetoothd's adapter hci0 powered" 300 adapter_powered; then
   stamp "real stack ready"
   note "stack: $(uname -r), $(bluetoothd --version 2>&1 | head -1) bluetoothd, bumble $("$REALSTACK_PYTHON" -c 'import importlib.metadata as m; print(m.version("bumble"))')"
   source "$REALSTACK_DIR/scenarios/$REALSTACK_SCENARIO.sh"
