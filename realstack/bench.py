@@ -65,6 +65,11 @@ class BenchLink(LocalLink):
 class BeaconController(Controller):
     le_features = LEGACY_FEATURES
 
+    def on_ll_control_pdu(self, sender_address, packet) -> None:
+        if isinstance(packet, ll.TerminateInd):
+            log.info("%s: LL terminate from %s (known: %s)", self.name, sender_address, list(map(str, self.le_connections)))
+        super().on_ll_control_pdu(sender_address, packet)
+
 
 class CentralController(Controller):
     """The controller the kernel drives through /dev/vhci."""
@@ -76,6 +81,14 @@ class CentralController(Controller):
         self.rssi_of = rssi_of or (lambda _address: -60)
         self.scan_response_every = scan_response_every
         self.adverts_heard: dict[str, int] = {}
+
+    def on_hci_disconnect_command(self, command):
+        connection = self.find_le_connection_by_handle(command.connection_handle)
+        log.info(
+            "hci0: HCI Disconnect handle 0x%04x (%s), reason 0x%02x", command.connection_handle,
+            f"{connection.self_address} -> {connection.peer_address}" if connection else "no LE connection", command.reason,
+        )
+        return super().on_hci_disconnect_command(command)
 
     def on_advertising_pdu(self, pdu) -> None:
         if isinstance(pdu, ll.AdvInd) and self.le_scan_enable:

@@ -23,6 +23,7 @@ mkdir -p /tmp/home
 export HOME=/tmp/home TMPDIR=/tmp PYTHONDONTWRITEBYTECODE=1
 ip link set lo up 2>/dev/null
 stamp() { echo "realstack: $* at $(cut -d' ' -f1 /proc/uptime) s"; }
+echo
 stamp "guest up"
 
 finish() {

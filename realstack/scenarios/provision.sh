@@ -22,7 +22,7 @@ step() {
 writes() { ctl '{"cmd":"state"}' | "$REALSTACK_PYTHON" -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({b["address"]: b["writes"] for b in d["beacons"]}, sort_keys=True))'; }
 
 step scan 0 bb scan 15s
-seen=$(grep -c '^\[NEW\]' "$out/scan.txt")
+seen=$(sed -n 's/^scan: \([0-9]*\) SBeacons seen.*/\1/p' "$out/scan.txt" | tail -1)
 note "scan: $seen of $n beacons seen"
 [ "$seen" = "$n" ] || fail "scan saw $seen of $n"
 
