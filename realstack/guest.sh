@@ -27,6 +27,7 @@ echo
 stamp "guest up"
 
 finish() {
+  cp /tmp/hci.btsnoop "$out/hci.btsnoop" 2>/dev/null
   sync
   stamp "guest done"
   /bin/busybox poweroff -f
@@ -35,6 +36,9 @@ trap finish EXIT
 
 modprobe hci_vhci || { echo "realstack: skipped: modprobe hci_vhci failed in the guest kernel" | tee "$out/skipped"; exit 0; }
 [ -c /dev/vhci ] || { echo "realstack: skipped: no /dev/vhci in the guest" | tee "$out/skipped"; exit 0; }
+# Every HCI packet between the kernel and the vhci controller, for the
+# record (read it on the host: btmon -r OUT/hci.btsnoop).
+btmon -w /tmp/hci.btsnoop > /dev/null 2>&1 &
 mkdir -p /run/dbus
 dbus-daemon --system --fork --nopidfile || { echo "realstack: dbus-daemon failed"; exit 0; }
 /usr/libexec/bluetooth/bluetoothd -n -d > "$out/bluetoothd.log" 2>&1 &

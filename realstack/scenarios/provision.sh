@@ -36,6 +36,10 @@ note "provision-1: $provisioned of $eligible eligible beacons hold the car profi
 # The rerun: select all re-checks the whole box; nothing may be written.
 step provision-2 0 bb run batches/provision-new.batch --set scan=30s --set expect=$n --set select=all
 writes > "$out/writes-2.json"
+# "Wrote nothing" counts only if the rerun heard the whole box.
+seen2=$(sed -n 's/^scan: \([0-9]*\) SBeacons\{0,1\} seen.*/\1/p' "$out/provision-2.txt" | tail -1)
+note "provision-2: its scan heard ${seen2:-0} of $n beacons"
+[ "${seen2:-0}" = "$n" ] || fail "provision-2's scan heard ${seen2:-0} of $n (the rerun re-checked only those)"
 # What run 1 provisioned must not be written again; a beacon run 1 did not
 # reach may be provisioned now (and is counted).
 rewritten=$("$REALSTACK_PYTHON" -c '
