@@ -1,5 +1,5 @@
 # Shortcuts for the scripts in scripts/, and the install.
-.PHONY: test soak demo bench lint format fuzz install uninstall
+.PHONY: test soak demo bench lint format fuzz install uninstall realstack realstack-deps
 
 PREFIX ?= /usr/local
 DESTDIR ?=
@@ -36,6 +36,18 @@ format:
 
 fuzz:
 	./scripts/fuzz
+
+# The real-stack bench (docs/realstack.md): a VM with the kernel's Bluetooth,
+# the distribution's bluetoothd and N Bumble SBeacons; the release binary
+# run against them. BEACONS and SCENARIO as scripts/realstack takes them.
+BEACONS ?= 10
+SCENARIO ?= provision
+realstack-deps:
+	./scripts/realstack --deps
+
+realstack:
+	./scripts/release-build beaconbench
+	./scripts/realstack --beacons $(BEACONS) --scenario $(SCENARIO)
 
 # The executables in PREFIX/bin; shipped profiles and batches in
 # PREFIX/share/beaconbench (the binary finds them from its own place); the

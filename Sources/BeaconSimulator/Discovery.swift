@@ -138,11 +138,20 @@ extension SimulatedBluetoothd {
                     // DuplicateData in some client's filter: bluetoothd
                     // announces the advert's data on every advert, changed
                     // or not (doc/org.bluez.Adapter.rst) — how a client
-                    // tells a beacon in range from a cached object.
+                    // tells a beacon in range from a cached object. It
+                    // replaces ManufacturerData with what each report
+                    // carried (src/device.c, device_set_manufacturer_data),
+                    // and a real SBeacon's advert carries the iBeacon data,
+                    // its scan response the bench summary: the property
+                    // alternates (the contract, section 1).
                     if adapters[index].discoveryClients.contains(where: {
                         adapters[index].filters[$0]?["DuplicateData"]?.bool == true
                     }) {
-                        changes["ManufacturerData"] = manufacturerData(state)
+                        let report = device.reports
+                        adapters[index].devices[address]?.reports = report &+ 1
+                        let part: AdvertPart =
+                            !options.splitAdverts ? .both : report % 2 == 0 ? .advert : .scanResponse
+                        changes["ManufacturerData"] = manufacturerData(state, part: part)
                     }
                     guard !changes.isEmpty else { continue }
                     activity.discoverySignals += 1
@@ -228,13 +237,20 @@ extension SimulatedBluetoothd {
         try! adapter.appending("dev_" + address.replacingOccurrences(of: ":", with: "_"))
     }
 
-    func manufacturerData(_ state: BeaconState) -> BusValue {
-        .dictionary(
-            key: .uint16, value: .variant,
-            [
-                .init(.uint16(SBeaconUUID.appleCompanyID), .variant(.bytes(state.iBeacon.bytes))),
-                .init(.uint16(SBeaconUUID.nordicCompanyID), .variant(.bytes(state.benchSummary.bytes))),
-            ])
+    /// Which of a beacon's reports ManufacturerData is made of: the advert
+    /// (iBeacon), the scan response (bench summary), or both (the first
+    /// report of an active scan, where the kernel joins the two).
+    enum AdvertPart { case advert, scanResponse, both }
+
+    func manufacturerData(_ state: BeaconState, part: AdvertPart = .both) -> BusValue {
+        var entries: [BusValue.DictEntry] = []
+        if part != .scanResponse {
+            entries.append(.init(.uint16(SBeaconUUID.appleCompanyID), .variant(.bytes(state.iBeacon.bytes))))
+        }
+        if part != .advert {
+            entries.append(.init(.uint16(SBeaconUUID.nordicCompanyID), .variant(.bytes(state.benchSummary.bytes))))
+        }
+        return .dictionary(key: .uint16, value: .variant, entries)
     }
 
     /// Exports the device's object (InterfacesAdded); `rssi` nil: without

@@ -154,6 +154,9 @@ public actor SimulatedBluetoothd {
         /// its last advert; a Connect makes it permanent (src/device.c
         /// btd_device_set_temporary; our addresses are static random).
         var temporary = true
+        /// Reports heard with DuplicateData on: even ones are adverts
+        /// (ADV_IND), odd ones scan responses (Discovery.swift, `scan`).
+        var reports = 0
     }
 
     public init(bus: BusConnection, options: SimulatorOptions, fleet: [BeaconState]) {

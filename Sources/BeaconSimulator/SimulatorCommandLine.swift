@@ -37,6 +37,10 @@ public struct SimulatorCommandLine: Sendable {
                                          at chosen moments; checked at start
           --count N                      simulated beacons (default 10)
           --fresh                        every generated beacon new from the box
+          --split-adverts                with DuplicateData, ManufacturerData
+                                         alternates between the iBeacon data
+                                         (advert) and the bench summary (scan
+                                         response), as real bluetoothd shows it
                                          (factory default; battery and firmware
                                          still vary)
           --seed S                       seed of the fleet and of every random
@@ -143,6 +147,7 @@ public struct SimulatorCommandLine: Sendable {
                 options.faultPlan = try Self.loadPlan(path)
             case "--count": count = try number(option, 0...100_000)
             case "--fresh": fresh = true
+            case "--split-adverts": options.splitAdverts = true
             case "--seed": options.seed = try number(option, 0...UInt64.max)
             case "--latency":
                 switch try value(option) {

@@ -35,6 +35,11 @@ public struct SimulatorOptions: Sendable {
     /// BlueZ' TemporaryTimeout: undiscovered devices go this long after
     /// discovery stops, unless connected.
     public var temporaryTimeout: Duration = .seconds(30)
+    /// With DuplicateData on, ManufacturerData alternates between the
+    /// advert's iBeacon data and the scan response's bench summary, as
+    /// real bluetoothd shows a real beacon (`--split-adverts`;
+    /// docs/realstack.md). Off: every report carries both.
+    public var splitAdverts = false
     public var seed: UInt64 = 1
     /// Faults and how often each fires (`--faults kind=p,…`).
     public var faults: [Fault: Double] = [:]

@@ -385,6 +385,13 @@ public actor BluetoothClient {
         invalidated: [String]
     ) {
         let heldData = interface == "org.bluez.Device1" ? objects[path]?[interface]?["ManufacturerData"] : nil
+        // bluetoothd's ManufacturerData is what the last report carried; a
+        // real beacon's advert and scan response carry different companies
+        // (the contract, section 1): keep the last value heard of each.
+        if let heldData, let index = updated.firstIndex(where: { $0.0 == "ManufacturerData" }) {
+            let merged = Self.mergedManufacturerData(held: heldData, heard: updated[index].1)
+            if merged == heldData { updated.remove(at: index) } else { updated[index].1 = merged }
+        }
         // The caller found the interface held: `default:` writes in place
         // (an optional chain would allocate per write, see interfacesRemoved).
         for (name, value) in updated { objects[path, default: [:]][interface, default: [:]][name] = value }
@@ -423,6 +430,25 @@ public actor BluetoothClient {
         }
         updated.removeAll(keepingCapacity: true)
         if waitersConcerned { checkWaiters() }
+    }
+
+    /// At most this many companies are kept for a device (a report holds
+    /// a few; a hostile device cycling company IDs gains nothing).
+    static let maximumCompanies = 8
+
+    /// `heard` (a report's ManufacturerData) over what was `held`: each
+    /// company's newest value, in company order; the heard ones always,
+    /// held ones while fewer than `maximumCompanies`.
+    static func mergedManufacturerData(held: BusValue, heard: BusValue) -> BusValue {
+        guard case .dictionary(.uint16, let valueType, let heardEntries) = heard.unwrapped,
+            case .dictionary(.uint16, _, let heldEntries) = held.unwrapped
+        else { return heard }
+        var entries = Array(heardEntries.prefix(maximumCompanies))
+        for entry in heldEntries where entries.count < maximumCompanies {
+            if !entries.contains(where: { $0.key == entry.key }) { entries.append(entry) }
+        }
+        entries.sort { ($0.key.uint16 ?? 0) < ($1.key.uint16 ?? 0) }
+        return .dictionary(key: .uint16, value: valueType, entries)
     }
 
     // MARK: The fast path's helpers

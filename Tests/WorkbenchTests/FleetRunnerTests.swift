@@ -1,5 +1,6 @@
 import BeaconSimulator
 import BlueZClient
+import DBusBinding
 import Foundation
 import Inventory
 import Profiles
@@ -107,6 +108,52 @@ struct FleetRunnerTests {
             #expect(before.map(\.config) == after.map(\.config))
             #expect(before.map(\.identity) == after.map(\.identity))
             #expect(before.map(\.calibration) == after.map(\.calibration))
+        }
+    }
+
+    /// A real SBeacon's advert carries its iBeacon data and its scan
+    /// response the bench summary; with DuplicateData bluetoothd's
+    /// ManufacturerData is what the last report carried, so it alternates
+    /// (seen through real bluetoothd, docs/realstack.md). The client keeps
+    /// what it heard of each company: the low-battery beacon is skipped,
+    /// never failed as "no iBeacon advert", and every other one provisioned.
+    @Test func aBeaconAnnouncedLikeARealOneIsJudgedOnAllItsAdverts() async throws {
+        try await withBench(count: 12, seed: 3, configure: { $0.splitAdverts = true }) { bench throws in
+            let changes = try await bench.clientConnection.signals(
+                matching: .propertiesChanged(interface: "org.bluez.Device1"))
+            // The simulator announces as real bluetoothd does: one company a report.
+            let signals = try await take(48, from: changes, "48 PropertiesChanged of Device1")
+            let reports = try signals.map { try PropertiesChanged($0) }.filter { $0.changed["ManufacturerData"] != nil }
+            #expect(reports.count >= 24, "\(reports.count) of 48 signals carried ManufacturerData")
+            let companies = reports.map { Set(($0.changed["ManufacturerData"]?.uint16KeyedDictionary ?? [:]).keys) }
+            #expect(companies.allSatisfy { $0.count == 1 }, "\(companies)")
+            #expect(Set(companies.flatMap { $0 }) == [SBeaconUUID.appleCompanyID, SBeaconUUID.nordicCompanyID])
+            // The client holds both, from the reports it heard.
+            for state in bench.fleet {
+                let device = try #require(await bench.client.device(address: state.address))
+                let iBeacon = try IBeaconAdvert(
+                    bytes: try #require(device.manufacturerData[SBeaconUUID.appleCompanyID]))
+                #expect(iBeacon.identity == state.identity)
+                let summary = try BenchSummary(
+                    bytes: try #require(device.manufacturerData[SBeaconUUID.nordicCompanyID]))
+                #expect(summary.battery == UInt8(state.battery))
+            }
+            let inventory = try Self.inventory()
+            let run = try await inventory.beginRun(.init(command: "provision"))
+            let recaps = await FleetRunner(client: bench.client, inventory: inventory, run: run, concurrency: 5)
+                .run(Self.provision, on: bench.fleet.map(\.address))
+            let old = FirmwareVersion(major: 1, minor: 0, patch: 8)
+            let unfit = bench.fleet.filter { $0.battery < 30 || $0.firmware < old }
+            try #require(!unfit.isEmpty, "the fleet has a beacon to skip")
+            for (state, recap) in zip(bench.fleet, recaps) {
+                if state.battery < 30 || state.firmware < old {
+                    #expect(recap.failed == 0 && recap.skipped >= 5, "\(state.address): \(recap)")
+                } else if !(state.moving && !state.calibration.calibrated) {
+                    #expect(recap.failed == 0, "\(state.address): \(recap)")
+                    #expect(try await bench.truth(state).identity.major == 100)
+                }
+            }
+            #expect(recaps.allSatisfy { !($0.reason ?? "").contains("iBeacon") }, "\(recaps.map { $0.reason ?? "" })")
         }
     }
 
