@@ -170,24 +170,28 @@ public enum BeaconbenchMain {
         }
         let session = Session(
             invocation: invocation, terminal: terminal, profiles: profiles, runLabel: label, runDigest: digest)
+        // SIGTERM (systemd, `timeout`, `kill`) stops the run as Ctrl-C does:
+        // the steps under way end `interrupted`, the recap is printed, and
+        // the exit status is 143, as shells report SIGTERM. Installed before
+        // the batch starts, so that a command that takes SIGTERM for itself
+        // (`sync`) does so within it. A second SIGTERM ends the process at
+        // once (`Signals`).
+        let terminated = Signals.Received()
+        let cancel = Signals.CancelLater()
+        let terminate = Signals.onTerminate {
+            terminated.note()
+            terminal.message("SIGTERM: stopping (a second SIGTERM quits at once)")
+            cancel.now()
+        }
         let task = Task { await session.runBatch(commands, dryRun: dryRun) }
+        cancel.set { task.cancel() }
         interrupts.onInterrupt {
             terminal.message("^C: stopping (press again to quit at once)")
             task.cancel()
             interrupts.onInterrupt(nil)
         }
-        // SIGTERM (systemd, `timeout`, `kill`) stops the run as Ctrl-C does:
-        // the steps under way end `interrupted`, the recap is printed, and
-        // the exit status is 143, as shells report SIGTERM. A second SIGTERM
-        // ends the process at once (`Signals`).
-        let terminated = Signals.Received()
-        Signals.onTerminate {
-            terminated.note()
-            terminal.message("SIGTERM: stopping (a second SIGTERM quits at once)")
-            task.cancel()
-        }
         await task.value
-        Signals.onTerminate(nil)
+        terminate.end()
         if task.isCancelled { await session.markInterrupted() }
         await session.finish()
         if terminated.happened { return ExitStatus.terminated.rawValue }

@@ -258,8 +258,8 @@ extension Session {
         let terminal = self.terminal
         let stop = SyncStop()
         // The first SIGTERM is the sync's (a second ends the process at once).
-        Signals.onTerminate { stop.request("SIGTERM") }
-        defer { Signals.onTerminate(nil) }
+        let terminate = Signals.onTerminate { stop.request("SIGTERM") }
+        defer { terminate.end() }
         let outcome: BenchSync.Outcome
         do {
             outcome = try await BenchSync.run(
