@@ -198,7 +198,7 @@ public actor RecoveryCoordinator {
                 }
                 continue
             }
-            if !adapter.powered, cycling[address] == nil {
+            if adapter.switchedOff, cycling[address] == nil {
                 await adapterIsOff(adapter, now: now)
                 continue
             }
@@ -587,9 +587,18 @@ public actor RecoveryCoordinator {
                 // Gone: back within `adapterReturnTimeout` of when it went
                 // (not of this failure), or the device gives up.
                 let since = absentSince[adapterAddress]?.at ?? now
-                let left = since + Recovery.adapterReturnTimeout - ContinuousClock.now
-                if left > .zero {
-                    _ = try? await client.waitForAdapter(address: adapterAddress, powered: true, timeout: left)
+                let deadline = since + Recovery.adapterReturnTimeout
+                // A wait that ends at once (org.bluez has no owner while
+                // bluetoothd restarts) is asked again, paused, until the
+                // deadline: "did not return within 30 s" only once it is past.
+                while ContinuousClock.now < deadline, !Task.isCancelled {
+                    if (try? await client.waitForAdapter(
+                        address: adapterAddress, powered: true, timeout: deadline - ContinuousClock.now)) != nil
+                    {
+                        break
+                    }
+                    if await client.adapter(address: adapterAddress)?.powered == true { break }
+                    try? await Task.sleep(for: Recovery.unchargedBackoff)
                 }
                 if let adapterFailure { return .giveUp(adapterFailure) }
                 if let reason = await stillDown(adapterAddress) { return .giveUp(reason) }
@@ -642,7 +651,7 @@ public actor RecoveryCoordinator {
         guard let adapter = await client.adapter(address: adapterAddress) else {
             return .uncharged(.adapter)
         }
-        if !adapter.powered {
+        if adapter.switchedOff {
             if offSince[adapterAddress] == nil {
                 offSince[adapterAddress] = (now, Date())
                 note(
@@ -655,7 +664,8 @@ public actor RecoveryCoordinator {
             }
             if let running = cycling[adapterAddress] { await running.value }
             guard let current = await client.adapter(address: adapterAddress) else {
-                return .giveUp(goneReason(adapterAddress))
+                // Gone meanwhile (bluetoothd restarting): the gone rule's.
+                return .uncharged(.adapter)
             }
             if !current.powered {
                 let reason = await offTimedOut(current)
