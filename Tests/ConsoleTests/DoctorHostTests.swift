@@ -110,10 +110,21 @@ struct DoctorHostTests {
         #expect(output.status == 3)
     }
 
+    /// Writes an executable script through a child process: a descriptor
+    /// this process held open for writing could be inherited by a child
+    /// another test spawns at that moment, and the script's exec would
+    /// then fail with ETXTBSY.
+    static func writeExecutable(_ path: String, _ text: String) async throws {
+        let written = try await runTool(
+            "/bin/sh", ["-c", "cat > \"$1.new\" && chmod 755 \"$1.new\" && mv \"$1.new\" \"$1\"", "sh", path],
+            stdin: text)
+        try #require(written.status == 0, "\(written.stderr)")
+    }
+
     /// The station service's state from systemctl (a stand-in that prints
     /// what systemctl list-units prints), and what is said where systemd
     /// does not run.
-    @Test func theStationServiceStateIsReported() throws {
+    @Test func theStationServiceStateIsReported() async throws {
         let directory = try Self.scratch()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         var host = HostChecks()
@@ -130,19 +141,20 @@ struct DoctorHostTests {
         try FileManager.default.createDirectory(atPath: host.systemdRunning, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(atPath: directory + "/bin", withIntermediateDirectories: true)
         let systemctl = directory + "/bin/systemctl"
-        try """
-        #!/bin/sh
-        echo 'beaconbench-station@hci0.service loaded failed failed beaconbench install-bench station on hci0'
-        echo 'beaconbench-station@hci1.service loaded active running beaconbench install-bench station on hci1'
-        """.write(toFile: systemctl, atomically: true, encoding: .utf8)
-        chmod(systemctl, 0o755)
+        try await Self.writeExecutable(
+            systemctl,
+            """
+            #!/bin/sh
+            echo 'beaconbench-station@hci0.service loaded failed failed beaconbench install-bench station on hci0'
+            echo 'beaconbench-station@hci1.service loaded active running beaconbench install-bench station on hci1'
+
+            """)
         let failed = try #require(host.station())
         #expect(failed.status == .failed, "\(failed)")
         #expect(failed.detail.contains("beaconbench-station@hci1.service active (running)"), "\(failed)")
         #expect(failed.fix?.contains("journalctl -u beaconbench-station@hci0.service") == true, "\(failed)")
 
-        try "#!/bin/sh\nexit 0\n".write(toFile: systemctl, atomically: true, encoding: .utf8)
-        chmod(systemctl, 0o755)
+        try await Self.writeExecutable(systemctl, "#!/bin/sh\nexit 0\n")
         let idle = try #require(host.station())
         #expect(idle.status == .ok && idle.detail.contains("no instance enabled or running"), "\(idle)")
     }

@@ -161,7 +161,7 @@ struct PackagingTests {
             #expect(ldd.status == 0)
             var loaded: Set<String> = []
             for line in ldd.stdout.split(separator: "\n") {
-                let words = line.split(separator: " ").map(String.init)
+                let words = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
                 guard let first = words.first, !first.hasPrefix("linux-vdso") else { continue }
                 loaded.insert(first.hasPrefix("/") ? URL(fileURLWithPath: first).lastPathComponent : first)
             }

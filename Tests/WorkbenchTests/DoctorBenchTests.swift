@@ -23,10 +23,15 @@ struct DoctorBenchTests {
     }
 
     /// A `bluetoothd` that answers `--version` with `version`.
-    static func fakeBluetoothd(in directory: String, version: String) throws -> String {
+    static func fakeBluetoothd(in directory: String, version: String) async throws -> String {
+        // Written by a child process: a descriptor this process held open
+        // for writing could be inherited by a child another test spawns,
+        // and the script's exec would fail with ETXTBSY.
         let path = directory + "/bluetoothd-\(version)"
-        try "#!/bin/sh\necho \(version)\n".write(toFile: path, atomically: true, encoding: .utf8)
-        chmod(path, 0o755)
+        let written = try await runTool(
+            "/bin/sh",
+            ["-c", "printf '#!/bin/sh\\necho %s\\n' \"$2\" > \"$1\" && chmod 755 \"$1\"", "sh", path, version])
+        try #require(written.status == 0, "\(written.stderr)")
         return path
     }
 
@@ -51,14 +56,14 @@ struct DoctorBenchTests {
         var host = try Self.emptyHost(directory)
         host.path = "/nonexistent"
         try await withBench(count: 1) { fixture throws in
-            host.bluetoothdCandidates = [try Self.fakeBluetoothd(in: directory, version: "5.50")]
+            host.bluetoothdCandidates = [try await Self.fakeBluetoothd(in: directory, version: "5.50")]
             let old = await Doctor.check(bus: .address(fixture.bus.address), adapter: nil, host: host)
             let version = try #require(old.first { $0.name == "bluetoothd version" }, "\(old)")
             #expect(version.status == .failed)
             #expect(version.detail.contains("5.50") && version.detail.contains("older than BlueZ 5.55"), "\(version)")
             #expect(version.fix?.contains("5.55 or later") == true)
 
-            host.bluetoothdCandidates = [try Self.fakeBluetoothd(in: directory, version: "5.55")]
+            host.bluetoothdCandidates = [try await Self.fakeBluetoothd(in: directory, version: "5.55")]
             let current = await Doctor.check(bus: .address(fixture.bus.address), adapter: nil, host: host)
             #expect(current.first { $0.name == "bluetoothd version" }?.status == .ok, "\(current)")
         }
