@@ -7,8 +7,9 @@ import Testing
 /// of materials against ldd, and the signed sums. The packages, the bill
 /// of materials and the release need the release build (`make deb` builds
 /// it; scripts/test builds it under CI): without one those tests are
-/// skipped, saying so.
-@Suite("packaging", .timeLimit(.minutes(10)))
+/// skipped, saying so. One test at a time: each packs and compresses
+/// about 120 MB of binaries, and lintian reads them.
+@Suite("packaging", .serialized, .timeLimit(.minutes(15)))
 struct PackagingTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().path
