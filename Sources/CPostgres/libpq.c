@@ -35,7 +35,8 @@
     X(int, PQgetlength, (const PGresult *res, int tup_num, int field_num), (res, tup_num, field_num), 0)          \
     X(int, PQgetisnull, (const PGresult *res, int tup_num, int field_num), (res, tup_num, field_num), 1)        \
     X(PGcancel *, PQgetCancel, (PGconn *conn), (conn), NULL)                                                     \
-    X(int, PQcancel, (PGcancel *cancel, char *errbuf, int errbufsize), (cancel, errbuf, errbufsize), 0)
+    X(int, PQcancel, (PGcancel *cancel, char *errbuf, int errbufsize), (cancel, errbuf, errbufsize), 0)          \
+    X(int, PQlibVersion, (void), (), 0)
 
 #define LIBPQ_VOID_FUNCTIONS(X)                                                 \
     X(PQfinish, (PGconn *conn), (conn))                                         \

@@ -29,7 +29,8 @@ public enum BeaconbenchMain {
             Terminal.emit(1, Invocation.usage + "\n")
             return 0
         case .version:
-            Terminal.emit(1, "beaconbench \(version)\n")
+            let lines = VersionReport.lines(version: version, loadLibraries: invocation.verbose)
+            Terminal.emit(1, lines.joined(separator: "\n") + "\n")
             return 0
         default:
             return nil

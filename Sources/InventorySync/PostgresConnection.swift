@@ -582,3 +582,18 @@ final class PlainLock: @unchecked Sendable {
         return try body()
     }
 }
+
+/// The libpq the office commands use, for `--version -v` and `doctor`.
+public enum Libpq {
+    /// Loads libpq.so.5 (if it is not yet) and gives its PQlibVersion as
+    /// text (150013 is "15.13"), or why it cannot be loaded.
+    public static func version() -> (version: String?, problem: String?) {
+        guard beaconbench_libpq_load() == 1 else {
+            let reason = beaconbench_libpq_error().map { String(cString: $0) } ?? "not found"
+            return (nil, "libpq could not be loaded (\(reason)): install it with apt-get install libpq5")
+        }
+        let number = Int(PQlibVersion())
+        // 10 and later: major * 10000 + minor.
+        return ("\(number / 10000).\(number % 10000)", nil)
+    }
+}
