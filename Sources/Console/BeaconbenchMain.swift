@@ -1,4 +1,5 @@
 import FoundationEssentials
+import InventorySync
 import Ledger
 import Profiles
 import SafeText
@@ -92,10 +93,12 @@ public enum BeaconbenchMain {
                 interrupts: interrupts)
         case .oneShot(let words):
             let line = words.map(Self.quoted).joined(separator: " ")
+            // What the run records (runs.command, and so the ledger) never holds a password.
+            let label = ConnectionPasswords.redacted(line)
             return await runText(
                 line, file: "<command line>", overrides: [:], dryRun: invocation.dryRun, invocation: invocation,
                 terminal: terminal,
-                profiles: profiles, label: line, digest: nil, interrupts: interrupts)
+                profiles: profiles, label: label, digest: nil, interrupts: interrupts)
         default:
             if interactive {
                 let session = Session(

@@ -149,9 +149,7 @@ final class PostgresConnection {
             let message = String(cString: PQerrorMessage(connection)).trimmingWhitespace()
             // A refusal (wrong password, no such database or role) is not
             // worth trying again; an unreachable server may come back.
-            let refused =
-                PQconnectionNeedsPassword(connection) == 1 || message.contains("authentication failed")
-                || message.contains("does not exist") || message.contains("no password supplied")
+            let refused = Self.isRefusal(message) || PQconnectionNeedsPassword(connection) == 1
             PQfinish(connection)
             // libpq quotes a part of a string it cannot parse, which may be
             // the password: never shown.
@@ -169,6 +167,22 @@ final class PostgresConnection {
             stop?.detach(self)
             throw error
         }
+    }
+
+    /// Whether libpq's message on a failed connection is the server's (or
+    /// the client's TLS settings') refusal, which no retry can change
+    /// (docs/office.md, "Refusals"): authentication (28P01, 28000: a wrong
+    /// password, no pg_hba.conf entry, no password given), a database or
+    /// role that does not exist (3D000), no right to connect (42501), TLS
+    /// required but not offered by the server, or a certificate that does
+    /// not verify. A server that cannot be reached may come back.
+    static func isRefusal(_ message: String) -> Bool {
+        let lowered = message.lowercased()
+        return [
+            "authentication failed", "does not exist", "no password supplied", "no pg_hba.conf entry",
+            "permission denied", "does not support ssl", "ssl error", "certificate", "sslmode value",
+            "root certificate file", "password is required",
+        ].contains { lowered.contains($0) }
     }
 
     deinit {
