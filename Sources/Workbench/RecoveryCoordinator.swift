@@ -714,7 +714,17 @@ public actor RecoveryCoordinator {
         if let address = address(of: adapterPath) {
             notReadyStreak[address] = nil
             let links = await client.linksWhenConnectSent(device) ?? linksAtStart
-            slots.succeeded(adapter: address, linksUp: links)
+            if let raised = slots.succeeded(adapter: address, linksUp: links) {
+                // A limit guessed from plain aborts, proved too low.
+                let adapterName = name(adapterPaths[address])
+                note(
+                    "\(adapterName) \(address): held \(links + 1) LE links; "
+                        + "concurrency \(raised.from) → \(raised.to) for this run")
+                await record(
+                    RecoveryRecord(
+                        action: "concurrency", ok: true, device: nil, adapter: address,
+                        detail: "concurrency \(raised.from) → \(raised.to) on \(adapterName) \(address)"))
+            }
         }
         await connectSettled(device)
     }

@@ -140,6 +140,105 @@ struct RecoveryPolicyTests {
             slots.judge(Self.abortFailure(links: 4, heard: false), device: "B1", adapter: "A").failureClass == .gone)
     }
 
+    /// Two random aborts at one link up, before any connect succeeded with
+    /// a link up (the 60-beacon run at 5 % faults, seed 92): the limit 1 they
+    /// teach is tentative, and probed back up.
+    static func learnOneFromTwoAborts() -> Recovery.SlotLearner {
+        var slots = Recovery.SlotLearner(ceiling: 5)
+        _ = slots.judge(abortFailure(links: 1), device: "B1", adapter: "A")
+        let second = slots.judge(abortFailure(links: 1), device: "B2", adapter: "A")
+        #expect(second.lowered?.from == 5 && second.lowered?.to == 1)
+        #expect(slots.limit(for: "A") == 1)
+        #expect(slots.tentative == ["A"])
+        return slots
+    }
+
+    @Test func aLimitLearnedFromAbortsIsProbedAfterThreeFullSuccesses() {
+        var slots = Self.learnOneFromTwoAborts()
+        // Connects at the limit (no other link up) that go well: after the
+        // third, one connect more is allowed.
+        for _ in 1..<Recovery.slotProbeAfter {
+            #expect(slots.succeeded(adapter: "A", linksUp: 0) == nil)
+            #expect(slots.limit(for: "A") == 1)
+        }
+        #expect(slots.succeeded(adapter: "A", linksUp: 0) == nil)
+        #expect(slots.limit(for: "A") == 2)
+        #expect(slots.probing == ["A"])
+        // The probe's connect, with one other link up, succeeds: the adapter
+        // held 2; the limit is 2 (still tentative), probed again likewise.
+        let raised = slots.succeeded(adapter: "A", linksUp: 1)
+        #expect(raised?.from == 1 && raised?.to == 2)
+        #expect(slots.limit(for: "A") == 2)
+        #expect(slots.probing.isEmpty)
+        for _ in 0..<Recovery.slotProbeAfter { slots.succeeded(adapter: "A", linksUp: 1) }
+        #expect(slots.limit(for: "A") == 3)
+        // Every success up to the ceiling: the limit is forgotten.
+        #expect(slots.succeeded(adapter: "A", linksUp: 2)?.to == 3)
+        for _ in 0..<Recovery.slotProbeAfter { slots.succeeded(adapter: "A", linksUp: 2) }
+        #expect(slots.succeeded(adapter: "A", linksUp: 3)?.to == 4)
+        for _ in 0..<Recovery.slotProbeAfter { slots.succeeded(adapter: "A", linksUp: 3) }
+        #expect(slots.limit(for: "A") == 5)
+        let last = slots.succeeded(adapter: "A", linksUp: 4)
+        #expect(last?.from == 4 && last?.to == 5)
+        #expect(slots.learned["A"] == nil && slots.tentative.isEmpty && slots.probing.isEmpty)
+        #expect(slots.limit(for: "A") == 5)
+    }
+
+    @Test func aSuccessWithAsManyLinksUpRaisesATentativeLimitAtOnce() {
+        var slots = Self.learnOneFromTwoAborts()
+        // A connect sent before the limit was learned, with 3 others up,
+        // goes well: the adapter held 4.
+        let raised = slots.succeeded(adapter: "A", linksUp: 3)
+        #expect(raised?.from == 1 && raised?.to == 4)
+        #expect(slots.limit(for: "A") == 4)
+        // Successes below the limit but not at it are not the adapter full.
+        for _ in 0..<10 { #expect(slots.succeeded(adapter: "A", linksUp: 1) == nil) }
+        #expect(slots.limit(for: "A") == 4 && slots.probing.isEmpty)
+    }
+
+    @Test func aRefusedProbeKeepsTheLimitAndDoublesTheWait() {
+        // A real one-slot adapter that refuses with the plain abort text.
+        var slots = Self.learnOneFromTwoAborts()
+        for _ in 0..<Recovery.slotProbeAfter { slots.succeeded(adapter: "A", linksUp: 0) }
+        #expect(slots.limit(for: "A") == 2)
+        // The probe's connect, sent with one link up, is refused: a slot
+        // failure, uncharged, and the limit stays 1.
+        let refused = slots.judge(Self.abortFailure(links: 1), device: "B3", adapter: "A")
+        #expect(refused == .init(failureClass: .slot, lowered: nil, waitBelow: 1))
+        #expect(slots.limit(for: "A") == 1 && slots.probing.isEmpty)
+        // The next probe comes after twice as many full successes.
+        for _ in 0..<(2 * Recovery.slotProbeAfter - 1) { slots.succeeded(adapter: "A", linksUp: 0) }
+        #expect(slots.limit(for: "A") == 1)
+        slots.succeeded(adapter: "A", linksUp: 0)
+        #expect(slots.limit(for: "A") == 2)
+        _ = slots.judge(Self.abortFailure(links: 1), device: "B4", adapter: "A")
+        for _ in 0..<(4 * Recovery.slotProbeAfter - 1) { slots.succeeded(adapter: "A", linksUp: 0) }
+        #expect(slots.limit(for: "A") == 1)
+        slots.succeeded(adapter: "A", linksUp: 0)
+        #expect(slots.limit(for: "A") == 2)
+        // A stale abort (no other link up) is not the probe's answer.
+        #expect(slots.judge(Self.abortFailure(links: 0), device: "B5", adapter: "A").failureClass == .stale)
+        #expect(slots.probing == ["A"])
+    }
+
+    @Test func aLimitTheAdapterNamedIsNeverProbed() {
+        var slots = Recovery.SlotLearner(ceiling: 5)
+        let full = Failure(name: Self.failed, message: "Too many links (31)", linksUp: 1)
+        #expect(slots.judge(full, device: "B1", adapter: "A").lowered?.to == 1)
+        #expect(slots.tentative.isEmpty)
+        for _ in 0..<20 { #expect(slots.succeeded(adapter: "A", linksUp: 0) == nil) }
+        #expect(slots.limit(for: "A") == 1 && slots.probing.isEmpty)
+        // Nor raised by a success: what it named stands.
+        #expect(slots.succeeded(adapter: "A", linksUp: 2) == nil)
+        #expect(slots.limit(for: "A") == 1)
+        // A tentative limit the adapter then names outright is firm.
+        var named = Self.learnOneFromTwoAborts()
+        _ = named.judge(full, device: "B3", adapter: "A")
+        #expect(named.tentative.isEmpty)
+        for _ in 0..<20 { named.succeeded(adapter: "A", linksUp: 0) }
+        #expect(named.limit(for: "A") == 1)
+    }
+
     @Test func aWedgeNeedsTheWholeWindow() {
         var wedge = Recovery.WedgeDetector()
         let t0 = ContinuousClock.now
