@@ -30,6 +30,11 @@ public enum Recovery {
     /// The wedge detector's window: discovery refusals, connect failures
     /// and no advert on an adapter that reads Powered, all for this long.
     public static let wedgeWindow: Duration = .seconds(15)
+    /// A station's window (it makes no connects while idle, so discovery
+    /// refused is all the evidence there is): the length of
+    /// `provision-new.batch`'s scan, after which `scan` power-cycles an
+    /// adapter whose discovery never ran.
+    public static let stationWedgeWindow: Duration = .seconds(10)
     /// StartDiscovery refusals within the window that count as wedged.
     public static let wedgeDiscoveryRefusals = 3
     /// Connect failures within the window that count as wedged (or none
@@ -322,16 +327,20 @@ public enum Recovery {
             }
         }
 
-        /// A connect on `adapter` succeeded with `linksUp` other links up:
-        /// the adapter holds more than that, so provisional aborts at or
-        /// below it were not slot failures, and a tentative limit at or
-        /// below it is raised to `linksUp + 1` (to the ceiling: forgotten).
-        /// The raise, if any (from, to: say so).
+        /// A connect on `adapter` succeeded with `linksUp` other links up
+        /// when it was sent: the adapter holds more than that, so
+        /// provisional aborts at or below it were not slot failures.
+        /// `alongside` (default `linksUp`): the other links up with it
+        /// for sure (up when it was sent and still up when it succeeded); a
+        /// tentative limit at or below that is raised to `alongside + 1` (to
+        /// the ceiling: forgotten), and at one below it the adapter was
+        /// full. The raise, if any (from, to: say so).
         @discardableResult
-        public mutating func succeeded(adapter: String, linksUp: Int) -> (from: Int, to: Int)? {
+        public mutating func succeeded(adapter: String, linksUp: Int, alongside: Int? = nil) -> (from: Int, to: Int)? {
             let adapter = adapter.uppercased()
             succeededAt[adapter] = max(succeededAt[adapter, default: -1], linksUp)
             provisional[adapter] = provisional[adapter]?.filter { $0.key > linksUp }
+            let linksUp = min(linksUp, alongside ?? linksUp)
             guard tentative.contains(adapter), let known = learned[adapter] else { return nil }
             if linksUp >= known {
                 probing.remove(adapter)
@@ -431,14 +440,16 @@ public enum Recovery {
         }
 
         /// Whether `adapter` is wedged now: Powered reads true, and for the
-        /// whole window there were at least `wedgeDiscoveryRefusals`
+        /// whole window (`wedgeWindow`; a station's `stationWedgeWindow`) there were at least `wedgeDiscoveryRefusals`
         /// refusals, no advert, and at least `wedgeConnectFailures` connect
         /// failures or none attempted because discovery was needed.
-        public func isWedged(_ adapter: String, powered: Bool, at now: ContinuousClock.Instant) -> Bool {
+        public func isWedged(
+            _ adapter: String, powered: Bool, at now: ContinuousClock.Instant, window: Duration = Recovery.wedgeWindow
+        ) -> Bool {
             guard powered, let current = evidence[adapter.uppercased()], let since = current.since,
-                now - since >= Recovery.wedgeWindow
+                now - since >= window
             else { return false }
-            let windowStart = now - Recovery.wedgeWindow
+            let windowStart = now - window
             if let advert = current.lastAdvert, advert >= windowStart { return false }
             guard current.refusals.count >= Recovery.wedgeDiscoveryRefusals else { return false }
             return current.connectFailures.count >= Recovery.wedgeConnectFailures

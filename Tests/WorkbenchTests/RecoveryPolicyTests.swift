@@ -221,6 +221,19 @@ struct RecoveryPolicyTests {
         #expect(slots.probing == ["A"])
     }
 
+    @Test func onlyLinksUpWithTheConnectRaiseALimit() {
+        // A two-slot adapter that refuses with the abort text: 2 learned.
+        var slots = Recovery.SlotLearner(ceiling: 5)
+        _ = slots.judge(Self.abortFailure(links: 2), device: "B1", adapter: "A")
+        #expect(slots.judge(Self.abortFailure(links: 2), device: "B2", adapter: "A").lowered?.to == 2)
+        // A connect sent with 2 links up, one of which dropped before the
+        // controller took it: 1 up alongside. No raise; the adapter was full.
+        #expect(slots.succeeded(adapter: "A", linksUp: 2, alongside: 1) == nil)
+        #expect(slots.limit(for: "A") == 2)
+        // With both still up, it held 3.
+        #expect(slots.succeeded(adapter: "A", linksUp: 2, alongside: 2)?.to == 3)
+    }
+
     @Test func aLimitTheAdapterNamedIsNeverProbed() {
         var slots = Recovery.SlotLearner(ceiling: 5)
         let full = Failure(name: Self.failed, message: "Too many links (31)", linksUp: 1)
@@ -253,6 +266,28 @@ struct RecoveryPolicyTests {
         // An advert clears it.
         wedge.advertHeard(adapter, at: t0 + .seconds(16))
         #expect(!wedge.isWedged(adapter, powered: true, at: t0 + .seconds(20)))
+    }
+
+    @Test func aStationJudgesRefusedDiscoveryOverAScansLength() {
+        // An idle station: discovery refused from the start, nothing heard,
+        // no connects (discovery is needed). A scan cycles after its 10 s.
+        var wedge = Recovery.WedgeDetector()
+        let t0 = ContinuousClock.now
+        let window = Recovery.stationWedgeWindow
+        for second in [0, 1, 2, 3] {
+            wedge.discoveryRefused("A", at: t0 + .seconds(second))
+            wedge.needsDiscovery("A", at: t0 + .seconds(second))
+        }
+        #expect(window == .seconds(10))
+        #expect(!wedge.isWedged("A", powered: true, at: t0 + .seconds(9), window: window))
+        #expect(wedge.isWedged("A", powered: true, at: t0 + .seconds(10), window: window))
+        // A run's window is longer.
+        #expect(!wedge.isWedged("A", powered: true, at: t0 + .seconds(10)))
+        #expect(wedge.isWedged("A", powered: true, at: t0 + .seconds(15)))
+        // Nor is a station's adapter wedged with an advert in its window.
+        wedge.advertHeard("A", at: t0 + .seconds(11))
+        wedge.discoveryRefused("A", at: t0 + .seconds(12))
+        #expect(!wedge.isWedged("A", powered: true, at: t0 + .seconds(20), window: window))
     }
 
     @Test func aQuietRoomIsNotAWedge() {
