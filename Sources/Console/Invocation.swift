@@ -235,6 +235,7 @@ public struct Invocation: Sendable, Equatable {
     /// the message never holds the password.
     func checkLocators() throws(UsageError) {
         if let path = inventoryPath, case .invalid(let reason) = ServerLocator.kind(path) {
+            if path.isEmpty { throw UsageError(message: "--inventory: the inventory's path is empty") }
             throw UsageError(message: "--inventory is neither a path nor a PostgreSQL server: \(reason)")
         }
         if let server, server != "none", case .invalid(let reason) = ServerLocator.kind(server) {

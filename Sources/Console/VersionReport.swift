@@ -1,11 +1,11 @@
 import CReadline
-import DBusBinding
 import FleetReport
 import FoundationEssentials
 import Inventory
 import InventorySync
 import Ledger
 import SafeText
+import Workbench
 
 #if canImport(Glibc)
     import Glibc
@@ -48,7 +48,7 @@ enum VersionReport {
         let swift = info["swift"].map { "Swift \($0)" } ?? "Swift"
         var lines = [
             "beaconbench \(version) (commit \(commit))",
-            "linked in: readline \(String(cString: beaconbench_rl_version())), libdbus-1 \(DBusLibrary.version),"
+            "linked in: readline \(String(cString: beaconbench_rl_version())), libdbus-1 \(Doctor.libdbusVersion),"
                 + " SQLite \(Database.libraryVersion), zlib \(ZlibLibrary.version), libtinfo (ncurses),"
                 + " \(swift) runtime and FoundationEssentials",
             "loaded: \(libcVersion()) (libc.so.6, libm.so.6), libstdc++.so.6, libgcc_s.so.1",

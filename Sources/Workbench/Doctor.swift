@@ -367,6 +367,10 @@ public enum Doctor {
     }
 
     /// bluetoothd's `--version` (`5.66`) and where it is, or nil.
+    /// The version of the libdbus-1 linked in (`--version`: the console
+    /// reaches the D-Bus binding only through the workbench).
+    public static var libdbusVersion: String { DBusLibrary.version }
+
     public static func bluetoothdVersion(
         candidates: [String] = bluetoothdCandidates,
         path: String = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/sbin:/usr/bin:/sbin:/bin"

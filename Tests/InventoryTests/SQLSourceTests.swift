@@ -36,8 +36,12 @@ struct SQLSourceTests {
     /// the report's device stream (a constant clause by schema version), the
     /// union check (constant table names and column names that are plain
     /// lower-case identifiers, checked, quoted), and `office migrate`'s
-    /// server fill (numbers and constant table names).
+    /// server fill (numbers and constant table names). And (issue 46) the
+    /// server's roles and policies: DDL takes no parameters, and what is
+    /// interpolated is the constant role and table names and the schema,
+    /// quoted as an identifier (`ServerRoles.quoted`).
     static let allowedFiles: Set<String> = [
+        "InventorySync/ServerRoles.swift",
         "Inventory/Ledger/LedgerTables.swift", "InventorySync/ServerOfficeReads.swift",
         "Inventory/InventoryReportStreams.swift", "beaconbench-bench/Office/UnionCheck.swift",
         "beaconbench-bench/Office/OfficeMigrate.swift",
