@@ -194,8 +194,9 @@ extension Session {
     }
 
     func verifyLedger(since: String?, signers: String?) async throws(ConsoleFailure) {
-        if invocation.inventoryIsServer, let url = invocation.inventoryPath, since == nil, signers == nil {
-            return try await verifyServerLedgers(url: url)
+        if invocation.inventoryIsServer, let url = invocation.inventoryPath, since == nil {
+            if let signers { try Self.checkReadable(signers, limit: AllowedSigners.maxFile, "ledger verify --signers") }
+            return try await verifyServerLedgers(url: url, signers: signers)
         }
         // The checker's own files first: one that cannot be read is exit 1.
         if let since { try Self.checkReadable(since, limit: SignedNote.maxNote, "ledger verify --since") }
