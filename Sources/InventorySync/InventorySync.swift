@@ -51,12 +51,13 @@ public enum InventorySync {
         /// from the ledger: `changesRead` entries), not every row.
         public var changesOnly = false
         public var changesRead = 0
-        /// The bench's rows on the server that were not what its ledger
-        /// says before the tables were sent (the server's doing: named,
-        /// `table key: column is X on the server, the bench's ledger says
-        /// Y`), and those still not after (docs/office.md, "What the
-        /// server holds of a bench, checked"). A plain sync leaves them;
-        /// `full` sends every row, which puts them back: said, never silent.
+        /// The bench's rows on the server that are not what its ledger
+        /// says (the server's doing: named, `table key: column is X on the
+        /// server, the bench's ledger says Y`): found after a plain sync,
+        /// which leaves them, or before a `full` one, which sends every row
+        /// and so puts them back (`restored`: said, never silent); and what
+        /// a `full` sync still finds after (docs/office.md, "What the
+        /// server holds of a bench, checked").
         public var serverDifferences: [String] = []
         public var serverDifferencesAfter: [String] = []
         public var restored = false
@@ -172,10 +173,13 @@ public enum InventorySync {
         report.ledgerRoot = ledger.root
         report.checkpointsNotSent = ledger.checkpointsNotSent
         // The server's copy of the bench's rows, before anything of the
-        // tables is sent: every row the bench did not change since its last
-        // complete sync must be on the server as the bench holds it.
+        // tables is sent, when this sync sends every row (`full`, which
+        // would put them back): every row the bench did not change since
+        // its last complete sync must be on the server as the bench holds
+        // it. A plain sync rewrites no unchanged row: the check after it
+        // finds the same.
         let includeRows = includeSimulated || simulatedRuns == 0
-        if (try? await inventory.hasLedger()) == true, let from = try tablesSeq(server, bench: benchID),
+        if full, (try? await inventory.hasLedger()) == true, let from = try tablesSeq(server, bench: benchID),
             from <= plan.benchSize
         {
             let since = try await SyncChanges.collect(
@@ -185,7 +189,7 @@ public enum InventorySync {
             report.serverDifferences = try await ServerRowCheck.differences(
                 inventory, server, bench: benchID, include: includeRows, skip: skip,
                 skipTables: since.keys["identities"]?.isEmpty == false ? ["identities"] : [], missing: false)
-            report.restored = full && !report.serverDifferences.isEmpty
+            report.restored = !report.serverDifferences.isEmpty
         }
         let caughtUp = try await catchUp(
             inventory, server, bench: benchID, includeSimulated: includeSimulated, chunkSize: chunkSize,
@@ -282,9 +286,10 @@ public enum InventorySync {
         // checked above (later ones are found by the next sync); a sync
         // that held rows back leaves the next one to send every row.
         // And after: what the server holds of the bench is what it holds.
-        report.serverDifferencesAfter = try await ServerRowCheck.differences(
+        let after = try await ServerRowCheck.differences(
             inventory, server, bench: benchID, include: includeRows, missing: true
         ).filter { !report.serverDifferences.contains($0) }
+        if full { report.serverDifferencesAfter = after } else { report.serverDifferences = after }
         try server.exec(
             "UPDATE benches SET last_sync = $2, tables_seq = $3::bigint WHERE bench_id = $1",
             [benchID, Date().ISO8601Format(), tracked ? String(plan.benchSize) : nil])

@@ -286,10 +286,12 @@ public enum ServerLedger {
             let found = at ?? min(n, m)
             // Blame stays with the evidence: the bench's own ledger verified
             // before this (InventorySync.verifyOwnLedger), so its signed
-            // checkpoints hold. A difference at or after its last one, where
-            // the server holds no checkpoint of this bench beyond it, is in
-            // entries the bench never signed: the server's copy is what
-            // changed, and nothing is recorded against the bench.
+            // checkpoints hold. When it has one and the server holds no
+            // checkpoint of this bench beyond the difference, what the
+            // server holds from there is signed by no one (before the
+            // bench's checkpoint, the bench signed its own version; after
+            // it, neither is signed): the server's copy is what is in
+            // question, and nothing is recorded against the bench.
             let signed: Int
             do {
                 signed = try await inventory.checkpoints().map(\.size).filter { $0 <= n }.max() ?? 0
@@ -301,7 +303,7 @@ public enum ServerLedger {
                     "SELECT count(*)::text FROM bench_checkpoints WHERE bench_id = $1 AND size > $2",
                     [bench, String(found)]
                 ).first.flatMap { $0.first ?? nil }.flatMap { Int($0) } ?? 0
-            if signed > 0, found >= signed, signedBeyond == 0 {
+            if signed > 0, signedBeyond == 0 {
                 throw SyncError(
                     refusal: Refusal(
                         rewrittenAt: nil, serverSize: m,

@@ -22,6 +22,14 @@ public struct LedgerRewrite: Sendable, Equatable {
     /// The office's sentence for it.
     public var finding: String { "bench \(bench)'s ledger was rewritten at entry \(atEntry)" }
 
+    /// Who can have made it: the server records a rewrite only when the
+    /// bench holds no signed checkpoint at or before the entry that
+    /// differs (docs/ledger.md, "When the server refuses"), so the
+    /// evidence does not tell the bench's doing from the server's.
+    public var who: String {
+        "the bench \(bench) (its ledger offered another history), or whoever can write the server's ledger tables (entries written there): no checkpoint signed by the bench tells which"
+    }
+
     public init(bench: String, atEntry: Int, foundAt: String, serverSize: Int, benchSize: Int, detail: String) {
         self.bench = bench
         self.atEntry = atEntry

@@ -169,7 +169,7 @@ struct ServerBlameTests {
             let said = scene.stderr
             #expect(
                 said.contains(
-                    "sync: on the server before this sync: devices \(device): battery is '55' on the server, the bench's ledger says"
+                    "sync: on the server: devices \(device): battery is '55' on the server, the bench's ledger says"
                 )
                     && said.contains("config_braking is '420' on the server") && said.contains("left as they are"),
                 "\(said)")

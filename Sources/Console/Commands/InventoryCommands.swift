@@ -304,7 +304,7 @@ extension Session {
         // the server's doing, named; exit 2 (docs/office.md).
         if !report.serverDifferences.isEmpty {
             for difference in report.serverDifferences {
-                terminal.error("sync: on the server before this sync: \(difference)")
+                terminal.error("sync: on the server: \(difference)")
             }
             terminal.message(
                 report.restored

@@ -17,7 +17,7 @@ struct LedgerRewriteLine: ResultValue {
             ("bench", .string(rewrite.bench)), ("at_entry", .int(rewrite.atEntry)),
             ("found_at", .string(rewrite.foundAt)), ("server_size", .int(rewrite.serverSize)),
             ("bench_size", .int(rewrite.benchSize)), ("detail", .string(rewrite.detail)),
-            ("code", .string(Self.code)), ("finding", .string(rewrite.finding)),
+            ("code", .string(Self.code)), ("finding", .string(rewrite.finding)), ("who", .string(rewrite.who)),
         ]
     }
 }
