@@ -130,7 +130,9 @@ enum ServerRowCheck {
                 if row.count > 1, let number = row[0].flatMap({ Int64($0) }) { serverBlocks[number] = row[1] ?? "" }
             }
             for number in Set(serverBlocks.keys).union(local.keys).sorted() {
-                let mine = sorted(local[number] ?? [], table)
+                // Tables by local id come in id order already (their selects
+                // order by it), the server's order too.
+                let mine = schema.cursorIsLocalID ? local[number] ?? [] : sorted(local[number] ?? [], table)
                 let localHash =
                     mine.isEmpty ? nil : try hash(mine.map { Self.rowText($0.values) }.joined(separator: "\n"))
                 if localHash == serverBlocks[number] { continue }

@@ -34,7 +34,7 @@ public struct LedgerVerifyCommand: ConsoleCommand {
         ], onlyReadsTheInventory: true, isFamilyDefault: true,
         detail:
             "Exit 0 when all holds; 2 naming the first entry, row or checkpoint that disagrees (an edit, deletion, reordering or insertion made outside beaconbench); 1 when the --since or --signers file cannot be read (docs/ledger.md, \"Exit statuses\").",
-        emits: [.ledger, .ledgerBench]
+        emits: [.ledger, .ledgerServer, .ledgerBench]
     ).shapeChecked(by: "ledger verify").documented(in: "ledger.md")
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         since = arguments.text("--since")
