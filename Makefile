@@ -1,5 +1,5 @@
 # Shortcuts for the scripts in scripts/, and the install.
-.PHONY: test soak demo bench lint format fuzz install uninstall realstack realstack-deps
+.PHONY: test soak demo bench lint format fuzz install uninstall realstack realstack-deps deb release
 
 PREFIX ?= /usr/local
 DESTDIR ?=
@@ -58,3 +58,13 @@ install:
 
 uninstall:
 	PREFIX="$(PREFIX)" DESTDIR="$(DESTDIR)" ./scripts/install --uninstall
+
+# The Debian packages (beaconbench, beaconbench-sim) from the release build,
+# in .build/deb, checked by lintian (scripts/make-deb; docs/install.md).
+deb:
+	BIN="$(BIN)" ./scripts/make-deb
+
+# The .debs, a tarball, the SPDX bill of materials and SHA256SUMS signed
+# with BEACONBENCH_RELEASE_KEY, in .build/release-artifacts (scripts/make-release).
+release:
+	BIN="$(BIN)" ./scripts/make-release

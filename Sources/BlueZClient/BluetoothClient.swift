@@ -1098,6 +1098,10 @@ public struct Adapter: Sendable, Equatable {
     public var name: String { String(path.components.last ?? "") }
     public var address: String
     public var powered: Bool
+    /// Powered reads false, a boolean: switched off. A Powered missing or
+    /// of another type (a bluetoothd that lies) is not powered, and not
+    /// known to be switched off either.
+    public var poweredOff: Bool
     public var discovering: Bool
     public var roles: [String]
 
@@ -1105,6 +1109,7 @@ public struct Adapter: Sendable, Equatable {
         self.path = path
         address = properties["Address"]?.string ?? ""
         powered = properties["Powered"]?.bool ?? false
+        poweredOff = properties["Powered"]?.bool == false
         discovering = properties["Discovering"]?.bool ?? false
         roles = properties["Roles"]?.stringArray ?? []
     }

@@ -22,6 +22,7 @@ static struct {
     int (*EVP_DigestInit_ex)(EVP_MD_CTX *ctx, const EVP_MD *type, ENGINE *impl);
     int (*EVP_DigestUpdate)(EVP_MD_CTX *ctx, const void *d, size_t cnt);
     int (*EVP_DigestFinal_ex)(EVP_MD_CTX *ctx, unsigned char *md, unsigned int *s);
+    const char *(*OpenSSL_version)(int type);
 } crypto;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -46,6 +47,7 @@ static void load(void) {
     RESOLVE(EVP_DigestInit_ex)
     RESOLVE(EVP_DigestUpdate)
     RESOLVE(EVP_DigestFinal_ex)
+    RESOLVE(OpenSSL_version)
     if (!complete) {
         failure = "libcrypto.so.3 lacks a function beaconbench needs";
         return;
@@ -66,6 +68,11 @@ int beaconbench_crypto_load(void) {
 const char *beaconbench_crypto_error(void) {
     pthread_once(&once, load);
     return failure;
+}
+
+const char *beaconbench_crypto_version(void) {
+    if (!beaconbench_crypto_load()) return NULL;
+    return crypto.OpenSSL_version(0); // OPENSSL_VERSION: "OpenSSL 3.0.15 3 Sep 2024"
 }
 
 int beaconbench_sha256(const void *data, size_t count, unsigned char *digest) {

@@ -35,13 +35,18 @@
     X(int, PQgetlength, (const PGresult *res, int tup_num, int field_num), (res, tup_num, field_num), 0)          \
     X(int, PQgetisnull, (const PGresult *res, int tup_num, int field_num), (res, tup_num, field_num), 1)        \
     X(PGcancel *, PQgetCancel, (PGconn *conn), (conn), NULL)                                                     \
-    X(int, PQcancel, (PGcancel *cancel, char *errbuf, int errbufsize), (cancel, errbuf, errbufsize), 0)
+    X(int, PQcancel, (PGcancel *cancel, char *errbuf, int errbufsize), (cancel, errbuf, errbufsize), 0)         \
+    X(char *, PQencryptPasswordConn, (PGconn *conn, const char *passwd, const char *user, const char *algorithm), \
+      (conn, passwd, user, algorithm), NULL)                                                                     \
+    X(int, PQsslInUse, (PGconn *conn), (conn), 0)                                                               \
+    X(int, PQlibVersion, (void), (), 0)
 
 #define LIBPQ_VOID_FUNCTIONS(X)                                                 \
     X(PQfinish, (PGconn *conn), (conn))                                         \
     X(PQconninfoFree, (PQconninfoOption *connOptions), (connOptions))           \
     X(PQclear, (PGresult *res), (res))                                          \
-    X(PQfreeCancel, (PGcancel *cancel), (cancel))
+    X(PQfreeCancel, (PGcancel *cancel), (cancel))                               \
+    X(PQfreemem, (void *ptr), (ptr))
 
 static struct {
 #define FIELD(ret, name, params, args, fallback) ret(*name) params;

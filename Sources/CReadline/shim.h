@@ -13,6 +13,9 @@
    touch; these accessors are the console's only way to them, called from
    the one thread that runs readline. */
 
+/* The readline linked in ("8.2"), for `beaconbench --version`. */
+static inline const char *beaconbench_rl_version(void) { return rl_library_version; }
+
 static inline void beaconbench_rl_setup(const char *name, rl_completion_func_t *complete) {
     rl_readline_name = strdup(name);
     rl_catch_signals = 0;

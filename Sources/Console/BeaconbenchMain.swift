@@ -1,4 +1,5 @@
 import FoundationEssentials
+import InventorySync
 import Ledger
 import Profiles
 import SafeText
@@ -29,7 +30,8 @@ public enum BeaconbenchMain {
             Terminal.emit(1, Invocation.usage + "\n")
             return 0
         case .version:
-            Terminal.emit(1, "beaconbench \(version)\n")
+            let lines = VersionReport.lines(version: version, loadLibraries: invocation.verbose)
+            Terminal.emit(1, lines.joined(separator: "\n") + "\n")
             return 0
         default:
             return nil
@@ -91,10 +93,12 @@ public enum BeaconbenchMain {
                 interrupts: interrupts)
         case .oneShot(let words):
             let line = words.map(Self.quoted).joined(separator: " ")
+            // What the run records (runs.command, and so the ledger) never holds a password.
+            let label = ConnectionPasswords.redacted(line)
             return await runText(
                 line, file: "<command line>", overrides: [:], dryRun: invocation.dryRun, invocation: invocation,
                 terminal: terminal,
-                profiles: profiles, label: line, digest: nil, interrupts: interrupts)
+                profiles: profiles, label: label, digest: nil, interrupts: interrupts)
         default:
             if interactive {
                 let session = Session(
@@ -170,24 +174,28 @@ public enum BeaconbenchMain {
         }
         let session = Session(
             invocation: invocation, terminal: terminal, profiles: profiles, runLabel: label, runDigest: digest)
+        // SIGTERM (systemd, `timeout`, `kill`) stops the run as Ctrl-C does:
+        // the steps under way end `interrupted`, the recap is printed, and
+        // the exit status is 143, as shells report SIGTERM. Installed before
+        // the batch starts, so that a command that takes SIGTERM for itself
+        // (`sync`) does so within it. A second SIGTERM ends the process at
+        // once (`Signals`).
+        let terminated = Signals.Received()
+        let cancel = Signals.CancelLater()
+        let terminate = Signals.onTerminate {
+            terminated.note()
+            terminal.message("SIGTERM: stopping (a second SIGTERM quits at once)")
+            cancel.now()
+        }
         let task = Task { await session.runBatch(commands, dryRun: dryRun) }
+        cancel.set { task.cancel() }
         interrupts.onInterrupt {
             terminal.message("^C: stopping (press again to quit at once)")
             task.cancel()
             interrupts.onInterrupt(nil)
         }
-        // SIGTERM (systemd, `timeout`, `kill`) stops the run as Ctrl-C does:
-        // the steps under way end `interrupted`, the recap is printed, and
-        // the exit status is 143, as shells report SIGTERM. A second SIGTERM
-        // ends the process at once (`Signals`).
-        let terminated = Signals.Received()
-        Signals.onTerminate {
-            terminated.note()
-            terminal.message("SIGTERM: stopping (a second SIGTERM quits at once)")
-            task.cancel()
-        }
         await task.value
-        Signals.onTerminate(nil)
+        terminate.end()
         if task.isCancelled { await session.markInterrupted() }
         await session.finish()
         if terminated.happened { return ExitStatus.terminated.rawValue }

@@ -51,6 +51,9 @@ public struct Invocation: Sendable, Equatable {
     public var checkpoint = false
     public var color = true
     public var verbose = false
+    /// `--require-tls` (BEACONBENCH_REQUIRE_TLS=1): a server not reached
+    /// over verified TLS is refused, not warned about.
+    public var requireTLS = false
     public var simulation: Simulation?
     public var mode: Mode = .interactive
 
@@ -83,6 +86,8 @@ public struct Invocation: Sendable, Equatable {
           --concurrency N               devices worked on at once (default 5, an adapter's connection slots)
                                         [BEACONBENCH_CONCURRENCY]
           --no-adapter-reset            never power-cycle a wedged adapter (docs/reliability.md)
+          --require-tls                 refuse a server that is not local unless sslmode=verify-full or
+                                        verify-ca (else a warning) [BEACONBENCH_REQUIRE_TLS=1]
           --json                        machine-readable output: one JSON object per line (docs/json.md)
                                         [BEACONBENCH_JSON=1]
           --dry-run                     write nothing to a beacon: show what would change
@@ -159,6 +164,7 @@ public struct Invocation: Sendable, Equatable {
             case "--concurrency": invocation.concurrency = try Self.concurrency(try value(name))
             case "--no-adapter-reset": invocation.adapterResets = false
             case "--json": invocation.json = true
+            case "--require-tls": invocation.requireTLS = true
             case "--dry-run": invocation.dryRun = true
             case "--checkpoint": invocation.checkpoint = true
             case "--no-color", "--no-colour": invocation.color = false
@@ -207,6 +213,7 @@ public struct Invocation: Sendable, Equatable {
             invocation.mode = .help
         }
         if invocation.mode == .help || invocation.mode == .version { return invocation }
+        try invocation.checkLocators()
         if let simulation = invocation.simulation {
             guard simulation.count != nil || simulation.fleetFile != nil || simulation.stateFile != nil else {
                 throw UsageError(message: "--sim-option needs --sim N, --sim-fleet FILE or --sim-state FILE")
@@ -223,6 +230,24 @@ public struct Invocation: Sendable, Equatable {
         return invocation
     }
 
+    /// `--inventory` and `--server` (or their environment variables):
+    /// a server locator or a path, nothing in between (`ServerLocator`);
+    /// the message never holds the password.
+    func checkLocators() throws(UsageError) {
+        if let path = inventoryPath, case .invalid(let reason) = ServerLocator.kind(path) {
+            throw UsageError(message: "--inventory is neither a path nor a PostgreSQL server: \(reason)")
+        }
+        if let server, server != "none", case .invalid(let reason) = ServerLocator.kind(server) {
+            throw UsageError(message: "--server is not a PostgreSQL URL or connection string: \(reason)")
+        }
+        if let server, server != "none", ServerLocator.kind(server) == .path {
+            throw UsageError(
+                message:
+                    "--server wants a PostgreSQL URL (postgresql://…) or key=value connection string, not \(ServerLocator.shown(server))"
+            )
+        }
+    }
+
     mutating func applyEnvironment(_ environment: [String: String]) throws(UsageError) {
         if let text = environment["BEACONBENCH_BUS"], !text.isEmpty { bus = Self.bus(text) }
         if let text = environment["BEACONBENCH_ADAPTER"], !text.isEmpty { adapter = try Self.adapter(text) }
@@ -236,6 +261,7 @@ public struct Invocation: Sendable, Equatable {
         }
         if environment["BEACONBENCH_JSON"].map(Self.isTrue) ?? false { json = true }
         if environment["BEACONBENCH_VERBOSE"].map(Self.isTrue) ?? false { verbose = true }
+        if environment["BEACONBENCH_REQUIRE_TLS"].map(Self.isTrue) ?? false { requireTLS = true }
         if let text = environment["NO_COLOR"], !text.isEmpty { color = false }
     }
 

@@ -141,6 +141,7 @@ public actor Session {
     func reader() throws(ConsoleFailure) -> any InventoryReader {
         guard invocation.inventoryIsServer, let url = invocation.inventoryPath else { return try inventory() }
         if let serverHandle { return serverHandle }
+        try checkTransport(url)
         do {
             let server = try ServerInventory(url: url)
             serverHandle = server
@@ -233,6 +234,7 @@ public actor Session {
         var url = invocation.server
         if url == nil { url = try? await inventory.setting("server") }
         guard let url, url != "none", !url.isEmpty, let bench = try? await inventory.benchID() else { return nil }
+        try checkTransport(url)
         let registry = ServerIdentities(url: url, benchID: bench)
         sharedRegistry = registry
         return registry

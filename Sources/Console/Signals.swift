@@ -45,7 +45,7 @@ enum Signals {
                 if number == SIGTERM,
                     let action = terminateHandler.withLock({ held in
                         defer { held = nil }
-                        return held
+                        return held?.action
                     })
                 {
                     action()
@@ -93,7 +93,9 @@ enum Signals {
 
     private static let leaving = Mutex(false)
 
-    private static let terminateHandler = Mutex<(@Sendable () -> Void)?>(nil)
+    /// SIGTERM's handler, and which `onTerminate` installed it.
+    private static let terminateHandler = Mutex<(scope: Int, action: @Sendable () -> Void)?>(nil)
+    private static let scopes = Mutex(0)
 
     /// Whether a signal taken by a handler (`onTerminate`) has come.
     final class Received: Sendable {
@@ -102,11 +104,55 @@ enum Signals {
         var happened: Bool { flag.withLock { $0 } }
     }
 
-    /// What the next SIGTERM does instead of ending the process (nil: it
-    /// ends it). Used once: a second SIGTERM ends the process.
-    static func onTerminate(_ action: (@Sendable () -> Void)?) {
+    /// A cancellation asked for before what it cancels exists (a signal
+    /// handler installed before its task): done when it is set.
+    final class CancelLater: Sendable {
+        private let state = Mutex<(asked: Bool, cancel: (@Sendable () -> Void)?)>((false, nil))
+        func set(_ cancel: @escaping @Sendable () -> Void) {
+            let asked = state.withLock {
+                $0.cancel = cancel
+                return $0.asked
+            }
+            if asked { cancel() }
+        }
+        func now() {
+            let cancel = state.withLock {
+                $0.asked = true
+                return $0.cancel
+            }
+            cancel?()
+        }
+    }
+
+    /// A handler installed by `onTerminate`, and the one it replaced.
+    struct TerminateScope: Sendable {
+        fileprivate let id: Int
+        fileprivate let previous: (scope: Int, action: @Sendable () -> Void)?
+
+        /// Puts back the handler this one replaced, unless a SIGTERM took
+        /// this one (then none: a second SIGTERM ends the process at once)
+        /// or another was installed since.
+        func end() {
+            Signals.terminateHandler.withLock { held in
+                if held?.scope == id { held = previous }
+            }
+        }
+    }
+
+    /// What the next SIGTERM does instead of ending the process, until the
+    /// scope returned ends (`TerminateScope.end`): a command inside a batch
+    /// (`sync`) takes SIGTERM for itself and gives it back to the batch.
+    /// Used once: a second SIGTERM ends the process.
+    static func onTerminate(_ action: @escaping @Sendable () -> Void) -> TerminateScope {
         install()
-        terminateHandler.withLock { $0 = action }
+        let id = scopes.withLock {
+            $0 += 1
+            return $0
+        }
+        return terminateHandler.withLock { held in
+            defer { held = (id, action) }
+            return TerminateScope(id: id, previous: held)
+        }
     }
 
     /// Stops what was started, restores the terminal and exits with

@@ -14,6 +14,15 @@ internal import CDBus
 /// (whole-module optimisation): the seam costs no call and no copy on the
 /// hot path (decoding a signal's body).
 enum LibDBus {
+    /// `dbus_get_version`: the libdbus-1 linked in, as "1.14.10".
+    static func version() -> String {
+        var major: Int32 = 0
+        var minor: Int32 = 0
+        var micro: Int32 = 0
+        dbus_get_version(&major, &minor, &micro)
+        return "\(major).\(minor).\(micro)"
+    }
+
     /// `DBUS_TYPE_STRING` and friends are written `((int) 's')` in
     /// `dbus-protocol.h`; the importer skips macros with casts, so the codes
     /// live here and nowhere else.
@@ -430,4 +439,9 @@ extension BusError {
 
 private func dbus_error_is_set_shim(_ error: DBusError) -> Bool {
     error.name != nil
+}
+
+/// The libdbus-1 this binding runs on, for `beaconbench --version`.
+public enum DBusLibrary {
+    public static var version: String { LibDBus.version() }
 }

@@ -75,3 +75,8 @@ final class DeflateStream {
         return ok ? output : nil
     }
 }
+
+/// The zlib the report deflates with, for `beaconbench --version`.
+public enum ZlibLibrary {
+    public static var version: String { String(cString: zlibVersion()) }
+}

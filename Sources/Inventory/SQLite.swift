@@ -141,6 +141,9 @@ public struct InventoryNameError: Error, Sendable, CustomStringConvertible {
 /// One SQLite connection. Not thread-safe: its owner (the `Inventory`
 /// actor) confines it. Every value reaches SQL as a bound parameter.
 public final class Database {
+    /// The SQLite linked in (`sqlite3_libversion`), for `beaconbench --version`.
+    public static var libraryVersion: String { String(cString: sqlite3_libversion()) }
+
     let handle: OpaquePointer
     /// The file opened: the path given, or, when that is a symbolic link,
     /// the regular file it leads to (so that SQLite's `-wal` and `-shm`

@@ -288,19 +288,10 @@ extension ServerAssignments {
     ) throws(SyncError) -> Int {
         let sorted = converged.sorted { $0.address < $1.address }
         let addresses = PostgresArray.literal(sorted.map { Optional($0.address) })
-        try server.exec(
-            "SELECT address FROM fleet_assignments WHERE address = ANY($1::text[]) ORDER BY address FOR UPDATE",
-            [addresses])
+        // On the server, with the owner's rights, as this bench only
+        // (ServerRoles): the rows are another's, only their convergence ours.
         return try server.exec(
-            """
-            UPDATE fleet_assignments f
-            SET converged_at = c.at, converged_bench = $2, converged_run = c.run
-            FROM unnest($1::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])
-                AS c(address, assigned_at, assigned_by, at, run)
-            WHERE f.address = c.address AND f.assigned_at = c.assigned_at AND f.assigned_by = c.assigned_by
-              AND (f.converged_at IS NULL OR f.converged_at > c.at)
-            RETURNING f.address
-            """,
+            "SELECT beaconbench_report_converged($2, $1::text[], $3::text[], $4::text[], $5::text[], $6::bigint[])",
             [
                 addresses, bench, PostgresArray.literal(sorted.map { Optional($0.assignedAt) }),
                 PostgresArray.literal(sorted.map { Optional($0.assignedBy) }),

@@ -311,37 +311,9 @@ public enum InventorySync {
     static func registerClaims(_ server: PostgresConnection, bench: String, devices: [String]?) throws(SyncError) {
         if let devices, devices.isEmpty { return }
         let only = devices.map { PostgresArray.literal($0.map { Optional($0) }) }
-        // Two benches moving claims to one identity at once: the second
-        // waits for the first, then meets its row (unique_violation); run
-        // again, the statement sees it committed and leaves that one out.
-        var attempts = 0
-        while true {
-            do {
-                try server.exec(
-                    """
-                    UPDATE identity_claims c SET major = i.major, minor = i.minor, bench_id = i.bench_id,
-                        claimed_at = i.reserved_at
-                    FROM identities i
-                    WHERE i.bench_id = $1 AND c.address = i.device AND i.reserved_at > c.claimed_at
-                        AND ($2::text[] IS NULL OR i.device = ANY($2::text[]))
-                        AND i.major BETWEEN 0 AND 65535 AND i.minor BETWEEN 0 AND 65535
-                        AND (c.major, c.minor) <> (i.major, i.minor)
-                        AND NOT EXISTS (
-                            SELECT 1 FROM identity_claims o WHERE o.major = i.major AND o.minor = i.minor AND o.address <> i.device)
-                    """, [bench, only])
-                break
-            } catch let error where error.sqlState == "23505" && attempts < 5 {
-                attempts += 1
-            }
-        }
-        try server.exec(
-            """
-            INSERT INTO identity_claims (major, minor, address, bench_id, claimed_at)
-            SELECT major, minor, device, bench_id, reserved_at FROM identities WHERE bench_id = $1
-                AND ($2::text[] IS NULL OR device = ANY($2::text[]))
-                AND major BETWEEN 0 AND 65535 AND minor BETWEEN 0 AND 65535
-            ON CONFLICT DO NOTHING
-            """, [bench, only])
+        // On the server, with the owner's rights, for this bench only
+        // (ServerRoles): moving a claim touches another bench's row.
+        try server.exec("SELECT beaconbench_register_claims($1, $2::text[])", [bench, only])
     }
 
     /// The server's highest local id of this bench in `table` (`cell`), the

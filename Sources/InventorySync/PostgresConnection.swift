@@ -149,9 +149,7 @@ final class PostgresConnection {
             let message = String(cString: PQerrorMessage(connection)).trimmingWhitespace()
             // A refusal (wrong password, no such database or role) is not
             // worth trying again; an unreachable server may come back.
-            let refused =
-                PQconnectionNeedsPassword(connection) == 1 || message.contains("authentication failed")
-                || message.contains("does not exist") || message.contains("no password supplied")
+            let refused = Self.isRefusal(message) || PQconnectionNeedsPassword(connection) == 1
             PQfinish(connection)
             // libpq quotes a part of a string it cannot parse, which may be
             // the password: never shown.
@@ -169,6 +167,22 @@ final class PostgresConnection {
             stop?.detach(self)
             throw error
         }
+    }
+
+    /// Whether libpq's message on a failed connection is the server's (or
+    /// the client's TLS settings') refusal, which no retry can change
+    /// (docs/office.md, "Refusals"): authentication (28P01, 28000: a wrong
+    /// password, no pg_hba.conf entry, no password given), a database or
+    /// role that does not exist (3D000), no right to connect (42501), TLS
+    /// required but not offered by the server, or a certificate that does
+    /// not verify. A server that cannot be reached may come back.
+    static func isRefusal(_ message: String) -> Bool {
+        let lowered = message.lowercased()
+        return [
+            "authentication failed", "does not exist", "no password supplied", "no pg_hba.conf entry",
+            "permission denied", "does not support ssl", "ssl error", "certificate", "sslmode value",
+            "root certificate file", "password is required",
+        ].contains { lowered.contains($0) }
     }
 
     deinit {
@@ -580,5 +594,20 @@ final class PlainLock: @unchecked Sendable {
         pthread_mutex_lock(mutex)
         defer { pthread_mutex_unlock(mutex) }
         return try body()
+    }
+}
+
+/// The libpq the office commands use, for `--version -v` and `doctor`.
+public enum Libpq {
+    /// Loads libpq.so.5 (if it is not yet) and gives its PQlibVersion as
+    /// text (150013 is "15.13"), or why it cannot be loaded.
+    public static func version() -> (version: String?, problem: String?) {
+        guard beaconbench_libpq_load() == 1 else {
+            let reason = beaconbench_libpq_error().map { String(cString: $0) } ?? "not found"
+            return (nil, "libpq could not be loaded (\(reason)): install it with apt-get install libpq5")
+        }
+        let number = Int(PQlibVersion())
+        // 10 and later: major * 10000 + minor.
+        return ("\(number / 10000).\(number % 10000)", nil)
     }
 }

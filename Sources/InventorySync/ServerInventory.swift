@@ -51,10 +51,9 @@ public actor ServerInventory: InventoryReader {
         }
     }
 
-    /// Whether `text` names a server rather than a file.
-    public static func isServerURL(_ text: String) -> Bool {
-        text.hasPrefix("postgresql://") || text.hasPrefix("postgres://")
-    }
+    /// Whether `text` names a server rather than a file: a PostgreSQL
+    /// URL or a `key=value` connection string (`ServerLocator`).
+    public static func isServerURL(_ text: String) -> Bool { ServerLocator.isServer(text) }
 
     public func devices() throws -> [DeviceRecord] {
         let rows = try reading { server throws(SyncError) in

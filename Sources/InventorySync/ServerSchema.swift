@@ -43,6 +43,11 @@ enum ServerSchema {
         ("every bench's ledger stored in compressed blocks", ServerLedger.blocksSchema, false),
         // Benches of version 10 do not read compatible_from: they refuse any newer server.
         ("each version names the oldest beaconbench that may still sync", compatibleFromColumn, false),
+        // Benches of version 11 write claims and convergences directly, which bench roles may not.
+        (
+            "per-bench authority: bench roles, row-level security, functions acting for one bench", ServerRoles.schema,
+            false
+        ),
     ]
 
     /// Version 11: from here on, each version records the oldest version

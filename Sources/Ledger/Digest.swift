@@ -85,3 +85,14 @@ public struct CryptoUnavailable: Error, CustomStringConvertible {
     }
     public var description: String { "OpenSSL's libcrypto is unusable: \(reason) (install libssl3)" }
 }
+
+/// The libcrypto the ledger uses, for `--version -v` and `doctor`.
+public enum LibCrypto {
+    /// Loads libcrypto.so.3 (if it is not yet) and gives its
+    /// OpenSSL_version ("OpenSSL 3.0.15 3 Sep 2024"), or why it cannot be
+    /// loaded.
+    public static func version() -> (version: String?, problem: String?) {
+        if let text = beaconbench_crypto_version() { return (String(cString: text), nil) }
+        return (nil, CryptoUnavailable().description)
+    }
+}

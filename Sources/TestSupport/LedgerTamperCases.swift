@@ -27,8 +27,6 @@ public enum LedgerTamperCases {
     /// holds an `é` and an `Å` (precomposed: U+00E9, U+00C5).
     public static let accentedDirectory = "lot-\u{E9}-\u{C5}"
 
-    static let oneOutcome = "(SELECT min(id) FROM outcomes WHERE ledger_seq IS NOT NULL)"
-
     public static let all: [LedgerTamperCase] = [
         .init(
             "a device's column edited",
@@ -58,10 +56,11 @@ public enum LedgerTamperCases {
             """),
         .init(
             "an outcome edited",
-            "DROP TRIGGER outcomes_sealed_update; UPDATE outcomes SET detail = 'edited' WHERE id = \(oneOutcome)",
+            "DROP TRIGGER outcomes_sealed_update; UPDATE outcomes SET detail = 'edited' WHERE id = (SELECT min(id) FROM outcomes WHERE ledger_seq IS NOT NULL)",
             needs: "SELECT count(*) FROM outcomes WHERE ledger_seq IS NOT NULL"),
         .init(
-            "an outcome deleted", "DROP TRIGGER outcomes_sealed_delete; DELETE FROM outcomes WHERE id = \(oneOutcome)",
+            "an outcome deleted",
+            "DROP TRIGGER outcomes_sealed_delete; DELETE FROM outcomes WHERE id = (SELECT min(id) FROM outcomes WHERE ledger_seq IS NOT NULL)",
             needs: "SELECT count(*) FROM outcomes WHERE ledger_seq IS NOT NULL"),
         .init(
             "an outcome inserted",
@@ -73,15 +72,15 @@ public enum LedgerTamperCases {
         ),
         .init(
             "a sealed row's leaf check cleared",
-            "DROP TRIGGER outcomes_sealed_update; UPDATE outcomes SET ledger_leaf = NULL WHERE id = \(oneOutcome)",
+            "DROP TRIGGER outcomes_sealed_update; UPDATE outcomes SET ledger_leaf = NULL WHERE id = (SELECT min(id) FROM outcomes WHERE ledger_seq IS NOT NULL)",
             needs: "SELECT count(*) FROM outcomes WHERE ledger_seq IS NOT NULL"),
         .init(
             "a sealed row's leaf check off by one",
-            "DROP TRIGGER outcomes_sealed_update; UPDATE outcomes SET ledger_leaf = ledger_leaf + 1 WHERE id = \(oneOutcome)",
+            "DROP TRIGGER outcomes_sealed_update; UPDATE outcomes SET ledger_leaf = ledger_leaf + 1 WHERE id = (SELECT min(id) FROM outcomes WHERE ledger_seq IS NOT NULL)",
             needs: "SELECT count(*) FROM outcomes WHERE ledger_seq IS NOT NULL"),
         .init(
             "a sealed row's place stored as text",
-            "DROP TRIGGER outcomes_sealed_update; UPDATE outcomes SET ledger_seq = CAST(ledger_seq AS TEXT) WHERE id = \(oneOutcome)",
+            "DROP TRIGGER outcomes_sealed_update; UPDATE outcomes SET ledger_seq = CAST(ledger_seq AS TEXT) WHERE id = (SELECT min(id) FROM outcomes WHERE ledger_seq IS NOT NULL)",
             needs: "SELECT count(*) FROM outcomes WHERE ledger_seq IS NOT NULL"),
         .init(
             "a trip inserted",

@@ -21,9 +21,20 @@ public enum Recovery {
     /// after this long, whichever is first (bleak-retry-connector's
     /// `BLEAK_OUT_OF_SLOTS_BACKOFF_TIME`).
     public static let slotBackoff: Duration = .seconds(4)
+    /// A limit learned from plain aborts alone is a guess (a random abort
+    /// looks the same): after this many connects succeed with the adapter
+    /// full at that limit, one connect more is allowed (a probe). A probe
+    /// refused doubles the count for the next; a connect that succeeds with
+    /// as many links up as the limit raises it (docs/reliability.md, 2).
+    public static let slotProbeAfter = 3
     /// The wedge detector's window: discovery refusals, connect failures
     /// and no advert on an adapter that reads Powered, all for this long.
     public static let wedgeWindow: Duration = .seconds(15)
+    /// A station's window (it makes no connects while idle, so discovery
+    /// refused is all the evidence there is): the length of
+    /// `provision-new.batch`'s scan, after which `scan` power-cycles an
+    /// adapter whose discovery never ran.
+    public static let stationWedgeWindow: Duration = .seconds(10)
     /// StartDiscovery refusals within the window that count as wedged.
     public static let wedgeDiscoveryRefusals = 3
     /// Connect failures within the window that count as wedged (or none
@@ -227,22 +238,40 @@ public enum Recovery {
 
     /// Per adapter (by address): the LE link limit learned from slot
     /// failures, and the concurrency it allows. `--concurrency` is the
-    /// ceiling; the limit is never raised within a run.
+    /// ceiling. A limit the adapter named (a slot text, or a device object
+    /// gone during its connect) is firm: never raised in a run. A limit
+    /// learned from plain aborts alone is tentative: a connect that succeeds
+    /// with as many other links up as the limit raises it to what was held,
+    /// and after `Recovery.slotProbeAfter` connects succeed with the adapter
+    /// full one connect more is allowed, to find out (a refused probe
+    /// doubles that count).
     public struct SlotLearner: Sendable, Equatable {
         public let ceiling: Int
         public private(set) var learned: [String: Int] = [:]
+        /// Adapters whose limit came from plain aborts alone (probed).
+        public private(set) var tentative: Set<String> = []
         /// Provisional slot aborts before a limit is learned: adapter →
         /// links up → beacons that aborted there.
         private var provisional: [String: [Int: Set<String>]] = [:]
         /// The most other links up at a successful connect, per adapter:
         /// the adapter holds more than that.
         private var succeededAt: [String: Int] = [:]
+        /// Per tentative adapter: connects that succeeded with the adapter
+        /// full at its limit since it was learned, raised or last probed.
+        private var fullSuccesses: [String: Int] = [:]
+        /// Per tentative adapter: full successes before the next probe.
+        private var probeAfter: [String: Int] = [:]
+        /// Tentative adapters allowed one connect beyond their limit now.
+        public private(set) var probing: Set<String> = []
 
         public init(ceiling: Int) { self.ceiling = max(1, ceiling) }
 
-        /// Connections allowed at once on `adapter`.
+        /// Connections allowed at once on `adapter` (one more while a
+        /// tentative limit is probed).
         public func limit(for adapter: String) -> Int {
-            min(ceiling, learned[adapter.uppercased()] ?? ceiling)
+            let adapter = adapter.uppercased()
+            guard let known = learned[adapter] else { return ceiling }
+            return min(ceiling, probing.contains(adapter) ? known + 1 : known)
         }
 
         /// What a judged failure comes to.
@@ -263,20 +292,26 @@ public enum Recovery {
         /// slot failure teaches the limit; an abort with other links up is
         /// a slot failure at or above the learned limit, and before one is
         /// learned a provisional one (two beacons aborting at the same
-        /// number of links fix the limit there).
+        /// number of links fix the limit there, tentatively). An abort at or
+        /// above a probed limit ends the probe.
         public mutating func judge(_ failure: Failure, device: String, adapter: String) -> Judgement {
             let adapter = adapter.uppercased()
             let device = device.uppercased()
             let links = failure.linksUp
             switch Recovery.preliminaryClass(failure) {
             case .slot:
-                return Judgement(
-                    failureClass: .slot, lowered: learn(max(1, links), on: adapter), waitBelow: max(1, links))
+                let lowered = learn(max(1, links), on: adapter, firm: true)
+                return Judgement(failureClass: .slot, lowered: lowered, waitBelow: max(1, links))
             case .stale where links >= 1 && Recovery.isAbort(failure):
                 if let limit = learned[adapter] {
-                    return links >= limit
-                        ? Judgement(failureClass: .slot, lowered: nil, waitBelow: limit)
-                        : Judgement(failureClass: .stale, lowered: nil, waitBelow: nil)
+                    guard links >= limit else { return Judgement(failureClass: .stale, lowered: nil, waitBelow: nil) }
+                    if probing.remove(adapter) != nil {
+                        // The probe refused: the limit stands; probe again later.
+                        fullSuccesses[adapter] = 0
+                        probeAfter[adapter] = min(
+                            2 * probeAfter[adapter, default: Recovery.slotProbeAfter], 1 << 20)
+                    }
+                    return Judgement(failureClass: .slot, lowered: nil, waitBelow: limit)
                 }
                 // A connect succeeded with as many links up: slots were free.
                 if links <= succeededAt[adapter, default: -1] {
@@ -285,28 +320,69 @@ public enum Recovery {
                 var seen = provisional[adapter, default: [:]][links, default: []]
                 seen.insert(device)
                 provisional[adapter, default: [:]][links] = seen
-                let lowered = seen.count >= 2 ? learn(links, on: adapter) : nil
+                let lowered = seen.count >= 2 ? learn(links, on: adapter, firm: false) : nil
                 return Judgement(failureClass: .slot, lowered: lowered, waitBelow: links)
             case let other:
                 return Judgement(failureClass: other, lowered: nil, waitBelow: nil)
             }
         }
 
-        /// A connect on `adapter` succeeded with `linksUp` other links up:
-        /// the adapter holds more than that, so provisional aborts at or
-        /// below it were not slot failures.
-        public mutating func succeeded(adapter: String, linksUp: Int) {
+        /// A connect on `adapter` succeeded with `linksUp` other links up
+        /// when it was sent: the adapter holds more than that, so
+        /// provisional aborts at or below it were not slot failures.
+        /// `alongside` (default `linksUp`): the other links up with it
+        /// for sure (up when it was sent and still up when it succeeded); a
+        /// tentative limit at or below that is raised to `alongside + 1` (to
+        /// the ceiling: forgotten), and at one below it the adapter was
+        /// full. The raise, if any (from, to: say so).
+        @discardableResult
+        public mutating func succeeded(adapter: String, linksUp: Int, alongside: Int? = nil) -> (from: Int, to: Int)? {
             let adapter = adapter.uppercased()
             succeededAt[adapter] = max(succeededAt[adapter, default: -1], linksUp)
             provisional[adapter] = provisional[adapter]?.filter { $0.key > linksUp }
+            let linksUp = min(linksUp, alongside ?? linksUp)
+            guard tentative.contains(adapter), let known = learned[adapter] else { return nil }
+            if linksUp >= known {
+                probing.remove(adapter)
+                fullSuccesses[adapter] = 0
+                if linksUp + 1 >= ceiling {
+                    learned[adapter] = nil
+                    tentative.remove(adapter)
+                    probeAfter[adapter] = nil
+                } else {
+                    learned[adapter] = linksUp + 1
+                }
+                let after = limit(for: adapter)
+                return after > known ? (known, after) : nil
+            }
+            // The adapter full at its limit, and the connect went well.
+            if linksUp == known - 1, !probing.contains(adapter), known < ceiling {
+                fullSuccesses[adapter, default: 0] += 1
+                if fullSuccesses[adapter, default: 0] >= probeAfter[adapter, default: Recovery.slotProbeAfter] {
+                    probing.insert(adapter)
+                }
+            }
+            return nil
         }
 
-        /// Fixes the limit at `limit` (never raised); the lowering, if any.
-        private mutating func learn(_ limit: Int, on adapter: String) -> (from: Int, to: Int)? {
+        /// Fixes the limit at `limit` (never raised but by a tentative
+        /// limit's evidence); the lowering, if any. A firm limit stays firm.
+        private mutating func learn(_ limit: Int, on adapter: String, firm: Bool) -> (from: Int, to: Int)? {
             let before = self.limit(for: adapter)
-            if let known = learned[adapter], known <= limit { return nil }
+            // A lower limit stands (a tentative one is still probed); the
+            // same limit named outright is firm from now on.
+            if let known = learned[adapter], known <= limit {
+                if firm, known == limit {
+                    tentative.remove(adapter)
+                    probing.remove(adapter)
+                }
+                return nil
+            }
             learned[adapter] = limit
+            if firm { tentative.remove(adapter) } else { tentative.insert(adapter) }
             provisional[adapter] = nil
+            fullSuccesses[adapter] = 0
+            probing.remove(adapter)
             let after = self.limit(for: adapter)
             return after < before ? (before, after) : nil
         }
@@ -364,14 +440,16 @@ public enum Recovery {
         }
 
         /// Whether `adapter` is wedged now: Powered reads true, and for the
-        /// whole window there were at least `wedgeDiscoveryRefusals`
+        /// whole window (`wedgeWindow`; a station's `stationWedgeWindow`) there were at least `wedgeDiscoveryRefusals`
         /// refusals, no advert, and at least `wedgeConnectFailures` connect
         /// failures or none attempted because discovery was needed.
-        public func isWedged(_ adapter: String, powered: Bool, at now: ContinuousClock.Instant) -> Bool {
+        public func isWedged(
+            _ adapter: String, powered: Bool, at now: ContinuousClock.Instant, window: Duration = Recovery.wedgeWindow
+        ) -> Bool {
             guard powered, let current = evidence[adapter.uppercased()], let since = current.since,
-                now - since >= Recovery.wedgeWindow
+                now - since >= window
             else { return false }
-            let windowStart = now - Recovery.wedgeWindow
+            let windowStart = now - window
             if let advert = current.lastAdvert, advert >= windowStart { return false }
             guard current.refusals.count >= Recovery.wedgeDiscoveryRefusals else { return false }
             return current.connectFailures.count >= Recovery.wedgeConnectFailures

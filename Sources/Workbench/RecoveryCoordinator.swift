@@ -45,6 +45,9 @@ public struct RecoveryOptions: Sendable {
     /// stops the run (`adapterFailure`: exit status 3). A station does not
     /// stop: it waits for the adapter as long as it runs.
     public var stopsOnAdapterLoss = true
+    /// The wedge detector's window: `Recovery.wedgeWindow` for a run; a
+    /// station's is `Recovery.stationWedgeWindow`, as long as a scan waits.
+    public var wedgeWindow: Duration = Recovery.wedgeWindow
 
     public init(
         adapterResets: Bool = true, keepDiscovery: Bool = true, everyAdvert: Bool = false,
@@ -198,7 +201,9 @@ public actor RecoveryCoordinator {
                 }
                 continue
             }
-            if !adapter.powered, cycling[address] == nil {
+            // Switched off: Powered reads false (missing or not a boolean,
+            // from a bluetoothd that lies, is not known to be off).
+            if adapter.poweredOff, cycling[address] == nil {
                 await adapterIsOff(adapter, now: now)
                 continue
             }
@@ -308,7 +313,9 @@ public actor RecoveryCoordinator {
         }
         guard paused[address, default: []].isEmpty else { return }
         if options.keepDiscovery, adapter.powered { await keepDiscovering(adapter, now: now) }
-        guard wedge.isWedged(address, powered: adapter.powered, at: now), givenUp[address] == nil else { return }
+        guard wedge.isWedged(address, powered: adapter.powered, at: now, window: options.wedgeWindow),
+            givenUp[address] == nil
+        else { return }
         _ = await wedged(adapter, now: now)
     }
 
@@ -587,9 +594,18 @@ public actor RecoveryCoordinator {
                 // Gone: back within `adapterReturnTimeout` of when it went
                 // (not of this failure), or the device gives up.
                 let since = absentSince[adapterAddress]?.at ?? now
-                let left = since + Recovery.adapterReturnTimeout - ContinuousClock.now
-                if left > .zero {
-                    _ = try? await client.waitForAdapter(address: adapterAddress, powered: true, timeout: left)
+                let deadline = since + Recovery.adapterReturnTimeout
+                // A wait that ends at once (org.bluez has no owner while
+                // bluetoothd restarts) is asked again, paused, until the
+                // deadline: "did not return within 30 s" only once it is past.
+                while ContinuousClock.now < deadline, !Task.isCancelled {
+                    if (try? await client.waitForAdapter(
+                        address: adapterAddress, powered: true, timeout: deadline - ContinuousClock.now)) != nil
+                    {
+                        break
+                    }
+                    if await client.adapter(address: adapterAddress)?.powered == true { break }
+                    try? await Task.sleep(for: Recovery.unchargedBackoff)
                 }
                 if let adapterFailure { return .giveUp(adapterFailure) }
                 if let reason = await stillDown(adapterAddress) { return .giveUp(reason) }
@@ -642,7 +658,7 @@ public actor RecoveryCoordinator {
         guard let adapter = await client.adapter(address: adapterAddress) else {
             return .uncharged(.adapter)
         }
-        if !adapter.powered {
+        if adapter.poweredOff {
             if offSince[adapterAddress] == nil {
                 offSince[adapterAddress] = (now, Date())
                 note(
@@ -655,7 +671,8 @@ public actor RecoveryCoordinator {
             }
             if let running = cycling[adapterAddress] { await running.value }
             guard let current = await client.adapter(address: adapterAddress) else {
-                return .giveUp(goneReason(adapterAddress))
+                // Gone meanwhile (bluetoothd restarting): the gone rule's.
+                return .uncharged(.adapter)
             }
             if !current.powered {
                 let reason = await offTimedOut(current)
@@ -711,10 +728,24 @@ public actor RecoveryCoordinator {
         stale.succeeded(device)
         busy.succeeded(device)
         pauses[device.uppercased()] = nil
-        if let address = address(of: adapterPath) {
+        if let adapterPath, let address = address(of: adapterPath) {
             notReadyStreak[address] = nil
             let links = await client.linksWhenConnectSent(device) ?? linksAtStart
-            slots.succeeded(adapter: address, linksUp: links)
+            // What the adapter held with this link: the others up both when
+            // its Connect was sent and now (one counted when sent may have
+            // dropped before the controller took this one).
+            let alongside = await min(links, client.linksUp(on: adapterPath, excluding: device))
+            if let raised = slots.succeeded(adapter: address, linksUp: links, alongside: alongside) {
+                // A limit guessed from plain aborts, proved too low.
+                let adapterName = name(adapterPaths[address])
+                note(
+                    "\(adapterName) \(address): held \(alongside + 1) LE links; "
+                        + "concurrency \(raised.from) → \(raised.to) for this run")
+                await record(
+                    RecoveryRecord(
+                        action: "concurrency", ok: true, device: nil, adapter: address,
+                        detail: "concurrency \(raised.from) → \(raised.to) on \(adapterName) \(address)"))
+            }
         }
         await connectSettled(device)
     }

@@ -191,12 +191,14 @@ public actor Station {
         var discoveringSince: ContinuousClock.Instant?
         var generation = await client.bluetoothdGeneration
         var radioDown: String?
+        var recoveryOptions = RecoveryOptions(
+            adapterResets: options.adapterResets, keepDiscovery: false, everyAdvert: true, stopsOnAdapterLoss: false)
+        // Discovery refused is a station's only evidence: judged as a scan
+        // judges it, over a scan's length.
+        recoveryOptions.wedgeWindow = Recovery.stationWedgeWindow
         let recovery = RecoveryCoordinator(
             client: client, inventory: bench.inventory, run: run, concurrency: max(1, options.concurrency),
-            options: RecoveryOptions(
-                adapterResets: options.adapterResets, keepDiscovery: false, everyAdvert: true,
-                stopsOnAdapterLoss: false),
-            note: { [onEvent] in onEvent(.note($0)) })
+            options: recoveryOptions, note: { [onEvent] in onEvent(.note($0)) })
         self.recovery = recovery
         await recovery.start()
         do {

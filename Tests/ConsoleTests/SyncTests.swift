@@ -603,9 +603,11 @@ struct SyncTests {
             await #expect(try server.count("SELECT count(*) FROM fleet_devices WHERE benches = 'old-bench'") == 1)
             await #expect(try server.count("SELECT count(*) FROM fleet_devices") == 21)
 
-            // A bench role that may write rows but create nothing syncs to a server already set up.
+            // A bench role that may write rows but create nothing syncs to a server already set up
+            // (mapped to its bench: an unmapped role writes nothing, docs/office.md "Roles").
             _ = try await server.psql(
-                "CREATE ROLE writer LOGIN; GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public TO writer")
+                "CREATE ROLE writer LOGIN; GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA public TO writer;"
+                    + " INSERT INTO bench_roles VALUES ('writer', '\(try await bench.inventory.benchID())', 'now')")
             let writer = server.url.replacingOccurrences(of: "user=bench", with: "user=writer")
             await #expect(try scene.sync(bench, to: writer).waitForExit().status == 0, "\(scene.stderr)")
             // A refusal (here: no such role) is reported at once, not tried again.

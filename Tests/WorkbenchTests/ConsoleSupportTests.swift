@@ -340,7 +340,10 @@ struct DoctorTests {
         try await withBench(count: 1) { fixture throws in
             let bus = BusAddress.address(fixture.bus.address)
             let checks = await Doctor.check(bus: bus, adapter: nil)
-            #expect(checks.map(\.name) == ["bus", "bluetoothd", "bluetoothd version", "D-Bus policy", "adapter"])
+            #expect(
+                checks.map(\.name) == [
+                    "bus", "bluetoothd", "bluetoothd version", "D-Bus policy", "adapter", "rfkill", "controller",
+                ])
             let byName = Dictionary(uniqueKeysWithValues: checks.map { ($0.name, $0) })
             for name in ["bus", "bluetoothd", "D-Bus policy", "adapter"] {
                 #expect(byName[name]?.status == .ok, "\(checks)")
@@ -352,18 +355,19 @@ struct DoctorTests {
             if version == nil { #expect(byName["bluetoothd version"]?.detail.hasPrefix("unknown") == true) }
 
             let other = await Doctor.check(bus: bus, adapter: "hci7")
-            #expect(other.last?.status == .failed)
-            #expect(other.last?.detail.contains("no adapter hci7") == true, "\(other)")
+            let otherAdapter = other.first { $0.name == "adapter" }
+            #expect(otherAdapter?.status == .failed)
+            #expect(otherAdapter?.detail.contains("no adapter hci7") == true, "\(other)")
 
             let adapter = try await fixture.client.adapter(named: "hci0")
             try await fixture.client.setPowered(adapter, false)
             let off = await Doctor.check(bus: bus, adapter: nil)
-            let check = try #require(off.last)
-            #expect(check.name == "adapter")
+            let check = try #require(off.first { $0.name == "adapter" })
             #expect(check.status == .failed)
             #expect(check.detail.contains("not powered"))
             #expect(check.fix?.contains("bluetoothctl power on") == true)
             #expect(check.fix?.contains("rfkill unblock bluetooth") == true)
+            #expect(check.fix?.contains(Doctor.unblockCommand()) == true)
         }
     }
 
@@ -372,7 +376,7 @@ struct DoctorTests {
     @Test func aBusWithoutBluetoothd() async throws {
         try await withResource({ try await PrivateBus.start() }, stop: { await $0.stop() }) { bus in
             let checks = await Doctor.check(bus: .address(bus.address), adapter: nil)
-            #expect(checks.map(\.name) == ["bus", "bluetoothd", "bluetoothd version"])
+            #expect(checks.map(\.name) == ["bus", "bluetoothd", "bluetoothd version", "rfkill", "controller"])
             #expect(checks[0].status == .ok)
             #expect(checks[1].status == .failed)
             #expect(checks[1].detail.contains("nothing owns org.bluez"))

@@ -277,6 +277,45 @@ struct RecoveryIntegrationTests {
         }
     }
 
+    /// A limit learned from plain aborts alone is a guess, and probed back
+    /// up: the adapter holds one link at first (two beacons refused at one
+    /// link up teach 1, as two random aborts did in a 60-beacon run at 5 %
+    /// faults), then five. The run raises the limit again, says so in a
+    /// `recover` row, and converges.
+    @Test func aLimitTaughtByAbortsAloneIsProbedBackUp() async throws {
+        let fleet = Self.sound(12, seed: 61)
+        let plan = try FaultPlan(
+            json: #"{"adapters": [{"index": 0, "slots": 1, "slotFailure": "abort"}], "rules": []}"#)
+        try await withBench(fleet: fleet, configure: { $0.faultPlan = plan }) { bench throws in
+            let inventory = try FleetRunnerTests.inventory()
+            let run = try await inventory.beginRun(.init(command: "provision"))
+            let address = try await bench.client.adapter(named: nil).address.uppercased()
+            let recovery = RecoveryCoordinator(client: bench.client, inventory: inventory, run: run, concurrency: 5)
+            await recovery.start()
+            let runner = FleetRunner(
+                client: bench.client, inventory: inventory, run: run, concurrency: 5, recovery: recovery)
+            let fleetRun = Task { await runner.runFleet(FleetRunnerTests.provision, on: fleet.map(\.address)) }
+            try await waitUntil("two beacons refused at one link up to teach hci0 a limit of 1", cap: .seconds(60)) {
+                await recovery.learnedLimits()[address] == 1
+            }
+            // From now on the adapter holds 5 (the simulator's default).
+            await bench.daemon.setPlan(try FaultPlan(json: #"{"rules": []}"#))
+            let result = await fleetRun.value
+            await recovery.stop()
+            for recap in result.recaps { #expect(recap.failed == 0 && recap.changed > 0, "\(recap)") }
+            #expect(result.recaps.count == fleet.count)
+            let rows = try await Self.recoverRows(inventory).compactMap(\.detail).filter {
+                $0.hasPrefix("concurrency")
+            }
+            #expect(rows.contains("concurrency 5 → 1 on hci0 \(address)"), "\(rows)")
+            #expect(rows.contains { $0.hasPrefix("concurrency 1 → ") && $0.hasSuffix("on hci0 \(address)") }, "\(rows)")
+            #expect((await recovery.learnedLimits()[address] ?? 5) >= 2)
+            for state in fleet {
+                #expect(try await bench.truth(state).config == FleetRunnerTests.profiles["car"]!.config)
+            }
+        }
+    }
+
     /// A fleet run over the fixture's client with the recovery of a bench:
     /// discovery kept on (every advert), adapters watched.
     static func provision(

@@ -140,6 +140,118 @@ struct RecoveryPolicyTests {
             slots.judge(Self.abortFailure(links: 4, heard: false), device: "B1", adapter: "A").failureClass == .gone)
     }
 
+    /// Two random aborts at one link up, before any connect succeeded with
+    /// a link up (the 60-beacon run at 5 % faults, seed 92): the limit 1 they
+    /// teach is tentative, and probed back up.
+    static func learnOneFromTwoAborts() -> Recovery.SlotLearner {
+        var slots = Recovery.SlotLearner(ceiling: 5)
+        _ = slots.judge(abortFailure(links: 1), device: "B1", adapter: "A")
+        let second = slots.judge(abortFailure(links: 1), device: "B2", adapter: "A")
+        #expect(second.lowered?.from == 5 && second.lowered?.to == 1)
+        #expect(slots.limit(for: "A") == 1)
+        #expect(slots.tentative == ["A"])
+        return slots
+    }
+
+    @Test func aLimitLearnedFromAbortsIsProbedAfterThreeFullSuccesses() {
+        var slots = Self.learnOneFromTwoAborts()
+        // Connects at the limit (no other link up) that go well: after the
+        // third, one connect more is allowed.
+        for _ in 1..<Recovery.slotProbeAfter {
+            #expect(slots.succeeded(adapter: "A", linksUp: 0) == nil)
+            #expect(slots.limit(for: "A") == 1)
+        }
+        #expect(slots.succeeded(adapter: "A", linksUp: 0) == nil)
+        #expect(slots.limit(for: "A") == 2)
+        #expect(slots.probing == ["A"])
+        // The probe's connect, with one other link up, succeeds: the adapter
+        // held 2; the limit is 2 (still tentative), probed again likewise.
+        let raised = slots.succeeded(adapter: "A", linksUp: 1)
+        #expect(raised?.from == 1 && raised?.to == 2)
+        #expect(slots.limit(for: "A") == 2)
+        #expect(slots.probing.isEmpty)
+        for _ in 0..<Recovery.slotProbeAfter { slots.succeeded(adapter: "A", linksUp: 1) }
+        #expect(slots.limit(for: "A") == 3)
+        // Every success up to the ceiling: the limit is forgotten.
+        #expect(slots.succeeded(adapter: "A", linksUp: 2)?.to == 3)
+        for _ in 0..<Recovery.slotProbeAfter { slots.succeeded(adapter: "A", linksUp: 2) }
+        #expect(slots.succeeded(adapter: "A", linksUp: 3)?.to == 4)
+        for _ in 0..<Recovery.slotProbeAfter { slots.succeeded(adapter: "A", linksUp: 3) }
+        #expect(slots.limit(for: "A") == 5)
+        let last = slots.succeeded(adapter: "A", linksUp: 4)
+        #expect(last?.from == 4 && last?.to == 5)
+        #expect(slots.learned["A"] == nil && slots.tentative.isEmpty && slots.probing.isEmpty)
+        #expect(slots.limit(for: "A") == 5)
+    }
+
+    @Test func aSuccessWithAsManyLinksUpRaisesATentativeLimitAtOnce() {
+        var slots = Self.learnOneFromTwoAborts()
+        // A connect sent before the limit was learned, with 3 others up,
+        // goes well: the adapter held 4.
+        let raised = slots.succeeded(adapter: "A", linksUp: 3)
+        #expect(raised?.from == 1 && raised?.to == 4)
+        #expect(slots.limit(for: "A") == 4)
+        // Successes below the limit but not at it are not the adapter full.
+        for _ in 0..<10 { #expect(slots.succeeded(adapter: "A", linksUp: 1) == nil) }
+        #expect(slots.limit(for: "A") == 4 && slots.probing.isEmpty)
+    }
+
+    @Test func aRefusedProbeKeepsTheLimitAndDoublesTheWait() {
+        // A real one-slot adapter that refuses with the plain abort text.
+        var slots = Self.learnOneFromTwoAborts()
+        for _ in 0..<Recovery.slotProbeAfter { slots.succeeded(adapter: "A", linksUp: 0) }
+        #expect(slots.limit(for: "A") == 2)
+        // The probe's connect, sent with one link up, is refused: a slot
+        // failure, uncharged, and the limit stays 1.
+        let refused = slots.judge(Self.abortFailure(links: 1), device: "B3", adapter: "A")
+        #expect(refused == .init(failureClass: .slot, lowered: nil, waitBelow: 1))
+        #expect(slots.limit(for: "A") == 1 && slots.probing.isEmpty)
+        // The next probe comes after twice as many full successes.
+        for _ in 0..<(2 * Recovery.slotProbeAfter - 1) { slots.succeeded(adapter: "A", linksUp: 0) }
+        #expect(slots.limit(for: "A") == 1)
+        slots.succeeded(adapter: "A", linksUp: 0)
+        #expect(slots.limit(for: "A") == 2)
+        _ = slots.judge(Self.abortFailure(links: 1), device: "B4", adapter: "A")
+        for _ in 0..<(4 * Recovery.slotProbeAfter - 1) { slots.succeeded(adapter: "A", linksUp: 0) }
+        #expect(slots.limit(for: "A") == 1)
+        slots.succeeded(adapter: "A", linksUp: 0)
+        #expect(slots.limit(for: "A") == 2)
+        // A stale abort (no other link up) is not the probe's answer.
+        #expect(slots.judge(Self.abortFailure(links: 0), device: "B5", adapter: "A").failureClass == .stale)
+        #expect(slots.probing == ["A"])
+    }
+
+    @Test func onlyLinksUpWithTheConnectRaiseALimit() {
+        // A two-slot adapter that refuses with the abort text: 2 learned.
+        var slots = Recovery.SlotLearner(ceiling: 5)
+        _ = slots.judge(Self.abortFailure(links: 2), device: "B1", adapter: "A")
+        #expect(slots.judge(Self.abortFailure(links: 2), device: "B2", adapter: "A").lowered?.to == 2)
+        // A connect sent with 2 links up, one of which dropped before the
+        // controller took it: 1 up alongside. No raise; the adapter was full.
+        #expect(slots.succeeded(adapter: "A", linksUp: 2, alongside: 1) == nil)
+        #expect(slots.limit(for: "A") == 2)
+        // With both still up, it held 3.
+        #expect(slots.succeeded(adapter: "A", linksUp: 2, alongside: 2)?.to == 3)
+    }
+
+    @Test func aLimitTheAdapterNamedIsNeverProbed() {
+        var slots = Recovery.SlotLearner(ceiling: 5)
+        let full = Failure(name: Self.failed, message: "Too many links (31)", linksUp: 1)
+        #expect(slots.judge(full, device: "B1", adapter: "A").lowered?.to == 1)
+        #expect(slots.tentative.isEmpty)
+        for _ in 0..<20 { #expect(slots.succeeded(adapter: "A", linksUp: 0) == nil) }
+        #expect(slots.limit(for: "A") == 1 && slots.probing.isEmpty)
+        // Nor raised by a success: what it named stands.
+        #expect(slots.succeeded(adapter: "A", linksUp: 2) == nil)
+        #expect(slots.limit(for: "A") == 1)
+        // A tentative limit the adapter then names outright is firm.
+        var named = Self.learnOneFromTwoAborts()
+        _ = named.judge(full, device: "B3", adapter: "A")
+        #expect(named.tentative.isEmpty)
+        for _ in 0..<20 { named.succeeded(adapter: "A", linksUp: 0) }
+        #expect(named.limit(for: "A") == 1)
+    }
+
     @Test func aWedgeNeedsTheWholeWindow() {
         var wedge = Recovery.WedgeDetector()
         let t0 = ContinuousClock.now
@@ -154,6 +266,28 @@ struct RecoveryPolicyTests {
         // An advert clears it.
         wedge.advertHeard(adapter, at: t0 + .seconds(16))
         #expect(!wedge.isWedged(adapter, powered: true, at: t0 + .seconds(20)))
+    }
+
+    @Test func aStationJudgesRefusedDiscoveryOverAScansLength() {
+        // An idle station: discovery refused from the start, nothing heard,
+        // no connects (discovery is needed). A scan cycles after its 10 s.
+        var wedge = Recovery.WedgeDetector()
+        let t0 = ContinuousClock.now
+        let window = Recovery.stationWedgeWindow
+        for second in [0, 1, 2, 3] {
+            wedge.discoveryRefused("A", at: t0 + .seconds(second))
+            wedge.needsDiscovery("A", at: t0 + .seconds(second))
+        }
+        #expect(window == .seconds(10))
+        #expect(!wedge.isWedged("A", powered: true, at: t0 + .seconds(9), window: window))
+        #expect(wedge.isWedged("A", powered: true, at: t0 + .seconds(10), window: window))
+        // A run's window is longer.
+        #expect(!wedge.isWedged("A", powered: true, at: t0 + .seconds(10)))
+        #expect(wedge.isWedged("A", powered: true, at: t0 + .seconds(15)))
+        // Nor is a station's adapter wedged with an advert in its window.
+        wedge.advertHeard("A", at: t0 + .seconds(11))
+        wedge.discoveryRefused("A", at: t0 + .seconds(12))
+        #expect(!wedge.isWedged("A", powered: true, at: t0 + .seconds(20), window: window))
     }
 
     @Test func aQuietRoomIsNotAWedge() {

@@ -19,6 +19,10 @@ int beaconbench_crypto_load(void);
 /// dlerror()'s text (or beaconbench's) of the failed load, or NULL.
 const char *beaconbench_crypto_error(void);
 
+/// OpenSSL_version(OPENSSL_VERSION) of the loaded libcrypto ("OpenSSL
+/// 3.0.15 3 Sep 2024"), loading it first; NULL when it cannot be loaded.
+const char *beaconbench_crypto_version(void);
+
 /// The SHA-256 digest of `count` bytes at `data` into `digest` (32 bytes):
 /// 1 on success, 0 when libcrypto could not be loaded or failed.
 int beaconbench_sha256(const void *data, size_t count, unsigned char *digest);

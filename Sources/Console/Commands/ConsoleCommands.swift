@@ -150,6 +150,15 @@ extension Session {
                     detail: "\(path) does not exist yet; it is made (0600) at the first command that needs it"
                         + (FileManager.default.fileExists(atPath: parent) ? "" : " with its directory")))
         }
+        if !invocation.inventoryIsServer, Self.refusedName(path) == nil,
+            let directory = HostChecks.inventoryDirectory(path)
+        {
+            checks.append(directory)
+        }
+        let host = HostChecks()
+        checks += HostChecks.libraries()
+        checks.append(host.sshKeygen())
+        if let station = host.station() { checks.append(station) }
         let names = profiles.keys.sorted()
         checks.append(
             names.isEmpty

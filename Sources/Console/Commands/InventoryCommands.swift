@@ -166,9 +166,11 @@ public struct SyncCommand: ConsoleCommand {
         guard let url = arguments.text("--to") else {
             throw arguments.fail(at: 0, "sync needs --to URL (usage: \(Self.spec.synopsis))")
         }
-        guard ServerInventory.isServerURL(url) || url.contains("=") else {
+        guard ServerLocator.isServer(url) else {
             throw arguments.fail(
-                arguments.options["--to"]!.token, "sync wants a PostgreSQL URL (postgresql://…) or connection string")
+                arguments.options["--to"]!.token,
+                "sync wants a PostgreSQL URL (postgresql://…) or key=value connection string, not \(ServerLocator.shown(url))"
+            )
         }
         self.url = url
     }
@@ -254,12 +256,13 @@ extension Session {
     func sync(
         to url: String, includeSimulated: Bool, retryFor: Double = 120, full: Bool = false
     ) async throws(ConsoleFailure) {
+        try checkTransport(url)
         let inventory = try inventory()
         let terminal = self.terminal
         let stop = SyncStop()
         // The first SIGTERM is the sync's (a second ends the process at once).
-        Signals.onTerminate { stop.request("SIGTERM") }
-        defer { Signals.onTerminate(nil) }
+        let terminate = Signals.onTerminate { stop.request("SIGTERM") }
+        defer { terminate.end() }
         let outcome: BenchSync.Outcome
         do {
             outcome = try await BenchSync.run(

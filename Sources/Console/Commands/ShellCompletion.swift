@@ -8,7 +8,7 @@ enum ShellCompletion {
         "--sim-state", "--sim-option",
     ]
     static let globalFlags = [
-        "--json", "--no-color", "--verbose", "--dry-run", "--no-adapter-reset", "--version", "--help",
+        "--json", "--no-color", "--verbose", "--dry-run", "--no-adapter-reset", "--require-tls", "--version", "--help",
     ]
 
     static func script(for shell: String) -> String {
