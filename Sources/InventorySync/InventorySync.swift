@@ -51,6 +51,16 @@ public enum InventorySync {
         /// from the ledger: `changesRead` entries), not every row.
         public var changesOnly = false
         public var changesRead = 0
+        /// The bench's rows on the server that are not what its ledger
+        /// says (the server's doing: named, `table key: column is X on the
+        /// server, the bench's ledger says Y`): found after a plain sync,
+        /// which leaves them, or before a `full` one, which sends every row
+        /// and so puts them back (`restored`: said, never silent); and what
+        /// a `full` sync still finds after (docs/office.md, "What the
+        /// server holds of a bench, checked").
+        public var serverDifferences: [String] = []
+        public var serverDifferencesAfter: [String] = []
+        public var restored = false
     }
 
     /// Rows sent per table over the whole sync, every attempt counted as
@@ -86,6 +96,12 @@ public enum InventorySync {
         progress: (_ table: String, _ sent: Int) -> Void = { _, _ in },
         retrying: (_ error: SyncError, _ wait: Duration, _ attempt: Int) -> Void = { _, _, _ in }
     ) async throws(SyncError) -> Report {
+        // Before anything is sent, even a connection made: the bench's own
+        // ledger must verify, its bench id included, so that a bench that
+        // is not the one its ledger began as (an inventory whose bench id
+        // was set to another's) is refused here, and nothing is recorded
+        // against the bench it names (docs/ledger.md, "Several benches").
+        try await verifyOwnLedger(inventory)
         var report = try await retry.run(stop: stop, retrying: retrying) { (_: Int) async throws(SyncError) in
             try await pushOnce(
                 inventory, to: url, chunkSize: chunkSize, includeSimulated: includeSimulated, full: full, stop: stop,
@@ -95,6 +111,28 @@ public enum InventorySync {
         let total = sent.snapshot
         for name in Set(report.sent.keys).union(total.keys) { report.sent[name] = total[name] ?? 0 }
         return report
+    }
+
+    /// The bench's own `ledger verify`, as `sync` runs it before sending:
+    /// a ledger that does not verify is refused (exit 2), its first
+    /// finding named; an inventory without a ledger is not checked.
+    static func verifyOwnLedger(_ inventory: Inventory) async throws(SyncError) {
+        let verification: LedgerVerification
+        do {
+            guard try await inventory.hasLedger() else { return }
+            verification = try await inventory.verifyLedger(limit: 3)
+        } catch {
+            throw SyncError("the local inventory's ledger: \(error)")
+        }
+        guard let first = verification.findings.first else { return }
+        let more = verification.findings.count - 1 + verification.truncated
+        throw SyncError(
+            refusal: ServerLedger.Refusal(
+                rewrittenAt: nil, serverSize: 0,
+                message:
+                    "this bench's own ledger does not verify: \(first.message)"
+                    + (more > 0 ? " (and \(more) more)" : "")
+                    + "; nothing was sent, nothing recorded on the server (beaconbench ledger verify says all)"))
     }
 
     static func pushOnce(
@@ -134,6 +172,25 @@ public enum InventorySync {
         report.ledgerSize = ledger.size
         report.ledgerRoot = ledger.root
         report.checkpointsNotSent = ledger.checkpointsNotSent
+        // The server's copy of the bench's rows, before anything of the
+        // tables is sent, when this sync sends every row (`full`, which
+        // would put them back): every row the bench did not change since
+        // its last complete sync must be on the server as the bench holds
+        // it. A plain sync rewrites no unchanged row: the check after it
+        // finds the same.
+        let includeRows = includeSimulated || simulatedRuns == 0
+        if full, (try? await inventory.hasLedger()) == true, let from = try tablesSeq(server, bench: benchID),
+            from <= plan.benchSize
+        {
+            let since = try await SyncChanges.collect(
+                inventory, from..<plan.benchSize, tables: Set(ServerTableCheck.tables.map(\.name)))
+            var skip: [String: Set<[UInt8]>] = [:]
+            for (table, keys) in since.keys { skip[table] = Set(keys.map { Array($0.utf8) }) }
+            report.serverDifferences = try await ServerRowCheck.differences(
+                inventory, server, bench: benchID, include: includeRows, skip: skip,
+                skipTables: since.keys["identities"]?.isEmpty == false ? ["identities"] : [], missing: false)
+            report.restored = !report.serverDifferences.isEmpty
+        }
         let caughtUp = try await catchUp(
             inventory, server, bench: benchID, includeSimulated: includeSimulated, chunkSize: chunkSize,
             total: total)
@@ -228,6 +285,11 @@ public enum InventorySync {
         // The tables now hold every change up to the bench's ledger size
         // checked above (later ones are found by the next sync); a sync
         // that held rows back leaves the next one to send every row.
+        // And after: what the server holds of the bench is what it holds.
+        let after = try await ServerRowCheck.differences(
+            inventory, server, bench: benchID, include: includeRows, missing: true
+        ).filter { !report.serverDifferences.contains($0) }
+        if full { report.serverDifferencesAfter = after } else { report.serverDifferences = after }
         try server.exec(
             "UPDATE benches SET last_sync = $2, tables_seq = $3::bigint WHERE bench_id = $1",
             [benchID, Date().ISO8601Format(), tracked ? String(plan.benchSize) : nil])

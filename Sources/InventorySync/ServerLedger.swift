@@ -284,6 +284,33 @@ public enum ServerLedger {
         if !extends {
             let at = try await firstDifference(inventory, server, bench: bench, upTo: min(n, m), chunkSize: chunkSize)
             let found = at ?? min(n, m)
+            // Blame stays with the evidence: the bench's own ledger verified
+            // before this (InventorySync.verifyOwnLedger), so its signed
+            // checkpoints hold. When it has one and the server holds no
+            // checkpoint of this bench beyond the difference, what the
+            // server holds from there is signed by no one (before the
+            // bench's checkpoint, the bench signed its own version; after
+            // it, neither is signed): the server's copy is what is in
+            // question, and nothing is recorded against the bench.
+            let signed: Int
+            do {
+                signed = try await inventory.checkpoints().map(\.size).filter { $0 <= n }.max() ?? 0
+            } catch {
+                throw SyncError("the local inventory's checkpoints: \(error)")
+            }
+            let signedBeyond =
+                try server.exec(
+                    "SELECT count(*)::text FROM bench_checkpoints WHERE bench_id = $1 AND size > $2",
+                    [bench, String(found)]
+                ).first.flatMap { $0.first ?? nil }.flatMap { Int($0) } ?? 0
+            if signed > 0, signedBeyond == 0 {
+                throw SyncError(
+                    refusal: Refusal(
+                        rewrittenAt: nil, serverSize: m,
+                        message:
+                            "the server's copy of this bench's ledger is not the bench's from entry \(found) on: the bench signed its first \(signed) entries (its last checkpoint) and holds \(n), the server holds \(m), and no checkpoint of the bench covers entry \(found) there; the difference is the server's, not this bench's: nothing was sent and nothing recorded against this bench (docs/ledger.md, \"When the server refuses\")"
+                    ))
+            }
             let detail =
                 at == nil
                 ? "the bench holds \(n) entries (root \(benchRoot.hex)); the server held \(m) (root \(r.hex)); the bench's first \(min(n, m)) are the server's, "

@@ -122,6 +122,7 @@ struct JSONShapeTests {
     static let producedElsewhere: [String: String] = [
         "sync": "SyncTests, against PostgreSQL",
         "ledger_bench": "SyncLedgerTests, against PostgreSQL",
+        "ledger_server": "ServerBlameTests and SyncLedgerTests, against PostgreSQL",
         "ledger_rewrite": "SyncLedgerTests, against PostgreSQL",
         "minor_block": "ReturnBlocksTests, against PostgreSQL",
         "blocks_returned": "ReturnBlocksTests, against PostgreSQL",

@@ -319,9 +319,10 @@ struct SyncLedgerTests {
                 """)
             let tampered = try scene.beaconbench(["--inventory", server.url, "ledger", "verify"])
             await #expect(tampered.waitForExit().status >> 8 == 2)
+            // The entry is named (not an entry at its place), and the checkpoint whose root it breaks.
             #expect(
-                scene.stdout.contains("bench \(id): ledger on the server does not hold: its checkpoint of"),
-                "\(scene.stdout)")
+                scene.stdout.contains("bench \(id): ledger on the server does not hold: entry 7 is not an entry")
+                    && scene.stdout.contains("bench \(id): its checkpoint of"), "\(scene.stdout)")
         }
     }
 }
@@ -420,11 +421,17 @@ extension SyncLedgerTests {
             #expect(again.entries == 0 && again.size == size)
             var verified: [BenchLedgerVerification] = []
             let verifying = try await clock.measure { verified = try ServerLedger.verify(url: url) }
+            // What each sync now costs before it sends: the bench's own verify.
+            let own = try await clock.measure { try await InventorySync.verifyOwnLedger(inventory) }
+            // And the bench's side of the row check (its rows read and hashed by block).
+            let rowCheck = try await clock.measure {
+                _ = try await ServerRowCheck.differences(inventory, server, bench: id, include: true, missing: false)
+            }
             let mine = verified.first { $0.bench == id }
             #expect(mine?.ok == true && mine?.size == size, "\(String(describing: mine))")
             #expect(try await Self.ledgerDifferences(inventory, scene.server).isEmpty)
             print(
-                "SyncLedgerTests: \(size) entries: checked and pushed in \(pushing), checked again (nothing to send) in \(resync); the server's ledger verify took \(verifying)"
+                "SyncLedgerTests: \(size) entries: checked and pushed in \(pushing), checked again (nothing to send) in \(resync); the server's ledger verify took \(verifying); the bench's own verify before a sync \(own); the row check's \(rowCheck)"
             )
         }
     }
@@ -433,9 +440,9 @@ extension SyncLedgerTests {
 extension SyncLedgerTests {
     /// A step outcome edited with `sqlite3` after its entry was made (its
     /// trigger dropped, nothing recomputed), before the bench's next sync:
-    /// the server computes the entries' tree, which is not the bench's own,
-    /// and the sync is refused (exit 2) with nothing of it applied — not
-    /// recorded as a rewrite, since the server's history is intact.
+    /// the bench's own verify, run before anything is sent, names the
+    /// entry, and the sync is refused (exit 2) with nothing of it applied —
+    /// not recorded as a rewrite, since the server's history is intact.
     @Test func entriesEditedWithoutTheirTreeAreRefusedAndNothingApplied() async throws {
         try await withSyncScene("sync-ledger-edited") { scene in
             var bench = try await LargeInventory(
@@ -458,10 +465,10 @@ extension SyncLedgerTests {
             let before = try await Self.snapshot(scene.server)
             let sync = try scene.sync(bench)
             await #expect(sync.waitForExit().status >> 8 == 2, "\(scene.stderr)")
+            // Refused at the bench, by its own verify, before anything is sent.
             #expect(
-                scene.stderr.contains(
-                    "the server refused this bench's ledger: entries \(held) to \(grown - 1) do not make the bench's own tree"
-                ), "\(scene.stderr)")
+                scene.stderr.contains("this bench's own ledger does not verify: ")
+                    && scene.stderr.contains("nothing was sent, nothing recorded on the server"), "\(scene.stderr)")
             #expect(try await Self.snapshot(scene.server) == before, "the server changed")
             let verify = try await runTool(
                 builtProduct("beaconbench"), ["--inventory", bench.path, "ledger", "verify"])

@@ -303,6 +303,25 @@ extension Session {
                     + " older than the ledger the server already held, which takes a checkpoint only with the entries it signs"
             )
         }
+        // The bench's rows on the server that are not what its ledger says:
+        // the server's doing, named; exit 2 (docs/office.md).
+        if !report.serverDifferences.isEmpty {
+            for difference in report.serverDifferences {
+                terminal.error("sync: on the server: \(difference)")
+            }
+            terminal.message(
+                report.restored
+                    ? "sync: the server held rows of this bench that its ledger does not say (above); --full sent this bench's rows, which put them back"
+                    : "sync: the server holds rows of this bench that its ledger does not say (above): left as they are; the office's ledger verify names them too; sync --full puts this bench's back, saying so"
+            )
+            note(.devicesFailed)
+        }
+        if !report.serverDifferencesAfter.isEmpty {
+            for difference in report.serverDifferencesAfter {
+                terminal.error("sync: on the server after this sync: \(difference)")
+            }
+            note(.devicesFailed)
+        }
         for conflict in exchange.conflicts { terminal.warning("sync: assignment conflict: \(conflict)") }
         for row in refused {
             terminal.error(

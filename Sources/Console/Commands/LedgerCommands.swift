@@ -34,7 +34,7 @@ public struct LedgerVerifyCommand: ConsoleCommand {
         ], onlyReadsTheInventory: true, isFamilyDefault: true,
         detail:
             "Exit 0 when all holds; 2 naming the first entry, row or checkpoint that disagrees (an edit, deletion, reordering or insertion made outside beaconbench); 1 when the --since or --signers file cannot be read (docs/ledger.md, \"Exit statuses\").",
-        emits: [.ledger, .ledgerBench]
+        emits: [.ledger, .ledgerServer, .ledgerBench]
     ).shapeChecked(by: "ledger verify").documented(in: "ledger.md")
     public init(_ arguments: inout ParsedArguments) throws(BatchError) {
         since = arguments.text("--since")
@@ -194,8 +194,9 @@ extension Session {
     }
 
     func verifyLedger(since: String?, signers: String?) async throws(ConsoleFailure) {
-        if invocation.inventoryIsServer, let url = invocation.inventoryPath, since == nil, signers == nil {
-            return try await verifyServerLedgers(url: url)
+        if invocation.inventoryIsServer, let url = invocation.inventoryPath, since == nil {
+            if let signers { try Self.checkReadable(signers, limit: AllowedSigners.maxFile, "ledger verify --signers") }
+            return try await verifyServerLedgers(url: url, signers: signers)
         }
         // The checker's own files first: one that cannot be read is exit 1.
         if let since { try Self.checkReadable(since, limit: SignedNote.maxNote, "ledger verify --since") }

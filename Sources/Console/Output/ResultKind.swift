@@ -10,7 +10,7 @@ public enum ResultKind: String, Sendable, CaseIterable {
     case storedValue = "stored_value"
     case recovery
     case ledger, checkpoint, proof, proofCheck = "proof_check"
-    case ledgerBench = "ledger_bench", ledgerRewrite = "ledger_rewrite"
+    case ledgerBench = "ledger_bench", ledgerRewrite = "ledger_rewrite", ledgerServer = "ledger_server"
     case minorBlock = "minor_block", blocksReturned = "blocks_returned"
 }
 

@@ -64,7 +64,7 @@ struct AuditDocument: ResultDocument {
     static func row(_ rewrite: LedgerRewrite, _ terminal: Terminal) -> [String] {
         [
             "bench " + String(rewrite.bench.prefix(8)), "-", terminal.styled(LedgerRewriteLine.code, .red),
-            rewrite.finding,
+            rewrite.finding + "; made by " + rewrite.who,
         ]
     }
 

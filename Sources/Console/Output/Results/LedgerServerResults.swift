@@ -17,8 +17,26 @@ struct LedgerRewriteLine: ResultValue {
             ("bench", .string(rewrite.bench)), ("at_entry", .int(rewrite.atEntry)),
             ("found_at", .string(rewrite.foundAt)), ("server_size", .int(rewrite.serverSize)),
             ("bench_size", .int(rewrite.benchSize)), ("detail", .string(rewrite.detail)),
-            ("code", .string(Self.code)), ("finding", .string(rewrite.finding)),
+            ("code", .string(Self.code)), ("finding", .string(rewrite.finding)), ("who", .string(rewrite.who)),
         ]
+    }
+}
+
+/// The server's ledger triggers and functions, checked: a `ledger_server` line.
+struct ServerLedgerLine: ResultValue {
+    var findings: [String]
+
+    var kind: ResultKind { .ledgerServer }
+
+    var fields: [(String, JSONValue)] {
+        [("ok", .bool(findings.isEmpty)), ("findings", .array(findings.map { .string($0) }))]
+    }
+
+    var lines: [PeopleLine] {
+        guard !findings.isEmpty else {
+            return [.result("the server's ledger triggers and functions are as beaconbench made them")]
+        }
+        return findings.map { .result("the server's ledger: \($0)") }
     }
 }
 
@@ -33,6 +51,7 @@ struct BenchLedgerLine: ResultValue {
             ("bench", .string(verification.bench)), ("ok", .bool(verification.ok)),
             ("size", .int(verification.size)), ("root", .string(verification.root)),
             ("checkpoints", .int(verification.checkpoints)), ("problem", .optional(verification.problem)),
+            ("findings", .array(verification.findings.map { .string($0) })),
             (
                 "rewrites",
                 .array(
@@ -51,6 +70,7 @@ struct BenchLedgerLine: ResultValue {
         var lines: [PeopleLine] = []
         if let problem = v.problem {
             lines.append(.result("bench \(v.bench): ledger on the server does not hold: \(problem)"))
+            for finding in v.findings.dropFirst() { lines.append(.result("bench \(v.bench): \(finding)")) }
         } else {
             let checkpoints = v.checkpoints == 1 ? "1 checkpoint holds" : "\(v.checkpoints) checkpoints hold"
             lines.append(
@@ -67,12 +87,16 @@ struct BenchLedgerLine: ResultValue {
 
 /// `--inventory postgresql://… ledger verify`: a line per bench.
 struct ServerLedgerDocument: ResultDocument {
+    var structure: [String] = []
     var benches: [BenchLedgerVerification]
 
-    var values: [any ResultValue] { benches.map(BenchLedgerLine.init) }
+    var values: [any ResultValue] {
+        [ServerLedgerLine(findings: structure)] + benches.map { BenchLedgerLine(verification: $0) as any ResultValue }
+    }
 
     func people(_ terminal: Terminal) -> [PeopleLine] {
-        var lines = benches.flatMap { BenchLedgerLine(verification: $0).lines }
+        var lines = ServerLedgerLine(findings: structure).lines
+        lines += benches.flatMap { BenchLedgerLine(verification: $0).lines }
         let failing = benches.filter { !$0.ok }.count
         if benches.isEmpty {
             lines.append(.message("the server holds no bench's ledger yet: sync a bench to it"))
