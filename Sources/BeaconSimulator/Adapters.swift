@@ -141,7 +141,7 @@ extension SimulatedBluetoothd {
         adapters[index].scanTask?.cancel()
         for (address, device) in adapters[index].devices {
             device.removal?.cancel()
-            if device.connected { adapters[index].devices[address]?.generation += 1 }
+            if device.connected { adapters[index].devices[address]?.generation = nextGeneration() }
             for path in device.gattPaths.reversed() { try? await bus.unexport(at: path) }
             try? await bus.unexport(at: device.path)
         }

@@ -15,6 +15,12 @@ extension SimulatedBluetoothd {
         return (limit?.slots ?? options.connectionsPerAdapter, limit?.slotFailure ?? .abort)
     }
 
+    /// A link generation never given before (`Device.generation`).
+    func nextGeneration() -> Int {
+        lastGeneration += 1
+        return lastGeneration
+    }
+
     /// The adapter's pending connect ended: the queued ones go on.
     func endConnect(_ index: Int) {
         adapters[index].connectPending = false
@@ -113,7 +119,7 @@ extension SimulatedBluetoothd {
             beacons[address]?.state.inRange == true
         else { throw Self.abortByLocal }
         adapters[index].devices[address]?.connected = true
-        adapters[index].devices[address]?.generation += 1
+        adapters[index].devices[address]?.generation = nextGeneration()
         adapters[index].remembered.insert(address)
         beacons[address]?.drain(BeaconFirmware.Drain.connection)
         guard let generation = adapters[index].devices[address]?.generation else { throw Self.abortByLocal }
@@ -185,7 +191,7 @@ extension SimulatedBluetoothd {
     /// message)`, Connected false.
     func disconnect(_ index: Int, _ address: String, reason: FaultPlan.DropReason) async {
         guard var device = adapters[index].devices[address], device.connected else { return }
-        device.generation += 1
+        device.generation = nextGeneration()
         device.connected = false
         device.servicesResolved = false
         let paths = device.gattPaths

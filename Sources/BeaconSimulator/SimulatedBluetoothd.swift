@@ -59,6 +59,10 @@ public actor SimulatedBluetoothd {
     public internal(set) var counters = Counters()
     /// Steps held by a `stall` until released, by hold name.
     var holds: [String: [CheckedContinuation<Void, Never>]] = [:]
+    /// The last link generation given (`Device.generation`): daemon-wide,
+    /// so a device object made again after RemoveDevice never reuses one,
+    /// and a request held past its link never lands on a later link.
+    var lastGeneration = 0
     /// `WaitFor` calls waiting for their condition.
     var waiters: [Int: Waiter] = [:]
     var nextWaiter = 0
@@ -142,8 +146,9 @@ public actor SimulatedBluetoothd {
         var gattPaths: [ObjectPath] = []
         var characteristics: [GattUUID: ObjectPath] = [:]
         var notifying: Set<GattUUID> = []
-        /// Bumped on every connect and disconnect, so that work started for
-        /// one connection does not touch the next.
+        /// A new value (`nextGeneration()`) on every connect and disconnect,
+        /// so that work started for one connection does not touch the next
+        /// (nor one after the object is removed and made again).
         var generation = 0
         var removal: Task<Void, Never>?
         /// The RSSI last announced (PropertiesChanged).

@@ -70,6 +70,9 @@ public actor BluetoothClient {
     /// bluetoothd announces every advert's RSSI; without one only changes
     /// of 8 dBm or more.
     private var heardAt: [ObjectPath: ContinuousClock.Instant] = [:]
+    /// Per adapter address: when Powered last changed to true (however
+    /// briefly: a watcher looking now and then can miss it).
+    private var poweredOnAt: [String: ContinuousClock.Instant] = [:]
     /// Per device: bumped whenever a connection's GATT map must be
     /// dropped (ServicesResolved false, Connected false, the device or one
     /// of its GATT objects removed). A `DeviceSession` holds the epoch it
@@ -425,7 +428,14 @@ public actor BluetoothClient {
             }
             waitersConcerned = !(invalidated.isEmpty && sent.onlyAdvert)
         } else {
-            if interface == "org.bluez.Adapter1", sent.discoveringStopped { discoveryStartedAt[path] = nil }
+            if interface == "org.bluez.Adapter1" {
+                if sent.discoveringStopped { discoveryStartedAt[path] = nil }
+                if updated.contains(where: { $0.0 == "Powered" && $0.1.bool == true }),
+                    let address = objects[path]?[interface]?["Address"]?.string
+                {
+                    poweredOnAt[address.uppercased()] = .now
+                }
+            }
             waitersConcerned = Self.waitedInterfaces.contains(interface)
         }
         updated.removeAll(keepingCapacity: true)
@@ -873,6 +883,10 @@ public actor BluetoothClient {
     /// Other links that were up on its adapter when this client last sent
     /// Connect to `address` (nil: it sent none).
     public func linksWhenConnectSent(_ address: String) -> Int? { linksAtConnect[address.uppercased()] }
+
+    /// When the adapter with `address` last turned Powered true (nil: not
+    /// since this client started).
+    public func lastPoweredOn(address: String) -> ContinuousClock.Instant? { poweredOnAt[address.uppercased()] }
 
     /// Waits until every powered adapter reads Discovering, at most
     /// `timeout` (then returns all the same).

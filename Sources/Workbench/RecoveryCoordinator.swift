@@ -249,7 +249,7 @@ public actor RecoveryCoordinator {
     /// and when every adapter of the run is given up or gone the run stops.
     private func adapterIsOff(_ adapter: Adapter, now: ContinuousClock.Instant) async {
         let address = adapter.address.uppercased()
-        guard let since = offSince[address] else {
+        guard let since = await offSpell(address) else {
             offSince[address] = (now, Date())
             note(
                 "adapter \(adapter.name) \(address) is switched off; waiting for it to be powered again "
@@ -258,6 +258,20 @@ public actor RecoveryCoordinator {
         }
         guard now - since.at > Recovery.adapterOffTimeout else { return }
         await offTimedOut(adapter)
+    }
+
+    /// When the adapter's current spell off began (nil: not known off).
+    /// Powered again since, however briefly (a watcher looking every
+    /// half second can miss an adapter on for a moment between two
+    /// switch-offs), ends the spell: the next off is waited for afresh.
+    private func offSpell(_ address: String) async -> (at: ContinuousClock.Instant, wall: Date)? {
+        guard let since = offSince[address] else { return nil }
+        if let on = await client.lastPoweredOn(address: address), on > since.at {
+            offSince[address] = nil
+            offGivenUp.remove(address)
+            return nil
+        }
+        return since
     }
 
     /// An adapter off past `adapterOffTimeout`: given up once (a row, a
@@ -659,7 +673,7 @@ public actor RecoveryCoordinator {
             return .uncharged(.adapter)
         }
         if adapter.poweredOff {
-            if offSince[adapterAddress] == nil {
+            if await offSpell(adapterAddress) == nil {
                 offSince[adapterAddress] = (now, Date())
                 note(
                     "adapter \(adapter.name) \(adapterAddress) is switched off; waiting for it to be powered again "

@@ -422,6 +422,47 @@ struct FaultActionTests {
         }
     }
 
+    /// A write held past its link's end never lands on a later link, not
+    /// even one to the beacon's object made again after RemoveDevice (a
+    /// 60-beacon run at 5 % faults found a beacon holding the time offset
+    /// of a write stalled 30 s, sent before the removal, over the one the
+    /// tool wrote and read back after it).
+    @Test func aWriteHeldPastItsLinkNeverLandsOnALaterOne() async throws {
+        try await withPlan(
+            #"{"rules": [{"id": "hold", "hook": "att.write", "target": {"beacon": 0}, "trigger": {"nth": 1}, "action": {"kind": "stall", "until": "released", "hold": "first-write"}}]}"#
+        ) { fixture throws in
+            try await fixture.discoverAll()
+            let state = fixture.fleet[0]
+            let path = fixture.devicePath(state)
+            try await fixture.connect(state)
+            var config = DrivingBehaviourConfig(
+                cornering: 450, braking: 500, acceleration: 350, duration: 300, enable: .all)
+            let firstBytes = config.bytes
+            let first = Task { try await fixture.write(SBeaconUUID.drivingBehaviourConfig, firstBytes, of: state) }
+            try await fixture.waitFor(#"{"held": "first-write"}"#)
+            // The client gives the write up: disconnects, removes the
+            // device, finds it again, connects and writes anew.
+            try await fixture.client.call(SimulatorFixture.bluez, path, "org.bluez.Device1", "Disconnect")
+            let objects = try await fixture.objectManagerSignals()
+            try await fixture.client.call(
+                SimulatorFixture.bluez, SimulatorFixture.adapter, "org.bluez.Adapter1", "RemoveDevice",
+                [.objectPath(path)])
+            let back = await collect(
+                objects,
+                until: { signal in signal.member == "InterfacesAdded" && (try? InterfacesAdded(signal))?.path == path },
+                within: .seconds(120))
+            #expect(back.last.flatMap { try? InterfacesAdded($0) }?.path == path)
+            try await fixture.connect(state)
+            config.braking = 600
+            try await fixture.write(SBeaconUUID.drivingBehaviourConfig, config.bytes, of: state)
+            #expect(try await fixture.report(state).config.braking == 600)
+            #expect(try await fixture.control.release("first-write") == 1)
+            let lost = await #expect(throws: BusError.self) { try await first.value }
+            #expect(lost?.message == "Not connected")
+            #expect(try await fixture.report(state).config.braking == 600, "the held write landed on a later link")
+        }
+    }
+
     /// As bluetoothd: a second Connect of a device whose first is under way
     /// is InProgress (other devices' connects queue: BluetoothdTests).
     @Test func aSecondConnectOfTheSameDeviceIsInProgress() async throws {
