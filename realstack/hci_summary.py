@@ -15,7 +15,10 @@ NAMES = {
     0x2011: "LE Add Device To Accept List", 0x2016: "LE Read Remote Features", 0x2005: "LE Set Random Address",
 }
 EVENTS = {0x05: "Disconnection Complete", 0x0E: "Command Complete", 0x0F: "Command Status", 0x13: "Completed Packets", 0x3E: "LE Meta"}
-LE_EVENTS = {0x01: "LE Connection Complete", 0x02: "LE Advertising Report", 0x04: "LE Read Remote Features Complete"}
+LE_EVENTS = {
+    0x01: "LE Connection Complete", 0x02: "LE Advertising Report", 0x04: "LE Read Remote Features Complete",
+    0x0A: "LE Enhanced Connection Complete",
+}
 
 data = open(sys.argv[1], "rb").read()
 if data[:8] != b"btsnoop\0":
