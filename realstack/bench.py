@@ -26,6 +26,7 @@ import logging
 import os
 import random
 import signal
+import struct
 
 from bumble import hci, ll
 from bumble.controller import Controller
@@ -203,8 +204,11 @@ def fleet(count: int, seed: int) -> list[BeaconState]:
             state.firmware = (1, 0, 5)
         if i % 3 == 1:
             state.trips = [(k, 100 + 600 * k, 400 + 600 * k) for k in range(i % 4 + 1)]
+            # 18 bytes each (contract 3): index, type (5 harsh braking),
+            # timestamp, duration 500 ms, average 400 mG, maximum 1000 mG,
+            # the average vector.
             state.events = [
-                bytes([k, 5]) + (200 + 600 * k).to_bytes(4, "little") + bytes.fromhex("f401a0019001e803") + bytes(6)
+                bytes([k, 5]) + struct.pack("<IHHH3h", 200 + 600 * k, 500, 400, 1000, 0, -400, 0)
                 for k in range(2)
             ]
             state.incidents = [Incident(1, 321, [(100 * j, -50 * j, 1000) for j in range(5)])]
