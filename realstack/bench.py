@@ -86,6 +86,7 @@ class CentralController(Controller):
         self.rssi_of = rssi_of or (lambda _address: -60)
         self.scan_response_every = scan_response_every
         self.adverts_heard: dict[str, int] = {}
+        self.host_disconnects: set[int] = set()
 
     # The LE event mask's bit for LE Enhanced Connection Complete
     # (subevent 0x0A: bit 9).
@@ -113,6 +114,18 @@ class CentralController(Controller):
                 peripheral_latency=packet.peripheral_latency,
                 supervision_timeout=packet.supervision_timeout,
                 central_clock_accuracy=packet.central_clock_accuracy,
+            )
+        if isinstance(packet, hci.HCI_Disconnection_Complete_Event) and packet.connection_handle in self.host_disconnects:
+            # The host ended it: the controller reports "terminated by local
+            # host" (Core 5.3, Vol 4, Part E, 7.1.6), whatever reason the
+            # host gave the peer. Bumble echoes the host's reason (0x13
+            # "remote user terminated"): the kernel then reported a remote
+            # disconnect (mgmt reason 3) after bluetoothd's own (reason 2).
+            self.host_disconnects.discard(packet.connection_handle)
+            packet = hci.HCI_Disconnection_Complete_Event(
+                status=packet.status,
+                connection_handle=packet.connection_handle,
+                reason=hci.HCI_ErrorCode.CONNECTION_TERMINATED_BY_LOCAL_HOST_ERROR,
             )
         if isinstance(packet, (hci.HCI_LE_Connection_Complete_Event, hci.HCI_LE_Enhanced_Connection_Complete_Event)):
             log.info(
@@ -156,6 +169,8 @@ class CentralController(Controller):
             "hci0: HCI Disconnect handle 0x%04x (%s), reason 0x%02x", command.connection_handle,
             f"{connection.self_address} -> {connection.peer_address}" if connection else "no LE connection", command.reason,
         )
+        if connection is not None:
+            self.host_disconnects.add(command.connection_handle)
         return super().on_hci_disconnect_command(command)
 
     def on_advertising_pdu(self, pdu) -> None:
