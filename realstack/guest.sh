@@ -26,8 +26,12 @@ stamp() { echo "realstack: $* at $(cut -d' ' -f1 /proc/uptime) s"; }
 echo
 stamp "guest up"
 
+# The logs are written on the guest's tmpfs and copied out at the end: on
+# the 9p share every line is a round trip to the host, and bluetoothd -d
+# writes thousands, blocking its main loop on each (docs/realstack.md:
+# StopDiscovery answered too late).
 finish() {
-  cp /tmp/hci.btsnoop "$out/hci.btsnoop" 2>/dev/null
+  for log in hci.btsnoop bluetoothd.log bench.log dbus-monitor.txt; do cp "/tmp/$log" "$out/$log" 2>/dev/null; done
   sync
   stamp "guest done"
   /bin/busybox poweroff -f
@@ -41,10 +45,10 @@ modprobe hci_vhci || { echo "realstack: skipped: modprobe hci_vhci failed in the
 btmon -w /tmp/hci.btsnoop > /dev/null 2>&1 &
 mkdir -p /run/dbus
 dbus-daemon --system --fork --nopidfile || { echo "realstack: dbus-daemon failed"; exit 0; }
-/usr/libexec/bluetooth/bluetoothd -n -d > "$out/bluetoothd.log" 2>&1 &
+/usr/libexec/bluetooth/bluetoothd -n -d > /tmp/bluetoothd.log 2>&1 &
 stamp "dbus-daemon and bluetoothd started"
 
 # The scenario: realstack/scenario.sh sourced with the bench's settings.
 export REALSTACK_OUT=$out REALSTACK_DIR=$here
-export REALSTACK_BEACONS=$(arg beacons) REALSTACK_BIN=$(arg bin) REALSTACK_SCENARIO=$(arg scenario) REALSTACK_PYTHON=$(arg python)
+export REALSTACK_BEACONS=$(arg beacons) REALSTACK_ARRIVING=$(arg arriving) REALSTACK_BIN=$(arg bin) REALSTACK_SCENARIO=$(arg scenario) REALSTACK_PYTHON=$(arg python)
 source "$here/scenario.sh"

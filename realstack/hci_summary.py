@@ -2,7 +2,7 @@
 btmon -w OUT/hci.btsnoop), and lists every HCI Disconnect and Disconnection
 Complete: btmon -r crashed part-way through a whole run's trace here.
 
-    python3 realstack/hci_summary.py OUT/hci.btsnoop
+    python3 realstack/hci_summary.py OUT/hci.btsnoop [-v]   (-v: each disconnect packet)
 """
 
 import collections
@@ -15,7 +15,10 @@ NAMES = {
     0x2011: "LE Add Device To Accept List", 0x2016: "LE Read Remote Features", 0x2005: "LE Set Random Address",
 }
 EVENTS = {0x05: "Disconnection Complete", 0x0E: "Command Complete", 0x0F: "Command Status", 0x13: "Completed Packets", 0x3E: "LE Meta"}
-LE_EVENTS = {0x01: "LE Connection Complete", 0x02: "LE Advertising Report", 0x04: "LE Read Remote Features Complete"}
+LE_EVENTS = {
+    0x01: "LE Connection Complete", 0x02: "LE Advertising Report", 0x04: "LE Read Remote Features Complete",
+    0x0A: "LE Enhanced Connection Complete",
+}
 
 data = open(sys.argv[1], "rb").read()
 if data[:8] != b"btsnoop\0":
@@ -41,4 +44,12 @@ while offset + 24 <= len(data):
             disconnects.append(("Disconnection Complete", packet.hex()))
 print("commands:", ", ".join(f"{n} {c}" for n, c in commands.most_common()))
 print("events:", ", ".join(f"{n} {c}" for n, c in events.most_common()))
-print("disconnects:", disconnects or "none")
+# Every link the host opened, closed: each LE connection complete (status 0)
+# matched by an HCI Disconnect from the host and a Disconnection Complete.
+print(
+    f"links: {events['LE Connection Complete'] + events['LE Enhanced Connection Complete']} connection complete events,"
+    f" {commands['Disconnect']} HCI Disconnect, {events['Disconnection Complete']} Disconnection Complete,"
+    f" {commands['LE Create Connection Cancel']} LE Create Connection Cancel"
+)
+if "-v" in sys.argv[2:]:
+    print("disconnects:", disconnects or "none")

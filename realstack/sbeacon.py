@@ -387,6 +387,11 @@ class SBeacon:
 
     # --- what the harness makes happen --------------------------------------
 
+    def realtime_subscribers(self) -> int:
+        """The links that enabled notifications of Real-time Event (Bumble's
+        server forgets a link's subscriptions when it drops)."""
+        return sum(1 for cccds in self.device.gatt_server.subscribers.values() if cccds.get(self.realtime.handle, b"\0")[0] & 0x01)
+
     async def realtime_event(self, event_type: int, axis: int, flags: int) -> None:
         """A real-time event (3, 0105), notified to every subscriber."""
         await self.device.notify_subscribers(self.realtime, bytes([0xAA, event_type, axis, flags]))

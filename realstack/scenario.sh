@@ -21,8 +21,8 @@ wait_for() {
 }
 adapter_powered() { busctl --system get-property org.bluez /org/bluez/hci0 org.bluez.Adapter1 Powered | grep -q true; }
 
-"$REALSTACK_PYTHON" "$REALSTACK_DIR/bench.py" --beacons "${REALSTACK_BEACONS:-10}" --control /run/realstack-bench \
-  --state-out "$out/beacons.json" > "$out/bench.log" 2>&1 &
+"$REALSTACK_PYTHON" "$REALSTACK_DIR/bench.py" --beacons "${REALSTACK_BEACONS:-10}" --arriving "${REALSTACK_ARRIVING:-0}" --control /run/realstack-bench \
+  --state-out "$out/beacons.json" > /tmp/bench.log 2>&1 &
 bench_pid=$!
 if wait_for "the Bumble bench ready" 600 test -S /run/realstack-bench \
   && wait_for "bluetoothd's adapter hci0 powered" 300 adapter_powered; then

@@ -271,6 +271,14 @@ extension SimulatedBluetoothd {
             "ManufacturerData": manufacturerData(state), "ServicesResolved": false,
         ]
         if let rssi { properties["RSSI"] = .int16(rssi) }
+        // Heard, with split adverts: the first report is the advert alone
+        // (the iBeacon data; the scan response, with the bench summary, is
+        // the next), as real bluetoothd showed a beacon first heard without
+        // its scan response (docs/realstack.md).
+        if rssi != nil, options.splitAdverts {
+            properties["ManufacturerData"] = manufacturerData(state, part: .advert)
+            adapters[index].devices[address]?.reports = 1
+        }
         if let name = state.bluezName { properties["Name"] = .string(name) }
         try? await bus.export(deviceInterface(index, address), at: path, properties: properties)
     }

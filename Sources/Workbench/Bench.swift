@@ -262,8 +262,22 @@ public actor Bench {
                     onFound(beacon)
                 }
             }
-            // `until`: enough beacons heard, the scan's work is done.
-            if let until, reported.count >= until { break }
+            // `until`: enough beacons heard whole, the scan's work is done.
+            // A real SBeacon announces in two parts — its advert the
+            // iBeacon data, its scan response the bench summary (the
+            // contract, section 1) — and bluetoothd reports them apart: one
+            // heard by its advert alone cannot be judged yet (`select new`,
+            // `require battery>=`, a passive audit all read the summary).
+            // Real bluetoothd's scans ended with 3 of 10 summaries missing
+            // (docs/realstack.md). One that never sends the other part keeps
+            // the scan to its duration.
+            if let until, reported.count >= until {
+                let whole = await heard().filter { beacon in
+                    beacon.identity != nil && beacon.summary != nil
+                        && (rssiFloor.map { (beacon.rssi ?? -128) >= $0 } ?? true)
+                }
+                if whole.count >= until { break }
+            }
             try? await Task.sleep(for: min(.milliseconds(200), deadline - ContinuousClock.now))
         }
         // An adapter that went away during the scan (or came back under

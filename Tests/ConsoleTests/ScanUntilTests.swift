@@ -34,6 +34,24 @@ struct ScanUntilTests {
         }
     }
 
+    /// Beacons announced as real ones are (`--split-adverts`: the first
+    /// report the iBeacon advert alone, the bench summary in the next, 2 s
+    /// later here): `--until` waits until each is heard whole, so the scan
+    /// counts all of them new and `select new` — read from the summary —
+    /// selects all of them (through real bluetoothd the scan ended with 3
+    /// of 10 summaries unheard, and select new left those out).
+    @Test func untilWaitsForEachBeaconWhole() async throws {
+        try await withNewFleet(count: 8, simulatorOptions: ["--split-adverts", "--advert-ms", "2000"]) { bench in
+            let run = try await bench.beaconbench(
+                ["--json"], stdin: "scan 600s --until 8\nselect new\n", timeout: 300)
+            #expect(run.status == 0, "\(run.stderr)")
+            let scan = try #require(ConsoleFixture.jsonLines(run.stdout, kind: "scan").first, "\(run.stdout)")
+            #expect(scan["seen"] as? Int == 8 && scan["new"] as? Int == 8, "\(scan)")
+            let selected = try #require(ConsoleFixture.jsonLines(run.stdout, kind: "selection").first, "\(run.stdout)")
+            #expect((selected["devices"] as? [Any])?.count == 8, "\(selected)")
+        }
+    }
+
     /// The shipped batches scan with `--until ${expect}`: `--set expect=N`
     /// ends provision-new's scan once N are heard.
     @Test func shippedBatchesTakeExpect() async throws {
