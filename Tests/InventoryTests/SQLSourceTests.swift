@@ -39,9 +39,11 @@ struct SQLSourceTests {
     /// server fill (numbers and constant table names). And (issue 46) the
     /// server's roles and policies: DDL takes no parameters, and what is
     /// interpolated is the constant role and table names and the schema,
-    /// quoted as an identifier (`ServerRoles.quoted`).
+    /// quoted as an identifier (`ServerRoles.quoted`); the sync's row check
+    /// (the covered tables' constant names and columns and a constant block
+    /// size; the bench id and block bound as parameters).
     static let allowedFiles: Set<String> = [
-        "InventorySync/ServerRoles.swift",
+        "InventorySync/ServerRoles.swift", "InventorySync/ServerRowCheck.swift",
         "Inventory/Ledger/LedgerTables.swift", "InventorySync/ServerOfficeReads.swift",
         "Inventory/InventoryReportStreams.swift", "beaconbench-bench/Office/UnionCheck.swift",
         "beaconbench-bench/Office/OfficeMigrate.swift",
